@@ -1,0 +1,140 @@
+// QuantizationArgs, QuantizationScheme, presets and QuantizationConfig (SPEC §1).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "qobs/dtype.h"
+
+namespace qobs {
+
+enum class QuantType : uint8_t { kInt, kFloat };
+enum class Strategy : uint8_t { kTensor, kChannel, kGroup, kBlock, kToken, kTensorGroup, kAttnHead };
+/// R1.1.3: false, true or "local" (static global scale, run-time local scales).
+enum class Dynamic : uint8_t { kFalse, kTrue, kLocal };
+/// R1.1.4. The spelling given is preserved for serialization; kDynamic is an alias of
+/// kGroup and kStatic an alias of kWeight (see actorder_equivalent).
+enum class ActOrder : uint8_t { kNone, kGroup, kWeight, kDynamic, kStatic };
+
+std::string_view to_string(QuantType v);
+std::string_view to_string(Strategy v);
+std::string_view to_string(ActOrder v);  ///< "" for kNone
+QuantType parse_quant_type(std::string_view s);  ///< R1.1.1, case-insensitive
+Strategy parse_strategy(std::string_view s);     ///< R1.1.2, case-insensitive
+Dynamic parse_dynamic(std::string_view s);       ///< R1.1.3: "local" (or "true"/"false")
+ActOrder parse_actorder(std::string_view s);     ///< R1.1.4 incl. aliases
+/// Alias-aware actorder comparison: dynamic == group, static == weight.
+bool actorder_equivalent(ActOrder a, ActOrder b);
+/// kDynamic -> kGroup, kStatic -> kWeight, others unchanged.
+ActOrder actorder_canonical(ActOrder a);
+
+/// One observer keyword argument value (JSON scalar).
+using KwargValue = std::variant<bool, int64_t, double, std::string>;
+/// Observer keyword arguments, ordered by name.
+using ObserverKwargs = std::map<std::string, KwargValue>;
+/// Reads a numeric kwarg as double (bool/int/double accepted); InvalidArgument otherwise.
+double kwarg_as_double(const std::string& name, const KwargValue& v);
+
+/// All fields and defaults of SPEC R1.2. Construct the plain struct, then call
+/// validated() to run the checks and the inference of R1.2.1/R1.3.1 in order.
+struct QuantizationArgs {
+  int num_bits = 8;
+  QuantType type = QuantType::kInt;
+  bool symmetric = true;
+  std::optional<int64_t> group_size;
+  std::optional<Strategy> strategy;
+  std::optional<std::array<int64_t, 2>> block_structure;
+  Dynamic dynamic = Dynamic::kFalse;
+  ActOrder actorder = ActOrder::kNone;
+  std::optional<DType> scale_dtype;
+  std::optional<DType> zp_dtype;
+  std::optional<std::string> observer;
+  ObserverKwargs observer_kwargs;
+
+  /// Runs R1.2.2 and R1.3.1 (steps 1-9, first failure wins) and returns the object
+  /// with strategy, observer and zp_dtype inferred. Idempotent.
+  QuantizationArgs validated() const;
+
+  /// Strategy after validation (throws PreconditionError if not yet inferred).
+  Strategy get_strategy() const;
+
+  /// R1.3.2 pytorch_dtype(): the storage dtype of quantized values.
+  DType pytorch_dtype() const;
+
+  /// R1.3.5 JSON with exactly the keys of R1.2 in their order (zp_dtype null when
+  /// symmetric).
+  std::string to_json(int indent = -1) const;
+  /// Parses JSON (unknown keys -> InvalidArgument, R1.2.1) and validates.
+  static QuantizationArgs from_json(std::string_view json);
+
+  bool is_fp4() const { return type == QuantType::kFloat && num_bits == 4; }
+  /// R2.4.4 should_generate_mx_scales.
+  bool is_mx() const;
+  /// (q_min, q_max) of R2.1-R2.3 (float with bits not in {4, 8} -> NotImplementedError).
+  std::pair<float, float> q_range() const;
+
+  friend bool operator==(const QuantizationArgs& a, const QuantizationArgs& b);
+};
+
+/// Parses a block_structure given as "AxB" (R1.2.2); InvalidArgument with "positive".
+std::array<int64_t, 2> parse_block_structure(std::string_view text);
+
+/// SPEC R1.4.
+struct QuantizationScheme {
+  std::vector<std::string> targets;
+  std::optional<QuantizationArgs> weights;
+  std::optional<QuantizationArgs> input_activations;
+  std::optional<QuantizationArgs> output_activations;
+  std::optional<std::string> format;
+
+  /// Validates each args object and the scheme rules of R1.4.2.
+  QuantizationScheme validated() const;
+  std::string to_json(int indent = -1) const;
+  static QuantizationScheme from_json(std::string_view json);
+  friend bool operator==(const QuantizationScheme&, const QuantizationScheme&) = default;
+};
+
+/// R1.5: the preset scheme `name` (case-insensitive) with the given targets; a fresh
+/// copy each call. Unknown -> UnknownName.
+QuantizationScheme preset_scheme(std::string_view name, std::vector<std::string> targets = {"Linear"});
+/// Whether `name` is a preset (case-insensitive).
+bool is_preset_name(std::string_view name);
+/// All preset names in the order of R1.5.
+std::vector<std::string> preset_names();
+
+enum class QuantizationStatus : uint8_t { kInitialized, kCalibration, kFrozen, kCompressed, kDecompressed };
+std::string_view to_string(QuantizationStatus s);
+
+/// R1.6: model-level configuration.
+struct QuantizationConfig {
+  std::vector<std::pair<std::string, QuantizationScheme>> config_groups;
+  std::string quant_method = "compressed-tensors";
+  std::optional<QuantizationArgs> kv_cache_scheme;
+  std::string format = "fakequant";
+  QuantizationStatus quantization_status = QuantizationStatus::kInitialized;
+  std::optional<double> global_compression_ratio;
+  std::vector<std::string> ignore;
+
+  /// R1.6.2.
+  bool requires_calibration_data() const;
+  /// R1.6.4.
+  void merge(const QuantizationConfig& other);
+  std::string to_json(int indent = -1) const;
+  /// Groups given as preset name -> list of targets are expanded (R1.6.1).
+  static QuantizationConfig from_json(std::string_view json);
+};
+
+/// R1.6.3: module class name as used by ignore lists ("Linear" for routers and gates).
+std::string module_type_for_ignore(std::string_view class_name);
+
+/// R8.1.2: the compression format inferred for a scheme with weights.
+std::string infer_compression_format(const QuantizationScheme& scheme);
+
+}  // namespace qobs

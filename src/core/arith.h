@@ -1,0 +1,80 @@
+// Emulation of the reference's element-wise arithmetic (SPEC R0.4).
+//
+// Values are carried as double but always lie on the grid of the dtype they belong to.
+// An operation on f32/bf16/f16 operands is evaluated in f32 (the operands widen exactly)
+// and, in parity mode, rounded once (RNE) to the operand dtype, exactly as PyTorch does
+// on the CPU (R0.4b). f64 operands are evaluated in f64. Wide mode keeps f32
+// intermediates and never narrows to bf16/f16 (Note R0.4).
+#pragma once
+
+#include <cmath>
+
+#include "qobs/dtype.h"
+#include "qobs/formats.h"
+#include "qobs/numeric.h"
+
+namespace qobs::detail {
+
+struct Arith {
+  DType dt;
+  NumericMode mode = NumericMode::kParity;
+
+  /// Rounds an f32 result to dt (parity) or keeps it (wide).
+  double narrow(float v) const {
+    if (mode == NumericMode::kWide || dt == DType::kF32) return v;
+    return round_to_float_dtype(dt, v);
+  }
+  /// Converts a value of another dtype (or a host scalar) to this dtype (R0.4a/c).
+  double cast(double v) const {
+    if (dt == DType::kF64) return v;
+    if (mode == NumericMode::kWide) return static_cast<float>(v);
+    return round_to_float_dtype(dt, v);
+  }
+  double add(double a, double b) const {
+    return dt == DType::kF64 ? a + b : narrow(static_cast<float>(a) + static_cast<float>(b));
+  }
+  double sub(double a, double b) const {
+    return dt == DType::kF64 ? a - b : narrow(static_cast<float>(a) - static_cast<float>(b));
+  }
+  double mul(double a, double b) const {
+    return dt == DType::kF64 ? a * b : narrow(static_cast<float>(a) * static_cast<float>(b));
+  }
+  double div(double a, double b) const {
+    return dt == DType::kF64 ? a / b : narrow(static_cast<float>(a) / static_cast<float>(b));
+  }
+  /// |a|^norm with PyTorch's special cases for the exponents 2 and 3 (repeated
+  /// multiplication), std::pow otherwise.
+  double pow_abs(double a, double norm) const {
+    if (dt == DType::kF64) {
+      const double x = std::fabs(a);
+      if (norm == 2.0) return x * x;
+      if (norm == 3.0) return x * x * x;
+      return std::pow(x, norm);
+    }
+    const float x = std::fabs(static_cast<float>(a));
+    if (norm == 2.0) return narrow(x * x);
+    if (norm == 3.0) return narrow(x * x * x);
+    return narrow(std::pow(x, static_cast<float>(norm)));
+  }
+};
+
+/// NaN-propagating minimum / maximum (torch.minimum / torch.maximum semantics).
+inline double nan_min(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return NAN;
+  return a < b ? a : b;
+}
+inline double nan_max(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return NAN;
+  return a > b ? a : b;
+}
+/// clamp(v, lo, hi) = min(max(v, lo), hi) with NaN propagation (R0.4f).
+inline double clamp_nan(double v, double lo, double hi) { return nan_min(nan_max(v, lo), hi); }
+
+/// R0.4c for two >=1-dim float tensors: the wider float type wins, bf16 with f16 -> f32.
+inline DType promote_float_dtypes(DType a, DType b) {
+  if (a == b) return a;
+  if (a == DType::kF64 || b == DType::kF64) return DType::kF64;
+  return DType::kF32;
+}
+
+}  // namespace qobs::detail

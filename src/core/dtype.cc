@@ -1,0 +1,67 @@
+#include "qobs/dtype.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <string>
+
+#include "core/check.h"
+
+namespace qobs {
+namespace {
+
+struct DTypeInfo {
+  DType dtype;
+  std::size_t size;
+  bool floating;
+  std::string_view name;
+  std::string_view safetensors;
+};
+
+constexpr std::array<DTypeInfo, 11> kInfo{{
+    {DType::kF64, 8, true, "float64", "F64"},
+    {DType::kF32, 4, true, "float32", "F32"},
+    {DType::kBF16, 2, true, "bfloat16", "BF16"},
+    {DType::kF16, 2, true, "float16", "F16"},
+    {DType::kF8E4M3, 1, true, "float8_e4m3fn", "F8_E4M3"},
+    {DType::kI8, 1, false, "int8", "I8"},
+    {DType::kI16, 2, false, "int16", "I16"},
+    {DType::kI32, 4, false, "int32", "I32"},
+    {DType::kI64, 8, false, "int64", "I64"},
+    {DType::kU8, 1, false, "uint8", "U8"},
+    {DType::kBool, 1, false, "bool", "BOOL"},
+}};
+
+const DTypeInfo& info(DType dt) { return kInfo[static_cast<std::size_t>(dt)]; }
+
+}  // namespace
+
+std::size_t dtype_size(DType dt) { return info(dt).size; }
+bool is_floating(DType dt) { return info(dt).floating; }
+std::string_view dtype_name(DType dt) { return info(dt).name; }
+std::string_view safetensors_dtype_name(DType dt) { return info(dt).safetensors; }
+
+DType parse_dtype(std::string_view name) {
+  std::string s(name);
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (s.rfind("torch.", 0) == 0) s = s.substr(6);
+  for (const auto& i : kInfo)
+    if (s == i.name) return i.dtype;
+  static const std::pair<std::string_view, DType> kAliases[] = {
+      {"float", DType::kF32},  {"double", DType::kF64}, {"half", DType::kF16},
+      {"bf16", DType::kBF16},  {"fp16", DType::kF16},   {"fp32", DType::kF32},
+      {"fp8", DType::kF8E4M3}, {"long", DType::kI64},   {"int", DType::kI32},
+      {"short", DType::kI16},
+  };
+  for (const auto& [alias, dt] : kAliases)
+    if (s == alias) return dt;
+  QOBS_THROW(InvalidArgument, "unknown dtype name '", name, "' (R1.2.2)");
+}
+
+std::optional<DType> parse_safetensors_dtype(std::string_view name) {
+  for (const auto& i : kInfo)
+    if (name == i.safetensors) return i.dtype;
+  return std::nullopt;
+}
+
+}  // namespace qobs

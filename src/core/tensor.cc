@@ -1,0 +1,195 @@
+#include "qobs/tensor.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+#include "core/check.h"
+#include "qobs/formats.h"
+
+namespace qobs {
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape s(shape.size());
+  int64_t acc = 1;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    s[i] = acc;
+    acc *= shape[i];
+  }
+  return s;
+}
+
+std::string shape_str(const Shape& shape) {
+  std::ostringstream os;
+  os << '(';
+  for (std::size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  if (shape.size() == 1) os << ',';
+  os << ')';
+  return os.str();
+}
+
+namespace {
+
+double load(const void* base, DType dt, int64_t off) {
+  const auto* p = static_cast<const unsigned char*>(base) + off * static_cast<int64_t>(dtype_size(dt));
+  switch (dt) {
+    case DType::kF64: { double v; std::memcpy(&v, p, 8); return v; }
+    case DType::kF32: { float v; std::memcpy(&v, p, 4); return v; }
+    case DType::kBF16: { uint16_t v; std::memcpy(&v, p, 2); return bf16_to_float(v); }
+    case DType::kF16: { uint16_t v; std::memcpy(&v, p, 2); return f16_to_float(v); }
+    case DType::kF8E4M3: return fp8_e4m3_to_float(*p);
+    case DType::kI8: return static_cast<int8_t>(*p);
+    case DType::kI16: { int16_t v; std::memcpy(&v, p, 2); return v; }
+    case DType::kI32: { int32_t v; std::memcpy(&v, p, 4); return v; }
+    case DType::kI64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+    case DType::kU8: return *p;
+    case DType::kBool: return *p ? 1.0 : 0.0;
+  }
+  return 0.0;
+}
+
+template <typename I>
+I to_int(double v) {
+  if (std::isnan(v)) return 0;
+  double r = std::nearbyint(v);
+  const double lo = static_cast<double>(std::numeric_limits<I>::min());
+  const double hi = static_cast<double>(std::numeric_limits<I>::max());
+  if (r < lo) r = lo;
+  if (r > hi) return std::numeric_limits<I>::max();
+  return static_cast<I>(r);
+}
+
+void store(void* base, DType dt, int64_t i, double v) {
+  auto* p = static_cast<unsigned char*>(base) + i * static_cast<int64_t>(dtype_size(dt));
+  switch (dt) {
+    case DType::kF64: std::memcpy(p, &v, 8); break;
+    case DType::kF32: { float f = static_cast<float>(v); std::memcpy(p, &f, 4); break; }
+    case DType::kBF16: { uint16_t b = double_to_bf16(v); std::memcpy(p, &b, 2); break; }
+    case DType::kF16: { uint16_t b = double_to_f16(v); std::memcpy(p, &b, 2); break; }
+    case DType::kF8E4M3: *p = fp8_e4m3_from_double(v); break;
+    case DType::kI8: { int8_t x = to_int<int8_t>(v); std::memcpy(p, &x, 1); break; }
+    case DType::kI16: { int16_t x = to_int<int16_t>(v); std::memcpy(p, &x, 2); break; }
+    case DType::kI32: { int32_t x = to_int<int32_t>(v); std::memcpy(p, &x, 4); break; }
+    case DType::kI64: { int64_t x = to_int<int64_t>(v); std::memcpy(p, &x, 8); break; }
+    case DType::kU8: *p = to_int<uint8_t>(v); break;
+    case DType::kBool: *p = v != 0.0; break;
+  }
+}
+
+}  // namespace
+
+TensorView::TensorView(const void* data_, DType dtype_, Shape shape_, Shape strides_)
+    : data(data_), dtype(dtype_), shape(std::move(shape_)), strides(std::move(strides_)) {
+  if (strides.empty()) strides = contiguous_strides(shape);
+  QOBS_CHECK(strides.size() == shape.size(), InvalidArgument, "TensorView: ", strides.size(),
+             " strides for a shape of rank ", shape.size());
+  for (int64_t d : shape) QOBS_CHECK(d >= 0, InvalidArgument, "TensorView: negative dimension in shape ", shape_str(shape));
+}
+
+bool TensorView::is_contiguous() const {
+  if (strides.empty()) return true;
+  return strides == contiguous_strides(shape) || numel() <= 1;
+}
+
+int64_t TensorView::offset_of(int64_t flat) const {
+  if (strides.empty()) return flat;
+  int64_t off = 0;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    const int64_t idx = flat % shape[d];
+    flat /= shape[d];
+    off += idx * strides[d];
+  }
+  return off;
+}
+
+double TensorView::get(int64_t flat) const { return load(data, dtype, offset_of(flat)); }
+
+Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
+  for (int64_t d : shape_) QOBS_CHECK(d >= 0, InvalidArgument, "negative dimension in shape ", shape_str(shape_));
+  bytes_.assign(static_cast<std::size_t>(shape_numel(shape_)) * dtype_size(dtype), 0);
+}
+
+Tensor Tensor::from_values(DType dtype, Shape shape, std::span<const double> values) {
+  Tensor t(dtype, std::move(shape));
+  QOBS_CHECK(static_cast<int64_t>(values.size()) == t.numel(), InvalidArgument, "from_values: ",
+             values.size(), " values for shape ", shape_str(t.shape_));
+  for (std::size_t i = 0; i < values.size(); ++i) store(t.bytes_.data(), dtype, static_cast<int64_t>(i), values[i]);
+  return t;
+}
+
+Tensor Tensor::from_values(DType dtype, Shape shape, std::initializer_list<double> values) {
+  return from_values(dtype, std::move(shape), std::span<const double>(values.begin(), values.size()));
+}
+
+Tensor Tensor::from_floats(DType dtype, Shape shape, std::span<const float> values) {
+  Tensor t(dtype, std::move(shape));
+  QOBS_CHECK(static_cast<int64_t>(values.size()) == t.numel(), InvalidArgument, "from_floats: ",
+             values.size(), " values for shape ", shape_str(t.shape_));
+  for (std::size_t i = 0; i < values.size(); ++i) store(t.bytes_.data(), dtype, static_cast<int64_t>(i), values[i]);
+  return t;
+}
+
+Tensor Tensor::copy_of(const TensorView& view) {
+  Tensor t(view.dtype, view.shape);
+  const std::size_t es = dtype_size(view.dtype);
+  const int64_t n = view.numel();
+  if (view.is_contiguous()) {
+    if (n) std::memcpy(t.bytes_.data(), view.data, static_cast<std::size_t>(n) * es);
+    return t;
+  }
+  const auto* src = static_cast<const unsigned char*>(view.data);
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(t.bytes_.data() + i * es, src + view.offset_of(i) * static_cast<int64_t>(es), es);
+  return t;
+}
+
+Tensor Tensor::from_bytes(DType dtype, Shape shape, const void* bytes, std::size_t nbytes) {
+  Tensor t(dtype, std::move(shape));
+  QOBS_CHECK(nbytes == t.bytes_.size(), InvalidArgument, "from_bytes: ", nbytes, " bytes for ",
+             dtype_name(dtype), " shape ", shape_str(t.shape_), " (needs ", t.bytes_.size(), ")");
+  if (nbytes) std::memcpy(t.bytes_.data(), bytes, nbytes);
+  return t;
+}
+
+double Tensor::get(int64_t i) const { return load(bytes_.data(), dtype_, i); }
+void Tensor::set(int64_t i, double v) { store(bytes_.data(), dtype_, i, v); }
+
+std::vector<double> Tensor::to_doubles() const {
+  std::vector<double> out(static_cast<std::size_t>(numel()));
+  for (int64_t i = 0; i < numel(); ++i) out[static_cast<std::size_t>(i)] = get(i);
+  return out;
+}
+
+std::vector<float> Tensor::to_floats() const {
+  std::vector<float> out(static_cast<std::size_t>(numel()));
+  for (int64_t i = 0; i < numel(); ++i) out[static_cast<std::size_t>(i)] = static_cast<float>(get(i));
+  return out;
+}
+
+Tensor Tensor::reshaped(Shape shape) const {
+  QOBS_CHECK(shape_numel(shape) == numel(), ShapeError, "cannot reshape ", shape_str(shape_), " to ",
+             shape_str(shape));
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::to(DType dtype) const {
+  if (dtype == dtype_) return *this;
+  Tensor t(dtype, shape_);
+  for (int64_t i = 0; i < numel(); ++i) t.set(i, get(i));
+  return t;
+}
+
+bool Tensor::bit_equal(const Tensor& other) const {
+  return dtype_ == other.dtype_ && shape_ == other.shape_ && bytes_ == other.bytes_;
+}
+
+}  // namespace qobs

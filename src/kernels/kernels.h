@@ -1,0 +1,62 @@
+// The kernel interface shared by the scalar reference (kernels/ref) and the fast paths
+// (kernels/simd, kernels/parallel). Observers call only the functions declared here;
+// which implementation runs is decided once per call (STYLE habit 8).
+//
+// Contract of every kernel: results are bit-identical to the scalar reference in both
+// numeric modes, whatever the thread count or SIMD level.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "qobs/args.h"
+#include "qobs/layout.h"
+#include "qobs/numeric.h"
+
+namespace qobs::kernels {
+
+/// Per-qparam minimum and maximum over (obs, group) of a flattened view (R6.3.1).
+/// mins/maxs: num_qparams floats each. NaN propagates.
+void minmax(const FlatView& flat, float* mins, float* maxs);
+
+/// Parameters of the MSE grid search (R6.6, R6.8).
+struct GridSearchConfig {
+  double maxshrink = 0.2;
+  double grid = 100.0;
+  double norm = 2.4;
+  double expand = 1.0;
+  int64_t patience = 5;
+  int64_t chunk_size = 5;
+  /// R6.8.6 rules: S + 1 candidates, max(1, S) steps, f32 weighted errors, patience 0
+  /// never stops (Q7).
+  bool imatrix = false;
+  /// R6.6.7 chunked variant (Q5).
+  bool chunked = false;
+  /// Q3 option: errors in f32 instead of the observed dtype (MSE only).
+  bool f32_errors = false;
+  NumericMode mode = NumericMode::kParity;
+};
+
+/// The shrink factors p_i evaluated, in order (R6.6.5 / R6.8.6).
+std::vector<double> grid_candidates(const GridSearchConfig& cfg);
+
+struct GridSearchResult {
+  std::vector<float> best_min;  ///< per qparam element, on the observed dtype's grid
+  std::vector<float> best_max;
+  int64_t candidates_evaluated = 0;  ///< before the patience rule stopped the search
+};
+
+/// The MSE grid search of R6.6 (or R6.8 with cfg.imatrix) over a flattened view.
+/// search_args: args with scale_dtype dropped for tensor_group (R6.6.2). weights: the
+/// imatrix importance weights flattened like `flat` (f32), or nullptr.
+GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,
+                             const FlatView* weights = nullptr);
+
+namespace ref {
+/// Scalar references: the executable specification the fast paths are tested against.
+void minmax(const FlatView& flat, float* mins, float* maxs);
+GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,
+                             const FlatView* weights = nullptr);
+}  // namespace ref
+
+}  // namespace qobs::kernels

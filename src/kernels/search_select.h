@@ -1,0 +1,114 @@
+// Pieces of the MSE grid search shared by every implementation (scalar reference and
+// fast kernels): the candidate list, the per-element error model and the selection
+// rule with its tensor-wide patience. Evaluating every candidate for every group first
+// and then replaying the reference's sequential early-stopping rule over the error
+// matrix gives exactly the reference's answer (R6.6.6 / R6.8.6 / R6.6.7), because a
+// candidate's error never depends on the search state.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "core/arith.h"
+#include "kernels/kernels.h"
+
+namespace qobs::detail {
+
+/// The shrink factors multiplied into (m0, M0), as the multiplication sees them:
+/// eager p_i = 1 - i/grid in double, converted to f32 as a host scalar (R0.4c);
+/// chunked p_i materialized in the observed dtype (Q5).
+inline std::vector<double> search_shrink_factors(const kernels::GridSearchConfig& cfg, DType dt) {
+  std::vector<double> out;
+  for (double p : kernels::grid_candidates(cfg)) {
+    if (cfg.chunked) out.push_back(round_to_float_dtype(dt, p));
+    else out.push_back(dt == DType::kF64 ? p : static_cast<double>(static_cast<float>(p)));
+  }
+  return out;
+}
+
+/// How one candidate's error is accumulated (R6.6.6 step 4, R6.8.6).
+struct ErrorModel {
+  DType err_dt;      ///< dtype in which errors are compared
+  DType elem_dt;     ///< dtype of the per-element terms
+  double norm;
+  bool weighted;
+  NumericMode mode;
+  mutable double acc = 0;
+
+  static ErrorModel make(const kernels::GridSearchConfig& cfg, DType dt) {
+    ErrorModel m;
+    m.weighted = cfg.imatrix;
+    // imatrix: f32 always; MSE: the observed dtype (Q3) unless the f32 option is set
+    m.err_dt = (cfg.imatrix || cfg.f32_errors) && dt != DType::kF64 ? DType::kF32 : dt;
+    m.elem_dt = m.err_dt;
+    m.norm = cfg.norm;
+    m.mode = cfg.mode;
+    return m;
+  }
+  void begin() const { acc = 0; }
+  /// r: the fake-quantized value, x: the original, w: the importance weight.
+  void add(double r, double x, float w) const {
+    const Arith a{elem_dt, mode};
+    double e = a.pow_abs(a.sub(r, x), norm);
+    if (weighted) e = a.mul(w, e);
+    acc += e;
+  }
+  /// Sum accumulated in f64 and rounded once to the error dtype (A2).
+  double total() const { return round_to_float_dtype(err_dt, acc); }
+  /// best_err's initial value: the largest finite value of the error dtype (R6.6.4).
+  double initial_best() const { return dtype_max(err_dt); }
+};
+
+/// Replays the reference's selection over errs[candidate * nq + q]; writes the chosen
+/// candidate per q (-1 = none improved: keep (m0, M0)) and returns how many candidates
+/// the reference evaluated before stopping.
+inline int64_t select_candidates(const kernels::GridSearchConfig& cfg, const ErrorModel& em,
+                                 const std::vector<double>& errs, int64_t nq, int64_t S,
+                                 std::vector<int64_t>& chosen) {
+  chosen.assign(static_cast<std::size_t>(nq), -1);
+  std::vector<double> best(static_cast<std::size_t>(nq), em.initial_best());
+  int64_t counter = 0;
+  auto update = [&](int64_t i) {
+    bool any = false;
+    for (int64_t q = 0; q < nq; ++q) {
+      const double e = errs[static_cast<std::size_t>(i * nq + q)];
+      if (e < best[static_cast<std::size_t>(q)]) {  // strict; NaN never improves
+        best[static_cast<std::size_t>(q)] = e;
+        chosen[static_cast<std::size_t>(q)] = i;
+        any = true;
+      }
+    }
+    return any;
+  };
+  if (cfg.chunked && !cfg.imatrix) {
+    const int64_t cs = cfg.chunk_size;
+    for (int64_t start = 0; start < S; start += cs) {
+      const int64_t end = std::min(S, start + cs);
+      const std::vector<double> before = best;
+      for (int64_t i = start; i < end; ++i) update(i);
+      if (best == before) {
+        counter += end - start;
+        if (counter >= cfg.patience) return end;
+      } else {
+        counter = 0;
+      }
+    }
+    return S;
+  }
+  for (int64_t i = 0; i < S; ++i) {
+    if (update(i)) {
+      counter = 0;
+    } else {
+      ++counter;
+      // MSE: patience <= 0 stops at the first non-improving candidate; imatrix:
+      // patience 0 disables early stopping (Q7)
+      const bool stop = cfg.imatrix ? (cfg.patience > 0 && counter >= cfg.patience) : counter >= cfg.patience;
+      if (stop) return i + 1;
+    }
+  }
+  return S;
+}
+
+}  // namespace qobs::detail

@@ -1,0 +1,94 @@
+// The built-in observers of the reference registry (R6.2.2). Private: users reach them
+// through load_observer().
+#pragma once
+
+#include <optional>
+
+#include "kernels/kernels.h"
+#include "qobs/observer.h"
+
+namespace qobs::detail {
+
+/// Per-qparam min/max of a flattened view as tensors of the view's dtype (R6.3.1).
+std::pair<Tensor, Tensor> reduce_minmax(const FlatView& flat);
+/// lerp(a, b, w) = a*(1-w) + b*w as three rounded ops in the tensor dtype (R6.5.2, Q30).
+Tensor lerp_reference(const Tensor& a, const Tensor& b, double w, NumericMode mode);
+
+class MemorylessMinMaxObserver : public Observer {
+ public:
+  MemorylessMinMaxObserver(std::string base, QuantizationArgs args, ObserverOptions opt)
+      : Observer(std::move(base), std::move(args), std::move(opt)) {}
+  std::string_view name() const override { return "memoryless_minmax"; }
+  void update_state(std::map<std::string, Tensor>& st, const FlatView& flat) const override;
+};
+
+class StaticMinMaxObserver : public Observer {
+ public:
+  StaticMinMaxObserver(std::string base, QuantizationArgs args, ObserverOptions opt)
+      : Observer(std::move(base), std::move(args), std::move(opt)) {}
+  std::string_view name() const override { return "static_minmax"; }
+  void update_state(std::map<std::string, Tensor>& st, const FlatView& flat) const override;
+  std::vector<std::pair<std::string, ReduceOp>> sync_table() const override {
+    return {{"min_vals", ReduceOp::kMin}, {"max_vals", ReduceOp::kMax}};
+  }
+};
+
+class MovingAverageMinMaxObserver : public Observer {
+ public:
+  MovingAverageMinMaxObserver(std::string base, QuantizationArgs args, ObserverOptions opt);
+  std::string_view name() const override { return "minmax"; }
+  void update_state(std::map<std::string, Tensor>& st, const FlatView& flat) const override;
+  std::vector<std::pair<std::string, ReduceOp>> sync_table() const override {
+    return {{"min_vals", ReduceOp::kAvg}, {"max_vals", ReduceOp::kAvg}};
+  }
+
+ private:
+  double averaging_constant_;
+};
+
+/// memoryless_mse, mse and nvfp4_expanded_mse: one grid search, three defaults.
+class MseObserver : public Observer {
+ public:
+  enum class Kind { kMemoryless, kMovingAverage, kNvfp4Expanded };
+  MseObserver(Kind kind, std::string base, QuantizationArgs args, ObserverOptions opt);
+  std::string_view name() const override;
+  void update_state(std::map<std::string, Tensor>& st, const FlatView& flat) const override;
+  std::vector<std::pair<std::string, ReduceOp>> sync_table() const override;
+  const kernels::GridSearchConfig& search_config() const { return cfg_; }
+
+ private:
+  Kind kind_;
+  kernels::GridSearchConfig cfg_;
+  double averaging_constant_ = 0.01;
+};
+
+class ImatrixMseObserver : public Observer {
+ public:
+  ImatrixMseObserver(std::string base, QuantizationArgs args, ObserverOptions opt);
+  std::string_view name() const override { return "imatrix_mse"; }
+  void update_state(std::map<std::string, Tensor>& st, const FlatView& flat) const override;
+  std::vector<std::pair<std::string, ReduceOp>> sync_table() const override {
+    return {{"importance_sum", ReduceOp::kSum}, {"importance_count", ReduceOp::kSum}};
+  }
+  void attach(int64_t in_features) override;
+  void detach() override { attached_ = false; }
+  void accumulate_input(const TensorView& x) override;
+  const kernels::GridSearchConfig& search_config() const { return cfg_; }
+  /// Which path the last search took ("importance" or "uniform fallback: <why>"), Q8.
+  const std::string& last_path() const { return last_path_; }
+
+ protected:
+  std::vector<std::string> statistic_names() const override {
+    return {"min_vals", "max_vals", "importance_sum", "importance_count"};
+  }
+
+ private:
+  /// R6.8.4: the validated per-column importance, or nullopt for the uniform fallback.
+  std::optional<std::vector<float>> validated_importance(const FlatView& flat) const;
+  kernels::GridSearchConfig cfg_;
+  bool strict_ = false;
+  bool attached_ = false;
+  mutable std::string last_path_;
+};
+
+}  // namespace qobs::detail

@@ -1,0 +1,557 @@
+// Observer base: the two-phase contract (R6.1), fusion (R6.10), mergeable statistics
+// (R6.11) and the registry (R6.2).
+#include "qobs/observer.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+#include "core/arith.h"
+#include "core/check.h"
+#include "observers/builtin_observers.h"
+
+namespace qobs {
+
+std::string_view to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kSum: return "sum";
+  }
+  return "";
+}
+
+Observer::Observer(std::string base_name, QuantizationArgs args, ObserverOptions options)
+    : base_name_(std::move(base_name)), args_(std::move(args)), options_(std::move(options)) {
+  QOBS_CHECK(base_name_ == "weight" || is_activation_base_name(base_name_), InvalidArgument, "unknown base_name '",
+             base_name_, "': expected weight, input, output, q, k or v (R3.1)");
+  if (!args_.strategy) args_ = args_.validated();
+}
+
+Observer::~Observer() = default;
+
+namespace {
+
+void check_observable(const TensorView& v, const std::string& label) {
+  QOBS_CHECK(v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16, TypeError, label,
+             ": observers accept float32, bfloat16 or float16 tensors, got ", dtype_name(v.dtype));
+  const int64_t n = v.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = v.get(i);
+    QOBS_CHECK(std::isfinite(x), InvalidArgument, label, ": non-finite value ", x, " at flat index ", i,
+               " of shape ", shape_str(v.shape),
+               " (observed tensors must be finite: the reference would produce a NaN/Inf scale; docs/DEVIATIONS.md)");
+  }
+}
+
+}  // namespace
+
+Observer& Observer::observe(const TensorView& value) {
+  if (value.numel() == 0) return *this;                      // R6.1.2-1
+  if (is_weight_observer() && has_statistics()) return *this;  // R6.1.2-2, Q27
+  const std::string label = options_.label.empty() ? base_name_ : options_.label;
+  check_observable(value, label);
+  observe_flat(flatten_for_calibration(value, base_name_, args_, {}, label));
+  if (!partners_.empty()) fused_statistics_members();  // R6.1.2-5
+  return *this;
+}
+
+void Observer::observe_flat(const FlatView& flat) { update_state(state_, flat); }
+
+bool Observer::has_statistics() const {
+  for (const auto& n : statistic_names())
+    if (!state_.count(n)) return false;
+  return true;
+}
+
+std::vector<std::pair<std::string, Tensor>> Observer::get_statistics() const {
+  QOBS_CHECK(has_statistics(), PreconditionError, "No statistics available for ", name(), " observer of '",
+             options_.label.empty() ? base_name_ : options_.label, "' (R6.1.6)");
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& n : statistic_names()) out.emplace_back(n, state_.at(n));
+  return out;
+}
+
+void Observer::observe_bound_weight() {
+  QOBS_CHECK(has_bound_weight_, PreconditionError, "fused observer ", name(), " of '", options_.label,
+             "' has no statistics and no bound module weight to observe (R6.10.3)");
+  observe(bound_weight_);
+}
+
+std::vector<std::shared_ptr<Observer>> Observer::fused_partners() const {
+  std::vector<std::shared_ptr<Observer>> out;
+  for (const auto& w : partners_)
+    if (auto p = w.lock()) out.push_back(std::move(p));
+  return out;
+}
+
+std::vector<std::shared_ptr<Observer>> Observer::fused_statistics_members() {
+  std::vector<std::shared_ptr<Observer>> members;
+  members.push_back(shared_from_this());
+  for (const auto& w : partners_) {
+    auto p = w.lock();
+    QOBS_CHECK(p != nullptr, PreconditionError, "a fused partner of '", options_.label, "' no longer exists (R6.10.3)");
+    members.push_back(std::move(p));
+  }
+  for (auto& m : members)
+    if (!m->has_statistics()) m->observe_bound_weight();
+  return members;
+}
+
+std::optional<Tensor> Observer::get_global_scale() {
+  if (args_.get_strategy() != Strategy::kTensorGroup) return std::nullopt;
+  std::vector<std::shared_ptr<Observer>> members;
+  if (partners_.empty()) {
+    QOBS_CHECK(has_statistics(), PreconditionError, "No statistics available for ", name(), " observer of '",
+               options_.label.empty() ? base_name_ : options_.label, "' (R6.1.5)");
+    members.push_back(shared_from_this());
+  } else {
+    members = fused_statistics_members();
+  }
+  // R6.1.5: A = max over members of max(max_vals) and -min(min_vals), starting from the
+  // first member's max(max_vals); exact in the statistics' dtype.
+  DType dt = members[0]->state_.at("max_vals").dtype();
+  double A = -INFINITY;
+  bool first = true;
+  for (const auto& m : members) {
+    const Tensor& mn = m->state_.at("min_vals");
+    const Tensor& mx = m->state_.at("max_vals");
+    dt = detail::promote_float_dtypes(dt, mx.dtype());
+    double mmax = -INFINITY, mmin = INFINITY;
+    for (int64_t i = 0; i < mx.numel(); ++i) mmax = detail::nan_max(mmax, mx.get(i));
+    for (int64_t i = 0; i < mn.numel(); ++i) mmin = detail::nan_min(mmin, mn.get(i));
+    A = first ? mmax : detail::nan_max(A, mmax);
+    A = detail::nan_max(A, -mmin);
+    first = false;
+  }
+  return generate_gparam(Tensor::from_values(dt, {1}, {-A}), Tensor::from_values(dt, {1}, {A}), options_.mode);
+}
+
+QParams Observer::get_qparams() {
+  QOBS_CHECK(has_statistics(), PreconditionError, "No statistics available for ", name(), " observer of '",
+             options_.label.empty() ? base_name_ : options_.label, "': observe a tensor first (R6.1.4)");
+  QParams out;
+  out.global_scale = get_global_scale();
+  auto sz = calculate_qparams(state_.at("min_vals"), state_.at("max_vals"), args_,
+                              out.global_scale ? &*out.global_scale : nullptr, options_.mode);
+  out.scale = std::move(sz.scale);
+  out.zero_point = std::move(sz.zero_point);
+  delete_statistics(true);
+  return out;
+}
+
+void Observer::delete_statistics(bool cooperative) {
+  auto partners = fused_partners();
+  if (!cooperative || partners.empty()) {
+    state_.clear();
+    on_statistics_deleted();
+    done_ = false;
+    return;
+  }
+  done_ = true;
+  if (std::all_of(partners.begin(), partners.end(), [](const auto& p) { return p->done_; })) {
+    for (auto& p : partners) {
+      p->state_.clear();
+      p->on_statistics_deleted();
+      p->done_ = false;
+    }
+    state_.clear();
+    on_statistics_deleted();
+    done_ = false;
+  }
+}
+
+// ---- fusion -----------------------------------------------------------------------------
+
+const std::vector<std::vector<std::string>>& fused_layer_names() {
+  static const std::vector<std::vector<std::string>> k{
+      {"gate_proj", "up_proj"}, {"q_proj", "k_proj", "v_proj"}, {"q_a_proj", "kv_a_proj_with_mqa"}, {"w1", "w3"}};
+  return k;
+}
+
+void fuse_observers(const std::vector<std::shared_ptr<Observer>>& group) {
+  std::vector<std::shared_ptr<Observer>> members;
+  for (const auto& o : group)
+    if (o) members.push_back(o);
+  const bool any_tg = std::any_of(members.begin(), members.end(), [](const auto& o) {
+    return o->args().get_strategy() == Strategy::kTensorGroup;
+  });
+  if (!any_tg) return;
+  for (const auto& o : members) {
+    QOBS_CHECK(o->is_weight_observer(), PreconditionError, "fused layer '", o->options().label,
+               "' has no weight observer (R6.10.2)");
+    QOBS_CHECK(o->args().get_strategy() == Strategy::kTensorGroup, PreconditionError, "fused layer '",
+               o->options().label, "' has a non-TENSOR_GROUP weight observer (strategy ",
+               to_string(o->args().get_strategy()), ") among tensor_group partners (R6.10.2)");
+  }
+  for (const auto& o : members) {
+    o->partners_.clear();
+    o->done_ = false;
+    for (const auto& p : members)
+      if (p != o) o->partners_.push_back(p);
+  }
+}
+
+// ---- statistics ------------------------------------------------------------------------
+
+Statistics Observer::export_statistics() const {
+  Statistics s;
+  s.observer = std::string(name());
+  s.contributions = contributions_;
+  const auto table = sync_table();
+  for (const auto& [n, t] : state_) {
+    ReduceOp op = ReduceOp::kAvg;
+    bool synced = false;
+    for (const auto& [tn, top] : table)
+      if (tn == n) { op = top; synced = true; }
+    // Statistics the reference never syncs are exported with the op that keeps a
+    // single rank's value meaningful: min for minima, max for maxima.
+    if (!synced) op = n == "min_vals" ? ReduceOp::kMin : (n == "max_vals" ? ReduceOp::kMax : ReduceOp::kSum);
+    s.items.push_back({n, t, op});
+  }
+  return s;
+}
+
+void Observer::import_statistics(const Statistics& stats) {
+  QOBS_CHECK(stats.observer.empty() || normalize_observer_name(stats.observer) == normalize_observer_name(name()),
+             InvalidArgument, "statistics of observer '", stats.observer, "' cannot be imported into ", name());
+  state_.clear();
+  for (const auto& it : stats.items) state_[it.name] = it.value;
+  contributions_ = stats.contributions;
+}
+
+void Observer::merge_statistics(const Statistics& other) {
+  const auto table = sync_table();
+  if (table.empty()) return;  // memoryless observers: the reference never reduces (R6.11.1)
+  Statistics mine = export_statistics();
+  // keep only synced statistics in the reduction; others stay as they are
+  Statistics a, b;
+  a.observer = b.observer = mine.observer;
+  a.contributions = mine.contributions;
+  b.contributions = other.contributions;
+  for (const auto& [n, op] : table) {
+    const Tensor* x = mine.find(n);
+    const Tensor* y = other.find(n);
+    if (!x && !y) continue;
+    if (!x) { state_[n] = *y; continue; }
+    if (!y) continue;
+    a.items.push_back({n, *x, op});
+    b.items.push_back({n, *y, op});
+  }
+  const Statistics ranks[2] = {a, b};
+  Statistics merged = reduce_statistics(ranks);
+  for (const auto& it : merged.items) state_[it.name] = it.value;
+  contributions_ = a.contributions + b.contributions;
+}
+
+const Tensor* Statistics::find(std::string_view name) const {
+  for (const auto& it : items)
+    if (it.name == name) return &it.value;
+  return nullptr;
+}
+
+Statistics reduce_statistics(std::span<const Statistics> ranks) {
+  QOBS_CHECK(!ranks.empty(), InvalidArgument, "reduce_statistics: no statistics given");
+  Statistics out;
+  out.observer = ranks[0].observer;
+  out.contributions = 0;
+  for (const auto& r : ranks) out.contributions += r.contributions;
+  for (const auto& item : ranks[0].items) {
+    Tensor acc = item.value;
+    const DType dt = acc.dtype();
+    std::vector<double> sum(static_cast<std::size_t>(acc.numel()));
+    for (int64_t i = 0; i < acc.numel(); ++i) sum[i] = 0;
+    double weight_total = 0;
+    for (const auto& r : ranks) {
+      const Tensor* t = r.find(item.name);
+      QOBS_CHECK(t != nullptr, InvalidArgument, "reduce_statistics: statistic '", item.name,
+                 "' is missing on one of the ranks");
+      QOBS_CHECK(t->shape() == acc.shape() && t->dtype() == dt, InvalidArgument, "reduce_statistics: size mismatch for '",
+                 item.name, "': ", shape_str(t->shape()), " ", dtype_name(t->dtype()), " vs ", shape_str(acc.shape()),
+                 " ", dtype_name(dt));
+      const double w = static_cast<double>(r.contributions);
+      for (int64_t i = 0; i < acc.numel(); ++i) {
+        const double v = t->get(i);
+        switch (item.reduce) {
+          case ReduceOp::kMin: if (&r != &ranks[0]) acc.set(i, detail::nan_min(acc.get(i), v)); break;
+          case ReduceOp::kMax: if (&r != &ranks[0]) acc.set(i, detail::nan_max(acc.get(i), v)); break;
+          case ReduceOp::kSum: sum[i] += v; break;
+          case ReduceOp::kAvg: sum[i] += v * w; break;
+        }
+      }
+      weight_total += w;
+    }
+    if (item.reduce == ReduceOp::kSum)
+      for (int64_t i = 0; i < acc.numel(); ++i) acc.set(i, sum[i]);
+    if (item.reduce == ReduceOp::kAvg)
+      for (int64_t i = 0; i < acc.numel(); ++i) acc.set(i, sum[i] / weight_total);
+    out.items.push_back({item.name, std::move(acc), item.reduce});
+  }
+  return out;
+}
+
+namespace {
+
+constexpr char kMagic[8] = {'Q', 'O', 'B', 'S', 'S', 'T', 'A', 'T'};
+
+template <typename T>
+void put(std::vector<uint8_t>& out, T v) {
+  const auto* p = reinterpret_cast<const uint8_t*>(&v);
+  out.insert(out.end(), p, p + sizeof(T));
+}
+void put_str(std::vector<uint8_t>& out, const std::string& s) {
+  put<uint32_t>(out, static_cast<uint32_t>(s.size()));
+  out.insert(out.end(), s.begin(), s.end());
+}
+
+struct Reader {
+  std::span<const uint8_t> b;
+  std::size_t pos = 0;
+  void need(std::size_t n, const char* what) {
+    QOBS_CHECK(n <= b.size() - pos, IoError, "statistics bytes truncated while reading ", what, " at offset ", pos,
+               " (", b.size(), " bytes)");
+  }
+  template <typename T>
+  T get(const char* what) {
+    need(sizeof(T), what);
+    T v;
+    std::memcpy(&v, b.data() + pos, sizeof(T));
+    pos += sizeof(T);
+    return v;
+  }
+  std::string str(const char* what) {
+    const uint32_t n = get<uint32_t>(what);
+    need(n, what);
+    std::string s(reinterpret_cast<const char*>(b.data() + pos), n);
+    pos += n;
+    return s;
+  }
+};
+
+}  // namespace
+
+std::vector<uint8_t> Statistics::serialize() const {
+  std::vector<uint8_t> out(kMagic, kMagic + 8);
+  put<uint32_t>(out, 1);
+  put_str(out, observer);
+  put<int64_t>(out, contributions);
+  put<uint32_t>(out, static_cast<uint32_t>(items.size()));
+  for (const auto& it : items) {
+    put_str(out, it.name);
+    put<uint8_t>(out, static_cast<uint8_t>(it.reduce));
+    put<uint8_t>(out, static_cast<uint8_t>(it.value.dtype()));
+    put<uint32_t>(out, static_cast<uint32_t>(it.value.dim()));
+    for (int64_t d : it.value.shape()) put<int64_t>(out, d);
+    put<uint64_t>(out, it.value.nbytes());
+    const auto* p = static_cast<const uint8_t*>(it.value.data());
+    out.insert(out.end(), p, p + it.value.nbytes());
+  }
+  return out;
+}
+
+Statistics Statistics::deserialize(std::span<const uint8_t> bytes) {
+  Reader r{bytes};
+  r.need(8, "magic");
+  QOBS_CHECK(std::memcmp(bytes.data(), kMagic, 8) == 0, IoError, "statistics bytes do not start with QOBSSTAT");
+  r.pos = 8;
+  const uint32_t version = r.get<uint32_t>("version");
+  QOBS_CHECK(version == 1, IoError, "statistics format version ", version, " is not supported (expected 1)");
+  Statistics s;
+  s.observer = r.str("observer name");
+  s.contributions = r.get<int64_t>("contributions");
+  QOBS_CHECK(s.contributions >= 1, IoError, "statistics: contributions ", s.contributions, " must be >= 1");
+  const uint32_t n = r.get<uint32_t>("item count");
+  for (uint32_t k = 0; k < n; ++k) {
+    Statistic it;
+    it.name = r.str("statistic name");
+    const uint8_t op = r.get<uint8_t>("reduce op");
+    QOBS_CHECK(op <= static_cast<uint8_t>(ReduceOp::kSum), IoError, "statistics: invalid reduce op ", int(op));
+    it.reduce = static_cast<ReduceOp>(op);
+    const uint8_t dt = r.get<uint8_t>("dtype");
+    QOBS_CHECK(dt <= static_cast<uint8_t>(DType::kBool), IoError, "statistics: invalid dtype code ", int(dt));
+    const uint32_t rank = r.get<uint32_t>("rank");
+    QOBS_CHECK(rank <= 8, IoError, "statistics: rank ", rank, " of '", it.name, "' is implausible");
+    Shape shape;
+    int64_t numel = 1;
+    for (uint32_t d = 0; d < rank; ++d) {
+      const int64_t v = r.get<int64_t>("shape");
+      QOBS_CHECK(v >= 0 && v <= (int64_t{1} << 40), IoError, "statistics: invalid dimension ", v);
+      shape.push_back(v);
+      numel *= v;
+      QOBS_CHECK(numel <= (int64_t{1} << 40), IoError, "statistics: tensor '", it.name, "' is implausibly large");
+    }
+    const uint64_t nbytes = r.get<uint64_t>("byte count");
+    QOBS_CHECK(nbytes == static_cast<uint64_t>(numel) * dtype_size(static_cast<DType>(dt)), IoError,
+               "statistics: '", it.name, "' declares ", nbytes, " bytes for shape ", shape_str(shape));
+    r.need(nbytes, "tensor bytes");
+    it.value = Tensor::from_bytes(static_cast<DType>(dt), shape, bytes.data() + r.pos, nbytes);
+    r.pos += nbytes;
+    s.items.push_back(std::move(it));
+  }
+  QOBS_CHECK(r.pos == bytes.size(), IoError, "statistics: ", bytes.size() - r.pos, " trailing bytes");
+  return s;
+}
+
+// ---- registry ---------------------------------------------------------------------------
+
+std::string normalize_observer_name(std::string_view name) {
+  std::string out(name);
+  for (char& c : out) {
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (c == '_' || c == ' ') c = '-';
+  }
+  return out;
+}
+
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::vector<std::pair<std::string, ObserverFactory>> entries;  // registry spelling
+  std::size_t builtin_count = 0;
+};
+
+Registry& registry() {
+  static Registry* r = [] {
+    auto* reg = new Registry;
+    using namespace detail;
+    auto add = [&](std::string n, ObserverFactory f) { reg->entries.emplace_back(std::move(n), std::move(f)); };
+    add("memoryless_minmax", [](const std::string& b, const QuantizationArgs& a, const ObserverOptions& o) {
+      return std::make_shared<MemorylessMinMaxObserver>(b, a, o);
+    });
+    add("static_minmax", [](const std::string& b, const QuantizationArgs& a, const ObserverOptions& o) {
+      return std::make_shared<StaticMinMaxObserver>(b, a, o);
+    });
+    add("minmax", [](const std::string& b, const QuantizationArgs& a, const ObserverOptions& o) {
+      return std::make_shared<MovingAverageMinMaxObserver>(b, a, o);
+    });
+    add("memoryless_mse", [](const std::string& b, const QuantizationArgs& a, const ObserverOptions& o) {
+      return std::make_shared<MseObserver>(MseObserver::Kind::kMemoryless, b, a, o);
+    });
+    add("mse", [](const std::string& b, const QuantizationArgs& a, const ObserverOptions& o) {
+      return std::make_shared<MseObserver>(MseObserver::Kind::kMovingAverage, b, a, o);
+    });
+    add("nvfp4_expanded_mse", [](const std::string& b, const QuantizationArgs& a, const ObserverOptions& o) {
+      return std::make_shared<MseObserver>(MseObserver::Kind::kNvfp4Expanded, b, a, o);
+    });
+    add("imatrix_mse", [](const std::string& b, const QuantizationArgs& a, const ObserverOptions& o) {
+      return std::make_shared<ImatrixMseObserver>(b, a, o);
+    });
+    reg->builtin_count = reg->entries.size();
+    return reg;
+  }();
+  return *r;
+}
+
+}  // namespace
+
+void register_observer(std::string_view name, ObserverFactory factory) {
+  QOBS_CHECK(!name.empty() && factory, InvalidArgument, "register_observer needs a name and a factory");
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  const std::string key = normalize_observer_name(name);
+  for (std::size_t i = 0; i < r.entries.size(); ++i) {
+    if (normalize_observer_name(r.entries[i].first) != key) continue;
+    QOBS_CHECK(i >= r.builtin_count, InvalidArgument, "observer name '", name,
+               "' is a built-in observer and cannot be replaced (R6.2.2)");
+    r.entries[i].second = std::move(factory);
+    return;
+  }
+  r.entries.emplace_back(std::string(name), std::move(factory));
+}
+
+std::vector<std::string> registered_observers() {
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  std::vector<std::string> out;
+  for (const auto& e : r.entries) out.push_back(e.first);
+  return out;
+}
+
+std::shared_ptr<Observer> load_observer(std::string_view name, std::string_view base_name, const QuantizationArgs& args,
+                                        const ObserverKwargs& kwargs, const ObserverOptions& options) {
+  ObserverFactory factory;
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mu);
+    const std::string key = normalize_observer_name(name);
+    for (const auto& e : r.entries)
+      if (normalize_observer_name(e.first) == key) factory = e.second;
+  }
+  if (!factory) {
+    std::string known;
+    for (const auto& n : registered_observers()) known += (known.empty() ? "" : ", ") + n;
+    QOBS_THROW(UnknownName, "unknown observer '", name, "' (registered: ", known, ") (R6.2.1)");
+  }
+  // Q25: the reference merges kwargs into the shared args object; qobs merges into a copy.
+  QuantizationArgs merged = args.strategy ? args : args.validated();
+  for (const auto& [k, v] : kwargs) merged.observer_kwargs[k] = v;
+  return factory(std::string(base_name), merged, options);
+}
+
+std::string calibration_observer_name(std::string_view base_name, std::string_view name) {
+  if (base_name == "weight") {
+    if (name == "static_minmax" || name == "minmax") return "memoryless_minmax";
+    if (name == "mse") return "memoryless_mse";
+  }
+  return std::string(name);
+}
+
+std::vector<double> grid_candidates(const Observer& observer) {
+  if (const auto* m = dynamic_cast<const detail::MseObserver*>(&observer))
+    return kernels::grid_candidates(m->search_config());
+  if (const auto* m = dynamic_cast<const detail::ImatrixMseObserver*>(&observer))
+    return kernels::grid_candidates(m->search_config());
+  return {};
+}
+
+// ---- generation-2 adapter (R7.4) --------------------------------------------------------
+
+MinMaxHookAdapter::MinMaxHookAdapter(std::string_view observer_name, std::string_view base_name,
+                                     const QuantizationArgs& args, const ObserverKwargs& kwargs,
+                                     const ObserverOptions& options)
+    : observer_(load_observer(observer_name, base_name, args, kwargs, options)) {}
+
+namespace {
+std::pair<Tensor, Tensor> track_result(const std::map<std::string, Tensor>& t) {
+  return {t.at("min_vals"), t.at("max_vals")};
+}
+}  // namespace
+
+std::pair<Tensor, Tensor> MinMaxHookAdapter::get_min_max(const FlatView& flat) {
+  observer_->update_state(qparam_track_, flat);
+  return track_result(qparam_track_);
+}
+
+std::pair<Tensor, Tensor> MinMaxHookAdapter::get_global_min_max(const FlatView& flat) {
+  observer_->update_state(global_track_, flat);
+  return track_result(global_track_);
+}
+
+ScaleZeroPoint MinMaxHookAdapter::forward(const TensorView& value, std::span<const int32_t> g_idx) {
+  const QuantizationArgs& a = observer_->args();
+  QOBS_CHECK(!(a.get_strategy() == Strategy::kTensorGroup && !global_scale_), InvalidArgument,
+             "Cannot compute scale and zero points without first computing global scale (R7.2.3)");
+  check_observable(value, observer_->options().label.empty() ? observer_->base_name() : observer_->options().label);
+  const FlatView flat = flatten_for_calibration(value, observer_->base_name(), a, g_idx, observer_->options().label);
+  auto [mn, mx] = get_min_max(flat);
+  return calculate_qparams(mn, mx, a, global_scale_ ? &*global_scale_ : nullptr, observer_->options().mode);
+}
+
+Tensor MinMaxHookAdapter::get_global_scale(const TensorView& value) {
+  check_observable(value, observer_->options().label.empty() ? observer_->base_name() : observer_->options().label);
+  const Tensor contiguous = Tensor::copy_of(value);
+  FlatView flat;
+  flat.data = contiguous.data();
+  flat.dtype = contiguous.dtype();
+  flat.layout.qparam_shape = {1};
+  flat.layout.qparam_axes = {{1, 0}};
+  flat.layout.group_axes = {{contiguous.numel(), 1}};
+  auto [mn, mx] = get_global_min_max(flat);
+  return generate_gparam(mn, mx, observer_->options().mode);
+}
+
+}  // namespace qobs

@@ -1,0 +1,183 @@
+// Element-level qparam and fake-quantization arithmetic, header-inline so that the
+// reference kernels and the fused fast kernels evaluate exactly the same sequence of
+// rounded operations (STYLE habit 7). Every step cites SPEC §4/§5.
+#pragma once
+
+#include <cmath>
+#include <optional>
+
+#include "core/arith.h"
+#include "core/check.h"
+#include "qobs/args.h"
+#include "qobs/formats.h"
+
+namespace qobs::detail {
+
+/// Everything calculate_qparams needs per element, resolved once per call.
+struct QParamPlan {
+  DType stat_dt;   ///< dtype of min/max (float; integer stats are converted to f32 first)
+  DType scale_dt;  ///< dtype of the scale result (f32 when a global scale is applied)
+  bool symmetric;
+  bool mx;
+  int num_bits;
+  double q_min, q_max;
+  double range;       ///< W = q_max - q_min
+  double half_range;  ///< W / 2
+  std::optional<DType> scale_dtype;
+  DType zp_dtype;
+  bool has_global = false;
+  double global_scale = 1.0;
+  double eps;  ///< R2.7 in scale_dt
+  NumericMode mode = NumericMode::kParity;
+
+  static QParamPlan make(const QuantizationArgs& args, DType stat_dt, std::optional<double> global_scale,
+                         NumericMode mode) {
+    QParamPlan p;
+    QOBS_CHECK(args.strategy.has_value() && args.zp_dtype.has_value(), PreconditionError,
+               "calculate_qparams: args are not validated (call QuantizationArgs::validated)");
+    if (!is_floating(stat_dt) || stat_dt == DType::kF8E4M3) stat_dt = DType::kF32;
+    p.stat_dt = stat_dt;
+    p.symmetric = args.symmetric;
+    p.mx = args.is_mx();
+    p.num_bits = args.num_bits;
+    const auto [lo, hi] = args.q_range();  // NotImplementedError for float bits not in {4, 8}
+    p.q_min = lo;
+    p.q_max = hi;
+    p.range = static_cast<double>(static_cast<float>(hi) - static_cast<float>(lo));
+    p.half_range = p.range / 2.0;
+    if (!args.symmetric && args.is_fp4())
+      QOBS_THROW(NotImplementedError, "asymmetric FP4 quantization is not supported (R4.1 step 3)");
+    p.scale_dtype = args.scale_dtype;
+    p.zp_dtype = *args.zp_dtype;
+    p.has_global = global_scale.has_value();
+    p.global_scale = global_scale.value_or(1.0);
+    p.scale_dt = p.has_global ? promote_float_dtypes(stat_dt, DType::kF32) : stat_dt;
+    p.eps = round_to_float_dtype(p.scale_dt, zero_scale_eps(p.scale_dtype.value_or(p.scale_dt)));
+    p.mode = mode;
+    return p;
+  }
+};
+
+/// R2.5 round_to_dtype for one value; returns the value as a double.
+inline double round_to_dtype_value(double v, DType target) {
+  if (is_floating(target)) {
+    const double m = dtype_max(target);
+    return round_to_float_dtype(target, clamp_nan(v, -m, m));
+  }
+  if (std::isnan(v)) return 0.0;  // Q23: defined as 0 (the reference's x86 cast gives 0)
+  return std::nearbyint(clamp_nan(v, dtype_min(target), dtype_max(target)));
+}
+
+struct ElemQParams {
+  double scale;  ///< on scale_dt's grid
+  double zero_point;  ///< on zp_dtype's grid
+};
+
+/// R4.1 steps 1-8 for one element.
+inline ElemQParams compute_qparams_elem(double mn, double mx, const QParamPlan& p) {
+  const Arith a{p.stat_dt, p.mode};
+  // step 1: 0 is always representable
+  mn = nan_min(mn, 0.0);
+  mx = nan_max(mx, 0.0);
+  double scale, zp;
+  if (p.symmetric) {
+    // step 3, symmetric
+    const double amax = nan_max(std::fabs(mn), std::fabs(mx));
+    if (p.mx) {
+      // R2.4.2: E = 127 + floor(log2(round_to_power_2(a))) - off, in a's dtype (exact)
+      const double off = p.num_bits == 4 ? 2.0 : 8.0;
+      const double rp2 = round_to_power_2(p.stat_dt == DType::kF64 ? DType::kF64 : p.stat_dt, amax);
+      scale = a.sub(a.add(127.0, std::floor(std::log2(rp2))), off);
+    } else {
+      // divide by the host scalar W/2 (127.5 for int8; Q13 clips the positive extreme)
+      scale = a.div(amax, p.half_range);
+    }
+    zp = 0.0;
+  } else {
+    // step 3, asymmetric: zp = q_min - min / scale, before the zero replacement (Q23)
+    scale = a.div(a.sub(mx, mn), p.range);
+    zp = a.sub(p.q_min, a.div(mn, scale));
+    zp = clamp_nan(zp, p.q_min, p.q_max);
+  }
+  // step 4: global scale x scale widens to f32
+  const Arith s{p.scale_dt, p.mode};
+  if (p.has_global) scale = s.mul(p.global_scale, scale);
+  // step 5: round to scale_dtype and back (keep = true)
+  if (p.scale_dtype) scale = s.cast(round_to_dtype_value(scale, *p.scale_dtype));
+  // step 6: MX exponent -> power of two, computed in f32 then cast back
+  if (p.mx) scale = s.cast(static_cast<double>(std::ldexp(1.0f, static_cast<int>(scale) - 127)));
+  // step 7: zero scales become eps of (scale_dtype or scale dtype)
+  if (scale == 0.0) scale = p.eps;
+  // step 8: zero point to zp_dtype
+  zp = round_to_dtype_value(zp, p.zp_dtype);
+  return {scale, zp};
+}
+
+enum class GridKind { kInt, kFp8, kFp4 };
+
+/// Per-call constants of the R5.1 QDQ.
+struct QdqPlan {
+  DType x_dt;  ///< dtype of x
+  DType s_dt;  ///< dtype of the scale after the global-scale division (step 1)
+  DType y_dt;  ///< dtype of x / s
+  bool has_zp;
+  GridKind grid;
+  double q_min, q_max;
+  NumericMode mode = NumericMode::kParity;
+
+  static QdqPlan make(const QuantizationArgs& args, DType x_dt, DType s_dt, bool scale_widens, bool has_zp,
+                      NumericMode mode) {
+    QdqPlan p;
+    p.x_dt = x_dt;
+    p.s_dt = s_dt;
+    p.y_dt = scale_widens ? promote_float_dtypes(x_dt, s_dt) : x_dt;
+    p.has_zp = has_zp;
+    if (args.type == QuantType::kInt) p.grid = GridKind::kInt;
+    else if (args.num_bits == 8) p.grid = GridKind::kFp8;
+    else if (args.num_bits == 4) p.grid = GridKind::kFp4;
+    else QOBS_THROW(NotImplementedError, "float quantization with num_bits=", args.num_bits, " (R2.6)");
+    const auto [lo, hi] = args.q_range();
+    p.q_min = lo;
+    p.q_max = hi;
+    p.mode = mode;
+    return p;
+  }
+};
+
+/// R2.6 round_to_grid on a value of dtype y_dt (already on its grid).
+inline double round_to_grid(double y, const QdqPlan& p) {
+  const double c = clamp_nan(y, p.q_min, p.q_max);
+  switch (p.grid) {
+    case GridKind::kInt: return std::nearbyint(c);  // half to even
+    case GridKind::kFp8: return fp8_e4m3_to_float(fp8_e4m3_from_double(c));
+    case GridKind::kFp4: return fp4_round(static_cast<float>(c));
+  }
+  return c;
+}
+
+/// R5.1.1 steps 2-4: the quantized value (in y_dt) of x for scale s (s_dt) and zero
+/// point z (any dtype; ignored without zero point).
+inline double quantize_elem(double x, double s, double z, const QdqPlan& p) {
+  const Arith ay{p.y_dt, p.mode};
+  double y = ay.div(x, s);  // division, never a reciprocal multiply
+  if (p.has_zp) {
+    const Arith ax{p.x_dt, p.mode};
+    y = ay.add(y, ax.cast(z));  // z converted to x's dtype first
+  }
+  return round_to_grid(y, p);
+}
+
+/// R5.1.3 for one quantized value q.
+inline double dequantize_elem(double q, double s, double z, const QdqPlan& p) {
+  const Arith as{p.s_dt, p.mode};
+  double d = as.cast(q);
+  if (p.has_zp) d = as.sub(d, as.cast(z));
+  return as.mul(d, s);
+}
+
+/// R5.1.1 fused QDQ for one element; result in s_dt.
+inline double qdq_elem(double x, double s, double z, const QdqPlan& p) {
+  return dequantize_elem(quantize_elem(x, s, z, p), s, z, p);
+}
+
+}  // namespace qobs::detail

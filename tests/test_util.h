@@ -1,0 +1,33 @@
+// Test helpers: golden-file loading (schema in tools/make_golden.py) and tensor
+// comparison.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "qobs/qobs.h"
+
+namespace qobs::testing {
+
+/// A golden file: its tensors by id, and the JSON document.
+struct Golden {
+  nlohmann::json doc;
+  Tensor tensor(const std::string& id) const;
+  /// The tensor named by doc field `j` (a string id), or nullopt when null/absent.
+  std::optional<Tensor> maybe(const nlohmann::json& j) const;
+};
+
+/// Loads tests/golden/<name>; returns nullopt when the file does not exist.
+std::optional<Golden> load_golden(const std::string& name);
+
+/// QuantizationArgs from a golden "args" object (model_dump of the reference).
+QuantizationArgs args_from_golden(const nlohmann::json& j);
+
+/// Bitwise equality with a readable failure description ("" when equal).
+std::string describe_difference(const Tensor& expected, const Tensor& actual);
+
+/// Distance in units in the last place between two values of a float dtype.
+int64_t ulp_distance(DType dt, double a, double b);
+
+}  // namespace qobs::testing

@@ -43,7 +43,7 @@ struct Arith {
     return dt == DType::kF64 ? a / b : narrow(static_cast<float>(a) / static_cast<float>(b));
   }
   /// |a|^norm with PyTorch's special cases for the exponents 2 and 3 (repeated
-  /// multiplication), std::pow otherwise.
+  /// multiplication), std::pow in f32 otherwise.
   double pow_abs(double a, double norm) const {
     if (dt == DType::kF64) {
       const double x = std::fabs(a);
@@ -54,7 +54,9 @@ struct Arith {
     const float x = std::fabs(static_cast<float>(a));
     if (norm == 2.0) return narrow(x * x);
     if (norm == 3.0) return narrow(x * x * x);
-    return narrow(std::pow(x, static_cast<float>(norm)));
+    // PyTorch converts a scalar exponent to the tensor's own dtype: bf16 evaluates
+    // |e|^2.40625 and f16 |e|^2.400390625 when asked for 2.4.
+    return narrow(std::pow(x, static_cast<float>(cast(norm))));
   }
 };
 

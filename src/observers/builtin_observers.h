@@ -77,11 +77,6 @@ class ImatrixMseObserver : public Observer {
   /// Which path the last search took ("importance" or "uniform fallback: <why>"), Q8.
   const std::string& last_path() const { return last_path_; }
 
- protected:
-  std::vector<std::string> statistic_names() const override {
-    return {"min_vals", "max_vals", "importance_sum", "importance_count"};
-  }
-
  private:
   /// R6.8.4: the validated per-column importance, or nullopt for the uniform fallback.
   std::optional<std::vector<float>> validated_importance(const FlatView& flat) const;

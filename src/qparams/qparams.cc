@@ -67,7 +67,8 @@ Tensor generate_gparam(const Tensor& min_in, const Tensor& max_in, NumericMode m
   amax = detail::nan_max(amax, dtype_tiny(dt));
   // 2688 / a, the host scalar divided by the tensor in a's dtype (Q9: bf16 rounds to
   // 8 significant bits; Q10: f16 overflows for a < ~0.041).
-  double g = a.div(448.0 * 6.0, amax);
+  // PyTorch evaluates `scalar / tensor` as reciprocal(tensor) * scalar: two roundings.
+  double g = a.mul(a.div(1.0, amax), 448.0 * 6.0);
   if (!std::isfinite(g)) g = 1.0;  // R4.2 step 4
   return Tensor::from_values(DType::kF32, {1}, {g});
 }

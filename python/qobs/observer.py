@@ -1,0 +1,272 @@
+"""Observers (SPEC section 6) with llm-compressor's Python interface.
+
+``Observer.load_from_registry(name, base_name=..., args=..., **observer_kwargs)``
+creates a C++ observer; calling it on a tensor accumulates statistics and returns the
+observer; ``get_qparams()`` returns {"scale", "zero_point", "global_scale"} and
+consumes the statistics. Results come back as the kind of array last observed
+(torch or numpy).
+
+Differences from the reference that a caller can see, all deliberate:
+- ``args`` is a copy with the observer kwargs merged (the reference mutates the
+  caller's args object, Q25).
+- imatrix statistics are named importance_sum / importance_count in the core; the
+  reference's attribute names ``_imatrix_sum`` / ``_imatrix_count`` are accepted as
+  aliases.
+- Observed tensors must be finite (the core raises ValueError "non-finite").
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Optional, Sequence
+
+from . import _qobs
+from ._tensors import is_torch, kind_of, to_kind
+from .args import QuantizationArgs, as_core_args
+
+__all__ = [
+    "Observer",
+    "ObserverOptions",
+    "Statistics",
+    "MemorylessMinMaxObserver",
+    "StaticMinMaxObserver",
+    "MinMaxObserver",
+    "MemorylessMSEObserver",
+    "MovingAverageMSEObserver",
+    "NVFP4ExpandedMSEObserver",
+    "IMatrixMSEObserver",
+    "fuse_observers",
+    "reduce_statistics",
+    "registered_observers",
+    "FUSED_LAYER_NAMES",
+    "ACTIVATION_OBS",
+]
+
+ObserverOptions = _qobs.ObserverOptions
+Statistics = _qobs.Statistics
+
+ACTIVATION_OBS = ("input", "output", "q", "k", "v")
+FUSED_LAYER_NAMES = [tuple(g) for g in _qobs.fused_layer_names()]
+
+# reference attribute name -> core statistic name
+_STAT_ALIASES = {"_imatrix_sum": "importance_sum", "_imatrix_count": "importance_count"}
+_STAT_NAMES_REF = {v: k for k, v in _STAT_ALIASES.items()}
+
+
+class Observer:
+    """A qobs observer. Construct with ``load_from_registry`` or a subclass."""
+
+    _registry_name: Optional[str] = None
+
+    def __init__(self, base_name: str, args: Any, options: Optional[ObserverOptions] = None, **observer_kwargs: Any):
+        if self._registry_name is None:
+            raise TypeError("use Observer.load_from_registry(name, ...) or a concrete observer class")
+        self._init_core(self._registry_name, base_name, args, options, observer_kwargs)
+
+    def _init_core(self, name, base_name, args, options, observer_kwargs):
+        core_args = as_core_args(args)
+        opts = options if options is not None else ObserverOptions()
+        self._core = _qobs.load_observer(name, base_name, core_args, observer_kwargs, opts)
+        self._kind = "numpy"
+        self._bound_weight = None  # keeps a bound weight's memory alive (core holds a view)
+        self._hook = None
+
+    @classmethod
+    def load_from_registry(
+        cls,
+        name: str,
+        base_name: str = None,
+        args: Any = None,
+        options: Optional[ObserverOptions] = None,
+        **observer_kwargs: Any,
+    ) -> "Observer":
+        """Observer `name` (normalized per R6.2.1; unknown -> KeyError) for `base_name`
+        ("weight", "input", "output", "q", "k", "v") with `args`; extra keywords are
+        merged into a copy of args.observer_kwargs."""
+        if base_name is None or args is None:
+            raise TypeError("load_from_registry needs base_name= and args=")
+        sub = _CLASSES.get(_qobs.normalize_observer_name(name), Observer)
+        obj = sub.__new__(sub)
+        obj._init_core(name, base_name, args, options, observer_kwargs)
+        return obj
+
+    # -- identity ------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self._core.name
+
+    @property
+    def base_name(self) -> str:
+        return self._core.base_name
+
+    @property
+    def args(self) -> QuantizationArgs:
+        return QuantizationArgs._wrap(self._core.args)
+
+    @property
+    def options(self) -> ObserverOptions:
+        return self._core.options
+
+    @property
+    def is_weight_obs(self) -> bool:
+        return self._core.is_weight_observer
+
+    # -- phase 1 -------------------------------------------------------------------
+    def __call__(self, observed: Any) -> "Observer":
+        """R6.1.2: accumulate statistics from `observed`; returns self."""
+        self._core.observe(observed)
+        self._kind = kind_of(observed)
+        return self
+
+    forward = __call__
+
+    @property
+    def has_statistics(self) -> bool:
+        return self._core.has_statistics()
+
+    def get_statistics(self) -> Dict[str, Any]:
+        """R6.1.6: the named statistics (AssertionError when absent)."""
+        return {_STAT_NAMES_REF.get(n, n): to_kind(t, self._kind) for n, t in self._core.get_statistics()}
+
+    def __getattr__(self, attr: str) -> Any:
+        # The reference keeps statistics as attributes (observer.min_vals); they exist
+        # only while the observer has them, as hasattr() checks in the reference do.
+        if attr.startswith("__") or attr in ("_core", "_kind", "_bound_weight", "_hook"):
+            raise AttributeError(attr)
+        core_name = _STAT_ALIASES.get(attr, attr)
+        for n, t in self._core.get_statistics() if self._core.has_statistics() else ():
+            if n == core_name:
+                return to_kind(t, self._kind)
+        raise AttributeError(f"{type(self).__name__} has no attribute {attr!r}")
+
+    # -- phase 2 -------------------------------------------------------------------
+    def get_qparams(self) -> Dict[str, Any]:
+        """R6.1.4: {"scale", "zero_point", "global_scale"}; consumes the statistics."""
+        s, z, g = self._core.get_qparams()
+        return {"scale": to_kind(s, self._kind), "zero_point": to_kind(z, self._kind), "global_scale": to_kind(g, self._kind)}
+
+    def get_global_scale(self) -> Any:
+        """R6.1.5: the (fused) global scale for tensor_group, else None."""
+        return to_kind(self._core.get_global_scale(), self._kind)
+
+    def delete_statistics(self, check_fused: bool = True) -> None:
+        """R6.10.4: cooperative deletion when fused (check_fused), else immediate."""
+        self._core.delete_statistics(check_fused)
+
+    # -- mergeable statistics -------------------------------------------------------
+    def export_statistics(self) -> Statistics:
+        return self._core.export_statistics()
+
+    def import_statistics(self, stats: Statistics) -> None:
+        self._core.import_statistics(stats)
+
+    def merge_statistics(self, other: Any) -> None:
+        """Combine `other` (Statistics or an Observer) into this observer's statistics
+        with each statistic's reduce op (R6.11.1)."""
+        if isinstance(other, Observer):
+            other = other.export_statistics()
+        self._core.merge_statistics(other)
+
+    def sync_table(self) -> List[tuple]:
+        return self._core.sync_table()
+
+    # -- module hooks -------------------------------------------------------------
+    def bind_weight(self, weight: Any) -> None:
+        """Bind the module weight a fused partner observes on demand (R6.10.3). The
+        weight is read in place when needed; the observer keeps a reference to it."""
+        self._core.bind_weight(weight)
+        self._bound_weight = weight
+
+    def unbind_weight(self) -> None:
+        self._core.unbind_weight()
+        self._bound_weight = None
+
+    def attach(self, module: Any) -> None:
+        """R6.1.7 / R6.8.3. `module` is a torch module (its in_features and a
+        forward-pre hook are used) or an int in_features for a hook-less caller that
+        feeds ``accumulate_input`` itself. Non-imatrix observers ignore it."""
+        self._remove_hook()
+        if isinstance(module, int):
+            self._core.attach(module)
+            return
+        if not hasattr(module, "in_features"):
+            return
+        self._core.attach(int(module.in_features))
+        if self._core.name != "imatrix_mse":
+            return
+        core = self._core
+
+        def _hook(mod, args):
+            x = args[0] if isinstance(args, tuple) else args
+            if isinstance(x, tuple):
+                x = x[0]
+            if x is None or not is_torch(x):
+                return
+            core.accumulate_input(x.detach().cpu())
+
+        self._hook = module.register_forward_pre_hook(_hook)
+
+    def detach(self, module: Any = None) -> None:
+        self._remove_hook()
+        self._core.detach()
+
+    def _remove_hook(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def accumulate_input(self, x: Any) -> None:
+        """The imatrix hook's work on one input batch: sum of x^2 per input feature."""
+        self._core.accumulate_input(x)
+
+    def grid_candidates(self) -> List[float]:
+        """Shrink factors the MSE grid search evaluates (Q1/Q2); empty otherwise."""
+        return self._core.grid_candidates()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, base_name={self.base_name!r}, args={self.args!r})"
+
+
+def _concrete(cls_name: str, registry_name: str, doc: str) -> type:
+    return type(cls_name, (Observer,), {"_registry_name": registry_name, "__doc__": doc})
+
+
+MemorylessMinMaxObserver = _concrete("MemorylessMinMaxObserver", "memoryless_minmax", "R6.4.1")
+StaticMinMaxObserver = _concrete("StaticMinMaxObserver", "static_minmax", "R6.4.2")
+MinMaxObserver = _concrete("MinMaxObserver", "minmax", "R6.5 moving average")
+MemorylessMSEObserver = _concrete("MemorylessMSEObserver", "memoryless_mse", "R6.7")
+MovingAverageMSEObserver = _concrete("MovingAverageMSEObserver", "mse", "R6.7 moving average")
+NVFP4ExpandedMSEObserver = _concrete("NVFP4ExpandedMSEObserver", "nvfp4_expanded_mse", "R6.7")
+IMatrixMSEObserver = _concrete("IMatrixMSEObserver", "imatrix_mse", "R6.8")
+
+_CLASSES = {
+    _qobs.normalize_observer_name(c._registry_name): c
+    for c in (
+        MemorylessMinMaxObserver,
+        StaticMinMaxObserver,
+        MinMaxObserver,
+        MemorylessMSEObserver,
+        MovingAverageMSEObserver,
+        NVFP4ExpandedMSEObserver,
+        IMatrixMSEObserver,
+    )
+}
+
+
+def fuse_observers(observers: Sequence[Optional[Observer]], weights: Optional[Sequence[Any]] = None) -> None:
+    """R6.10.2: link tensor_group weight observers of sibling layers so they share one
+    global scale. `weights` (aligned with `observers`) are bound so that a partner
+    without statistics observes its weight on demand (R6.10.3)."""
+    if weights is not None:
+        for o, w in zip(observers, weights):
+            if o is not None and w is not None:
+                o.bind_weight(w)
+    _qobs.fuse_observers([None if o is None else o._core for o in observers])
+
+
+def reduce_statistics(ranks: Iterable[Statistics]) -> Statistics:
+    """All-reduce emulation over the statistics of several ranks."""
+    return _qobs.reduce_statistics(list(ranks))
+
+
+def registered_observers() -> List[str]:
+    return _qobs.registered_observers()

@@ -1,0 +1,217 @@
+"""qobs-backed observers in llm-compressor's own observer registry.
+
+``import qobs.llmcompressor`` registers, under names of their own, observers whose
+statistics and qparams are computed by the qobs C++ core:
+
+    qobs_memoryless_minmax  qobs_static_minmax  qobs_minmax  qobs_memoryless_mse
+    qobs_mse  qobs_nvfp4_expanded_mse  qobs_imatrix_mse
+
+so that ``QuantizationArgs(observer="qobs_mse")`` in any llm-compressor recipe uses
+them with no other change. They are subclasses of llm-compressor's ``Observer`` and
+keep its interface (forward returns the observer, get_qparams, has_statistics,
+attach/detach, fusion through its FusionHandler, DDP sync). This module is glue
+between llm-compressor's object model and qobs.Observer; it does no arithmetic.
+
+Requires llmcompressor (and so torch); importing it without them raises ImportError.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Dict, List, Optional
+
+import torch
+from llmcompressor.modifiers.utils.hooks import HooksMixin
+from llmcompressor.observers import Observer as _LcObserver
+from torch import distributed as dist
+
+from . import _qobs
+from .args import as_core_args
+from .observer import Observer as _QObserver
+from .observer import Statistics
+
+__all__ = ["QobsObserver", "QOBS_OBSERVERS"]
+
+# llm-compressor registry name -> qobs core observer name
+QOBS_OBSERVERS: Dict[str, str] = {
+    "qobs_memoryless_minmax": "memoryless_minmax",
+    "qobs_static_minmax": "static_minmax",
+    "qobs_minmax": "minmax",
+    "qobs_memoryless_mse": "memoryless_mse",
+    "qobs_mse": "mse",
+    "qobs_nvfp4_expanded_mse": "nvfp4_expanded_mse",
+    "qobs_imatrix_mse": "imatrix_mse",
+}
+
+_REDUCE = {"min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX, "sum": dist.ReduceOp.SUM}
+
+
+class QobsObserver(_LcObserver):
+    """Base of the registered qobs observers; `_qobs_name` selects the core observer."""
+
+    _qobs_name: str = ""
+
+    def __init__(self, base_name: str, args: Any, **observer_kwargs: Any):
+        # The base merges observer_kwargs into args.observer_kwargs, as every
+        # llm-compressor observer does (Q25); the core then reads them from the args.
+        super().__init__(base_name=base_name, args=args, **observer_kwargs)
+        # R6.9.1: llm-compressor replaces static_minmax/minmax/mse by their memoryless
+        # variants for weights, comparing exact names; the qobs names get the same rule.
+        core_name = _qobs.calibration_observer_name(base_name, self._qobs_name)
+        self._qobs = _QObserver.load_from_registry(core_name, base_name=base_name, args=as_core_args(self.args))
+        self._device: Optional[torch.device] = None
+        self._imatrix_hook = None
+        self._fused_with: tuple = ()
+
+    # -- statistics --------------------------------------------------------------
+    @property
+    def has_statistics(self) -> bool:
+        return self._qobs.has_statistics
+
+    def update_statistics_from_observed(self, observed: torch.Tensor) -> None:
+        # Unused: forward() hands the unflattened value to the core, which flattens.
+        raise NotImplementedError("qobs observers flatten and update in the C++ core")
+
+    @torch.no_grad()
+    def forward(self, observed: torch.Tensor) -> "QobsObserver":
+        self._device = observed.device
+        with self._fusion_bound():
+            self._qobs(observed.detach().cpu())
+        return self
+
+    def get_statistics(self) -> Dict[str, torch.Tensor]:
+        return {k: v.to(self._device) if self._device else v for k, v in self._qobs.get_statistics().items()}
+
+    def delete_statistics(self, check_fused: bool = True) -> None:
+        self._qobs.delete_statistics(check_fused)
+
+    @torch.no_grad()
+    def get_global_scale(self) -> Optional[torch.Tensor]:
+        with self._fusion_bound():
+            g = self._qobs.get_global_scale()
+        return self._on_device(g)
+
+    @torch.no_grad()
+    def get_qparams(self) -> Dict[str, Optional[torch.Tensor]]:
+        with self._fusion_bound():
+            qp = self._qobs.get_qparams()
+        return {k: self._on_device(v) for k, v in qp.items()}
+
+    def _on_device(self, t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        if t is None or self._device is None or self._device.type == "cpu":
+            return t
+        return t.to(self._device)
+
+    # -- fusion --------------------------------------------------------------------
+    @contextmanager
+    def _fusion_bound(self):
+        """Mirror llm-compressor's fusion group (FusionHandler.fuse) in the core and
+        bind each member's current module weight for the duration of one call, so
+        that the core can observe a partner that has no statistics yet (R6.10.3).
+        Weights are re-read per call because offloading may move them."""
+        handler = self.fusion_handler
+        if not handler.is_fused:
+            yield
+            return
+        # FusionHandler keeps its partners in _group (set by FusionHandler.fuse).
+        members = [handler] + list(handler._group)
+        observers = [h._observer for h in members]
+        if not all(isinstance(o, QobsObserver) for o in observers):
+            raise AssertionError(
+                "qobs observers can only be fused with qobs observers; "
+                f"group has {[type(o).__name__ for o in observers]}"
+            )
+        key = tuple(id(o) for o in observers)
+        if self._fused_with != key:
+            _qobs.fuse_observers([o._qobs._core for o in observers])
+            for o in observers:
+                o._fused_with = tuple(id(p) for p in [o] + [q for q in observers if q is not o])
+        bound = []
+        try:
+            for o, h in zip(observers, members):
+                mod = h.module
+                if mod is not None and getattr(mod, "weight", None) is not None:
+                    o._qobs.bind_weight(mod.weight.detach().cpu())
+                    bound.append(o)
+            yield
+        finally:
+            for o in bound:
+                o._qobs.unbind_weight()
+
+    # -- module hooks (imatrix) ---------------------------------------------------
+    def attach(self, module: torch.nn.Module) -> None:
+        """R6.8.3: importance E[x^2] per input feature through a forward-pre hook."""
+        if self._qobs_name != "imatrix_mse":
+            return
+        self.detach(module)
+        if not hasattr(module, "in_features"):
+            return
+        self._qobs._core.attach(int(module.in_features))
+        core = self._qobs._core
+
+        def _hook(mod, args):
+            # Respect llm-compressor's global hook switch like the built-in imatrix hook.
+            if HooksMixin._HOOKS_DISABLED and self._imatrix_hook not in HooksMixin._HOOKS_KEEP_ENABLED:
+                return
+            x = args[0] if isinstance(args, tuple) else args
+            if isinstance(x, tuple):
+                x = x[0]
+            if not isinstance(x, torch.Tensor):
+                return
+            core.accumulate_input(x.detach().cpu())
+
+        self._imatrix_hook = module.register_forward_pre_hook(_hook)
+
+    def detach(self, module: torch.nn.Module) -> None:
+        if self._imatrix_hook is not None:
+            self._imatrix_hook.remove()
+            self._imatrix_hook = None
+            self._qobs._core.detach()
+
+    # -- DDP -----------------------------------------------------------------------
+    def sync_activation_stats(self) -> List[Any]:
+        """All-reduce the statistics of the core's sync table (R6.11.1) and import the
+        result. The reduction completes before returning, so no handles are pending."""
+        table = self._qobs.sync_table()
+        if not table or not (dist.is_available() and dist.is_initialized()) or not self._qobs.has_statistics:
+            return []
+        exported = self._qobs.export_statistics()
+        ops = dict(table)
+        world = dist.get_world_size()
+        items = []
+        for name, tensor, reduce in exported.items:
+            t = tensor.torch()
+            if name in ops:
+                op = ops[name]
+                dev = self._device if self._device is not None else t.device
+                work = t.to(dev).clone()
+                if op == "avg":
+                    # Sum then divide once: AVG is NCCL-only, SUM works on every backend.
+                    dist.all_reduce(work, op=dist.ReduceOp.SUM)
+                    work = work / world
+                else:
+                    dist.all_reduce(work, op=_REDUCE[op])
+                t = work.to(dtype=t.dtype, device="cpu")
+                reduce = op
+            items.append((name, t, reduce))
+        self._qobs.import_statistics(Statistics(exported.observer, items, exported.contributions))
+        return []
+
+
+def _register() -> None:
+    registered = set(_LcObserver.registered_names())
+    for lc_name, core_name in QOBS_OBSERVERS.items():
+        cls = type(
+            "Qobs" + "".join(p.capitalize() for p in core_name.split("_")) + "Observer",
+            (QobsObserver,),
+            {"_qobs_name": core_name, "__doc__": f"llm-compressor observer backed by qobs' {core_name}."},
+        )
+        globals()[cls.__name__] = cls
+        __all__.append(cls.__name__)
+        # Registry names are normalized (lower case, '-' for '_'); re-importing this
+        # module (e.g. importlib.reload) must not register twice.
+        if lc_name.replace("_", "-") not in registered:
+            _LcObserver.register(name=lc_name)(cls)
+
+
+_register()

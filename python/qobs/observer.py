@@ -133,7 +133,9 @@ class Observer:
         if attr.startswith("__") or attr in ("_core", "_kind", "_bound_weight", "_hook"):
             raise AttributeError(attr)
         core_name = _STAT_ALIASES.get(attr, attr)
-        for n, t in self._core.get_statistics() if self._core.has_statistics() else ():
+        # export_statistics lists every statistic present, also before all of them
+        # exist (imatrix importance accumulates before the weight is observed).
+        for n, t, _ in self._core.export_statistics().items:
             if n == core_name:
                 return to_kind(t, self._kind)
         raise AttributeError(f"{type(self).__name__} has no attribute {attr!r}")
@@ -194,6 +196,7 @@ class Observer:
         if self._core.name != "imatrix_mse":
             return
         core = self._core
+        self._kind = "torch"  # a module's hook sees torch tensors
 
         def _hook(mod, args):
             x = args[0] if isinstance(args, tuple) else args

@@ -35,8 +35,15 @@ def is_torch(x: Any) -> bool:
 
 
 def kind_of(*xs: Any) -> str:
-    """"torch" if any argument is a torch tensor, else "numpy"."""
-    return "torch" if any(is_torch(x) for x in xs) else "numpy"
+    """"torch" if any argument is a torch tensor; "qobs" if the arrays given are
+    qobs.Tensor objects (results stay qobs.Tensor, keeping bfloat16/float8 dtypes
+    without torch); else "numpy"."""
+    if any(is_torch(x) for x in xs):
+        return "torch"
+    given = [x for x in xs if x is not None]
+    if given and all(isinstance(x, _qobs.Tensor) for x in given):
+        return "qobs"
+    return "numpy"
 
 
 def to_numpy(t: _qobs.Tensor) -> np.ndarray:
@@ -58,6 +65,8 @@ def to_torch(t: _qobs.Tensor):
 def to_kind(t: _qobs.Tensor | None, kind: str):
     if t is None:
         return None
+    if kind == "qobs":
+        return t
     return to_torch(t) if kind == "torch" else to_numpy(t)
 
 

@@ -177,6 +177,9 @@ class Observer:
         weight is read in place when needed; the observer keeps a reference to it."""
         self._core.bind_weight(weight)
         self._bound_weight = weight
+        # A partner may observe only this weight (never called itself): its results
+        # come back as the weight's kind.
+        self._kind = kind_of(weight)
 
     def unbind_weight(self) -> None:
         self._core.unbind_weight()

@@ -365,6 +365,16 @@ PYBIND11_MODULE(_qobs, m) {
       })
       .def_static("copy_of", [](py::handle obj) { return PyTensor(owned(obj, "Tensor.copy_of")); },
                   "Contiguous owned copy of a numpy array or torch tensor.")
+      .def_static("from_bytes",
+                  [](const std::string& dtype, const Shape& shape, py::bytes data) {
+                    const std::string b = data;
+                    return PyTensor(Tensor::from_bytes(qobs::parse_dtype(dtype), shape, b.data(), b.size()));
+                  },
+                  py::arg("dtype"), py::arg("shape"), py::arg("data"),
+                  "A tensor of any qobs dtype (incl. bfloat16 / float8_e4m3fn) from raw little-endian bytes.")
+      .def("tobytes", [](const PyTensor& t) {
+        return py::bytes(static_cast<const char*>(t.get().data()), t.get().nbytes());
+      }, "The raw little-endian bytes.")
       .def_property_readonly("dtype", [](const PyTensor& t) { return std::string(qobs::dtype_name(t.get().dtype())); })
       .def_property_readonly("shape", [](const PyTensor& t) { return py::tuple(py::cast(t.get().shape())); })
       .def_property_readonly("numel", [](const PyTensor& t) { return t.get().numel(); })

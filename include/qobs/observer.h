@@ -69,6 +69,9 @@ struct ObserverOptions {
   bool f32_errors = false;
   /// R6.6.7 chunked grid search (the reference's "compile" path) instead of eager.
   bool chunked_search = false;
+  /// Threads for the grid-search kernels: 0 = QOBS_NUM_THREADS or the hardware
+  /// concurrency. Results never depend on it.
+  int num_threads = 0;
 };
 
 /// An observer. Not thread-safe: one observer is driven by one thread at a time.

@@ -1,8 +1,14 @@
-// Chooses the implementation of each kernel once per call. Until the fast paths land
-// every kernel runs its scalar reference.
+// Chooses the implementation of each kernel once per call (STYLE habit 8): the fused,
+// threaded fast paths at the active SIMD level (QOBS_SIMD / ScopedSimdLevel; "scalar"
+// is the fused loop with the reference's per-element arithmetic). The unfused scalar
+// references in kernels/ref are only called by tests and benchmarks.
 #include <cmath>
 
 #include "kernels/kernels.h"
+#if QOBS_HAVE_FAST_KERNELS
+#include "kernels/fused_search.h"
+#include "kernels/simd/simd_level.h"
+#endif
 
 namespace qobs::kernels {
 
@@ -21,11 +27,23 @@ std::vector<double> grid_candidates(const GridSearchConfig& cfg) {
   return out;
 }
 
-void minmax(const FlatView& flat, float* mins, float* maxs) { ref::minmax(flat, mins, maxs); }
+#if QOBS_HAVE_FAST_KERNELS
+void minmax(const FlatView& flat, float* mins, float* maxs, int num_threads) {
+  fast::minmax(flat, mins, maxs, active_simd_level(), num_threads);
+}
+
+GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,
+                             const FlatView* weights) {
+  return fast::grid_search(flat, search_args, cfg, weights, active_simd_level(), cfg.num_threads);
+}
+#else
+// Built with QOBS_FAST_KERNELS=OFF: the scalar references (single-threaded).
+void minmax(const FlatView& flat, float* mins, float* maxs, int) { ref::minmax(flat, mins, maxs); }
 
 GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,
                              const FlatView* weights) {
   return ref::grid_search(flat, search_args, cfg, weights);
 }
+#endif
 
 }  // namespace qobs::kernels

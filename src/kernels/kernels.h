@@ -16,8 +16,10 @@
 namespace qobs::kernels {
 
 /// Per-qparam minimum and maximum over (obs, group) of a flattened view (R6.3.1).
-/// mins/maxs: num_qparams floats each. NaN propagates.
-void minmax(const FlatView& flat, float* mins, float* maxs);
+/// mins/maxs: num_qparams floats each. NaN propagates; among equal zeros the sign of the
+/// last one in (obs, group) order wins, as in the sequential reference loop.
+/// num_threads: 0 = QOBS_NUM_THREADS or the hardware concurrency.
+void minmax(const FlatView& flat, float* mins, float* maxs, int num_threads = 0);
 
 /// Parameters of the MSE grid search (R6.6, R6.8).
 struct GridSearchConfig {
@@ -35,6 +37,9 @@ struct GridSearchConfig {
   /// Q3 option: errors in f32 instead of the observed dtype (MSE only).
   bool f32_errors = false;
   NumericMode mode = NumericMode::kParity;
+  /// Threads for the fast kernels: 0 = QOBS_NUM_THREADS or the hardware concurrency.
+  /// Results never depend on it.
+  int num_threads = 0;
 };
 
 /// The shrink factors p_i evaluated, in order (R6.6.5 / R6.8.6).

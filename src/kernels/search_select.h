@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -28,14 +29,27 @@ inline std::vector<double> search_shrink_factors(const kernels::GridSearchConfig
   return out;
 }
 
+/// Elements per canonical summation block (kept equal to the SIMD kernels' constant).
+inline constexpr int64_t kErrorSumBlock = 4096;
+
 /// How one candidate's error is accumulated (R6.6.6 step 4, R6.8.6).
+///
+/// Canonical summation order (SPEC R0.4e leaves it unspecified; qobs fixes one so that
+/// every implementation -- this reference, the fused scalar path, AVX2, AVX-512, any
+/// thread count -- gives the same bits): the terms of one (qparam, candidate) pair, in
+/// flat (obs, group) index order j, are cut into blocks of kErrorSumBlock; inside a
+/// block term j is added, in order, to lane sum j % 8 (f64); a block's value is
+/// ((l0+l4) + (l1+l5)) + ((l2+l6) + (l3+l7)); block values are added in block order to
+/// a running f64 total starting at 0, which is rounded once to the error dtype (A2).
 struct ErrorModel {
   DType err_dt;      ///< dtype in which errors are compared
   DType elem_dt;     ///< dtype of the per-element terms
   double norm;
   bool weighted;
   NumericMode mode;
-  mutable double acc = 0;
+  mutable double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  mutable double blocks = 0;
+  mutable int64_t count = 0;
 
   static ErrorModel make(const kernels::GridSearchConfig& cfg, DType dt) {
     ErrorModel m;
@@ -47,16 +61,36 @@ struct ErrorModel {
     m.mode = cfg.mode;
     return m;
   }
-  void begin() const { acc = 0; }
-  /// r: the fake-quantized value, x: the original, w: the importance weight.
-  void add(double r, double x, float w) const {
+  void begin() const {
+    for (double& l : lanes) l = 0;
+    blocks = 0;
+    count = 0;
+  }
+  /// The term of one element: r the fake-quantized value, x the original, w the
+  /// importance weight.
+  double term(double r, double x, float w) const {
     const Arith a{elem_dt, mode};
     double e = a.pow_abs(a.sub(r, x), norm);
     if (weighted) e = a.mul(w, e);
-    acc += e;
+    return e;
   }
-  /// Sum accumulated in f64 and rounded once to the error dtype (A2).
-  double total() const { return round_to_float_dtype(err_dt, acc); }
+  void add(double r, double x, float w) const {
+    lanes[count % 8] += term(r, x, w);
+    if (++count % kErrorSumBlock == 0) flush();
+  }
+  /// The value of one block's lane sums.
+  static double block_value(const double* l) {
+    return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+  }
+  void flush() const {
+    blocks += block_value(lanes);
+    for (double& l : lanes) l = 0;
+  }
+  /// The canonical f64 sum rounded once to the error dtype (A2).
+  double total() const {
+    if (count % kErrorSumBlock != 0) flush();
+    return round_to_float_dtype(err_dt, blocks);
+  }
   /// best_err's initial value: the largest finite value of the error dtype (R6.6.4).
   double initial_best() const { return dtype_max(err_dt); }
 };
@@ -104,6 +138,40 @@ inline int64_t select_candidates(const kernels::GridSearchConfig& cfg, const Err
       ++counter;
       // MSE: patience <= 0 stops at the first non-improving candidate; imatrix:
       // patience 0 disables early stopping (Q7)
+      const bool stop = cfg.imatrix ? (cfg.patience > 0 && counter >= cfg.patience) : counter >= cfg.patience;
+      if (stop) return i + 1;
+    }
+  }
+  return S;
+}
+
+/// The same stopping rule as select_candidates, driven only by whether any qparam
+/// element improved at each candidate (any_improved[i], i < S): a candidate's
+/// improvement for element q depends only on q's own earlier errors, so these flags can
+/// be computed group by group before the rule is replayed. Returns the number of
+/// candidates the reference evaluates.
+inline int64_t stop_point(const kernels::GridSearchConfig& cfg, const std::vector<uint8_t>& any_improved, int64_t S) {
+  int64_t counter = 0;
+  if (cfg.chunked && !cfg.imatrix) {
+    const int64_t cs = cfg.chunk_size;
+    for (int64_t start = 0; start < S; start += cs) {
+      const int64_t end = std::min(S, start + cs);
+      bool any = false;
+      for (int64_t i = start; i < end; ++i) any = any || any_improved[static_cast<std::size_t>(i)];
+      if (!any) {
+        counter += end - start;
+        if (counter >= cfg.patience) return end;
+      } else {
+        counter = 0;
+      }
+    }
+    return S;
+  }
+  for (int64_t i = 0; i < S; ++i) {
+    if (any_improved[static_cast<std::size_t>(i)]) {
+      counter = 0;
+    } else {
+      ++counter;
       const bool stop = cfg.imatrix ? (cfg.patience > 0 && counter >= cfg.patience) : counter >= cfg.patience;
       if (stop) return i + 1;
     }

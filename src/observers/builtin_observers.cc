@@ -162,6 +162,7 @@ MseObserver::MseObserver(Kind kind, std::string base, QuantizationArgs args, Obs
   cfg_.mode = options_.mode;
   cfg_.f32_errors = options_.f32_errors;
   cfg_.chunked = options_.chunked_search;
+  cfg_.num_threads = options_.num_threads;
 }
 
 std::string_view MseObserver::name() const {
@@ -213,6 +214,7 @@ ImatrixMseObserver::ImatrixMseObserver(std::string base, QuantizationArgs args, 
   QOBS_CHECK(cfg_.expand >= 1.0, InvalidArgument, "imatrix_mse: expand value must be at least 1.0, got ", cfg_.expand,
              " (docs/DEVIATIONS.md)");
   cfg_.mode = options_.mode;
+  cfg_.num_threads = options_.num_threads;
 }
 
 void ImatrixMseObserver::attach(int64_t in_features) {

@@ -1,0 +1,16 @@
+# Fast kernels: Highway SIMD with runtime dispatch (AVX2 / AVX-512, the portable fused
+# scalar path elsewhere) and the thread pool. Included by src/CMakeLists.txt.
+find_package(hwy 1.0 REQUIRED)
+list(APPEND QOBS_KERNEL_SOURCES
+     kernels/simd/simd_level.cc
+     kernels/simd/libm_powf.cc
+     kernels/simd/search_simd.cc
+     kernels/parallel/thread_pool.cc
+     kernels/fused_search.cc)
+# dispatch.cc routes to the fast paths only when they are built (QOBS_FAST_KERNELS=OFF
+# leaves the scalar references alone).
+if(NOT TARGET qobs_fast_kernels_enabled)
+  add_library(qobs_fast_kernels_enabled INTERFACE)
+  target_compile_definitions(qobs_fast_kernels_enabled INTERFACE QOBS_HAVE_FAST_KERNELS=1)
+endif()
+list(APPEND QOBS_KERNEL_DEPS hwy::hwy ${CMAKE_DL_LIBS} qobs_fast_kernels_enabled)

@@ -1,0 +1,338 @@
+// Fused grid search (issue 3). The reference evaluates candidate by candidate over the
+// whole tensor and keeps an S x num_qparams error matrix; here each group is read once,
+// all S candidates are evaluated on it, and only one bit per (group, candidate) is kept:
+// "did this candidate strictly improve this group's best error". That bit depends only
+// on the group's own errors, so after all groups are done the tensor-wide patience rule
+// is replayed from the per-candidate OR of the bits (detail::stop_point) and each
+// group's choice is its last improving candidate before the stop -- exactly what the
+// reference's sequential loop selects (R6.6.6 / R6.6.7 / R6.8.6).
+#include "kernels/fused_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/arith.h"
+#include "kernels/parallel/thread_pool.h"
+#include "kernels/search_select.h"
+#include "kernels/simd/libm_powf.h"
+#include "kernels/simd/search_simd.h"
+#include "qparams/qparam_math.h"
+
+namespace qobs::kernels::fast {
+
+using qobs::detail::Arith;
+using qobs::detail::ErrorModel;
+using namespace qobs::kernels::detail;
+
+namespace {
+
+static_assert(kSumBlock == qobs::detail::kErrorSumBlock, "SIMD and reference blocks must agree");
+
+/// True when the values of every qparam element are len consecutive storage elements
+/// (one observation, group axes row-major contiguous).
+bool group_contiguous(const FlatView& f) {
+  if (f.layout.num_obs() != 1) return false;
+  int64_t expect = 1;
+  for (std::size_t d = f.layout.group_axes.size(); d-- > 0;) {
+    const Axis& a = f.layout.group_axes[d];
+    if (a.size == 1) continue;
+    if (a.stride != expect) return false;
+    expect *= a.size;
+  }
+  return true;
+}
+
+/// The len values of qparam element q as floats: in place for contiguous f32, else
+/// widened / gathered into buf.
+const float* load_group(const FlatView& f, bool contiguous, int64_t q, int64_t len, SimdLevel level,
+                        std::vector<float>& buf) {
+  if (contiguous) {
+    const int64_t off = f.group_offset(q);
+    if (f.dtype == DType::kF32) return static_cast<const float*>(f.data) + off;
+    if ((f.dtype == DType::kBF16 || f.dtype == DType::kF16) && level != SimdLevel::kScalar) {
+      buf.resize(static_cast<std::size_t>(len));
+      widen_simd(level, static_cast<const uint16_t*>(f.data) + off, len, f.dtype == DType::kBF16, buf.data());
+      return buf.data();
+    }
+  }
+  buf.resize(static_cast<std::size_t>(len));
+  f.gather(q, buf.data());
+  return buf.data();
+}
+
+/// R6.3.1 min / max of one group, equal to the reference's sequential nan_min /
+/// nan_max loop: NaN wins, and for a zero result the sign of the last zero in index
+/// order (the loop keeps the later of two equal values).
+void group_minmax(const float* x, int64_t n, SimdLevel level, double* lo, double* hi) {
+  if (level == SimdLevel::kScalar || n < 8) {
+    double l = INFINITY, h = -INFINITY;
+    for (int64_t j = 0; j < n; ++j) {
+      l = qobs::detail::nan_min(l, x[j]);
+      h = qobs::detail::nan_max(h, x[j]);
+    }
+    *lo = l;
+    *hi = h;
+    return;
+  }
+  float l, h;
+  minmax_simd(level, x, n, &l, &h);
+  if (l == 0.0f || h == 0.0f) {
+    int64_t j = n - 1;
+    while (j >= 0 && x[j] != 0.0f) --j;
+    if (j >= 0) {
+      if (l == 0.0f) l = x[j];
+      if (h == 0.0f) h = x[j];
+    }
+  }
+  *lo = l;
+  *hi = h;
+}
+
+Narrow narrow_for(DType dt, NumericMode mode) {
+  if (mode == NumericMode::kWide) return Narrow::kNone;
+  if (dt == DType::kBF16) return Narrow::kBF16;
+  if (dt == DType::kF16) return Narrow::kF16;
+  return Narrow::kNone;
+}
+
+/// Everything a worker needs for one call, resolved once.
+struct Plan {
+  const FlatView& flat;
+  const FlatView* weights;
+  GridSearchConfig cfg;
+  DType dt;
+  int64_t len, S;
+  std::vector<double> shrink;
+  Arith a;
+  qobs::detail::QParamPlan qplan;
+  qobs::detail::QdqPlan dplan;
+  ErrorModel em;
+  SimdLevel level;
+  bool simd;  // the vector kernel applies to this dtype / error dtype
+  bool contiguous, w_contiguous;
+  BlockKernelArgs proto;  // per-call constants of the block kernel
+};
+
+struct Scratch {
+  std::vector<float> xbuf, wbuf, scale, zp;
+  std::vector<double> m_scale, m_zp, sums, acc;
+};
+
+/// Errors of all S candidates for one group whose values are x (and weights w):
+/// errs[i] is rounded to the error dtype, exactly as the reference computes it.
+void group_errors(const Plan& P, const float* x, const float* w, double m0, double M0, Scratch& s, double* errs) {
+  const int64_t S = P.S, len = P.len;
+  s.m_scale.resize(static_cast<std::size_t>(S));
+  s.m_zp.resize(static_cast<std::size_t>(S));
+  bool finite = std::isfinite(m0) && std::isfinite(M0);
+  for (int64_t i = 0; i < S; ++i) {
+    // R6.6.6 steps 1-2 (host-scalar shrink, calculate_qparams without global scale)
+    const double cm = P.a.mul(m0, P.shrink[static_cast<std::size_t>(i)]);
+    const double cM = P.a.mul(M0, P.shrink[static_cast<std::size_t>(i)]);
+    const qobs::detail::ElemQParams sz = qobs::detail::compute_qparams_elem(cm, cM, P.qplan);
+    s.m_scale[static_cast<std::size_t>(i)] = sz.scale;
+    s.m_zp[static_cast<std::size_t>(i)] = sz.zero_point;
+    const double zx = P.dplan.has_zp ? Arith{P.dt, P.cfg.mode}.cast(sz.zero_point) : 0.0;
+    finite = finite && std::isfinite(sz.scale) && sz.scale > 0 && std::isfinite(zx);
+  }
+  if (!P.simd || !finite) {
+    // The reference's own per-element arithmetic, candidate by candidate on the
+    // cached group (also the path for non-finite data, which only the scalar
+    // primitives define exactly).
+    const ErrorModel em = P.em;
+    for (int64_t i = 0; i < S; ++i) {
+      em.begin();
+      const double sc = s.m_scale[static_cast<std::size_t>(i)], z = s.m_zp[static_cast<std::size_t>(i)];
+      for (int64_t j = 0; j < len; ++j)
+        em.add(qobs::detail::qdq_elem(x[j], sc, z, P.dplan), x[j], w ? w[j] : 1.0f);
+      errs[i] = em.total();
+    }
+    return;
+  }
+  s.scale.resize(static_cast<std::size_t>(S));
+  s.zp.resize(static_cast<std::size_t>(S));
+  const Arith ax{P.dt, P.cfg.mode};
+  for (int64_t i = 0; i < S; ++i) {
+    s.scale[static_cast<std::size_t>(i)] = static_cast<float>(s.m_scale[static_cast<std::size_t>(i)]);
+    // R5.1.1: z is converted to x's dtype (and to s's, the same dtype here)
+    s.zp[static_cast<std::size_t>(i)] = static_cast<float>(ax.cast(s.m_zp[static_cast<std::size_t>(i)]));
+  }
+  s.sums.resize(static_cast<std::size_t>(S));
+  s.acc.assign(static_cast<std::size_t>(S), 0.0);
+  BlockKernelArgs k = P.proto;
+  k.num_candidates = S;
+  k.scale = s.scale.data();
+  k.zp = s.zp.data();
+  k.sums = s.sums.data();
+  for (int64_t b = 0; b < len; b += kSumBlock) {
+    k.x = x + b;
+    k.w = w ? w + b : nullptr;
+    k.n = std::min<int64_t>(kSumBlock, len - b);
+    block_errors_simd(P.level, k);
+    for (int64_t i = 0; i < S; ++i) s.acc[static_cast<std::size_t>(i)] += s.sums[static_cast<std::size_t>(i)];
+  }
+  for (int64_t i = 0; i < S; ++i) errs[i] = round_to_float_dtype(P.em.err_dt, s.acc[static_cast<std::size_t>(i)]);
+}
+
+}  // namespace
+
+GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,
+                             const FlatView* weights, SimdLevel level, int num_threads) {
+  const DType dt = flat.dtype;
+  const int64_t nq = flat.layout.num_qparams();
+  const int64_t len = flat.layout.num_obs() * flat.layout.group_len();
+  Plan P{flat,
+         weights,
+         cfg,
+         dt,
+         len,
+         0,
+         qobs::detail::search_shrink_factors(cfg, dt),
+         Arith{dt, cfg.mode},
+         qobs::detail::QParamPlan::make(search_args, dt, std::nullopt, cfg.mode),
+         qobs::detail::QdqPlan::make(search_args, dt, dt, true, true, cfg.mode),
+         ErrorModel::make(cfg, dt),
+         level,
+         false,
+         group_contiguous(flat),
+         weights && group_contiguous(*weights),
+         {}};
+  P.S = static_cast<int64_t>(P.shrink.size());
+  const int64_t S = P.S;
+  auto vec_dtype = [](DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; };
+  P.simd = level != SimdLevel::kScalar && vec_dtype(dt) && vec_dtype(P.em.elem_dt);
+  if (P.simd) {
+    BlockKernelArgs& k = P.proto;
+    k.has_zp = !search_args.symmetric;  // symmetric zero points are 0: y + 0 and d - 0 are exact
+    k.data_narrow = narrow_for(dt, cfg.mode);
+    k.err_narrow = narrow_for(P.em.elem_dt, cfg.mode);
+    k.grid = P.dplan.grid;
+    k.q_min = static_cast<float>(P.dplan.q_min);
+    k.q_max = static_cast<float>(P.dplan.q_max);
+    // Arith::pow_abs: the exponent is a host scalar converted to the error dtype first
+    // (bf16 evaluates |e|^2.40625 for 2.4), then powf in f32
+    k.norm = static_cast<float>(Arith{P.em.elem_dt, cfg.mode}.cast(cfg.norm));
+    if (cfg.norm == 2.0) k.norm_kind = NormKind::kTwo;
+    else if (cfg.norm == 3.0) k.norm_kind = NormKind::kThree;
+    else if (powf_matches(k.norm)) {
+      k.norm_kind = NormKind::kPowReplay;
+      k.tables = libm_powf_tables();
+    } else {
+      k.norm_kind = NormKind::kPowScalar;
+    }
+  }
+  const int threads = resolve_num_threads(num_threads);
+  const int64_t W = (S + 63) / 64;  // improvement bits per group
+  std::vector<uint64_t> bits(static_cast<std::size_t>(nq * W), 0);
+  std::vector<double> m0(static_cast<std::size_t>(nq)), M0(static_cast<std::size_t>(nq));
+  std::vector<std::vector<uint8_t>> any(static_cast<std::size_t>(threads), std::vector<uint8_t>(static_cast<std::size_t>(S), 0));
+  std::vector<Scratch> scratch(static_cast<std::size_t>(threads));
+  std::vector<std::vector<double>> errs(static_cast<std::size_t>(threads), std::vector<double>(static_cast<std::size_t>(S)));
+
+  // Tasks of whole groups; ~8 tasks per thread balance the load without making a
+  // task smaller than a few hundred candidate-groups of work.
+  const int64_t target_tasks = threads == 1 ? 1 : threads * 8;
+  const int64_t per_task = std::max<int64_t>(1, (nq + target_tasks - 1) / target_tasks);
+  const int64_t num_tasks = (nq + per_task - 1) / per_task;
+  parallel_for(num_tasks, threads, [&](int64_t task, int worker) {
+    Scratch& s = scratch[static_cast<std::size_t>(worker)];
+    std::vector<double>& e = errs[static_cast<std::size_t>(worker)];
+    std::vector<uint8_t>& any_w = any[static_cast<std::size_t>(worker)];
+    const int64_t q_end = std::min(nq, (task + 1) * per_task);
+    for (int64_t q = task * per_task; q < q_end; ++q) {
+      const float* x = load_group(flat, P.contiguous, q, len, level, s.xbuf);
+      const float* w = weights ? load_group(*weights, P.w_contiguous, q, len, level, s.wbuf) : nullptr;
+      double lo, hi;
+      group_minmax(x, len, level, &lo, &hi);
+      // R6.6.3: the base range, scaled by the host scalar `expand`
+      m0[static_cast<std::size_t>(q)] = P.a.mul(lo, cfg.expand);
+      M0[static_cast<std::size_t>(q)] = P.a.mul(hi, cfg.expand);
+      group_errors(P, x, w, m0[static_cast<std::size_t>(q)], M0[static_cast<std::size_t>(q)], s, e.data());
+      double best = P.em.initial_best();
+      uint64_t* qb = bits.data() + q * W;
+      for (int64_t i = 0; i < S; ++i) {
+        if (e[static_cast<std::size_t>(i)] < best) {  // strict; NaN never improves
+          best = e[static_cast<std::size_t>(i)];
+          qb[i / 64] |= uint64_t{1} << (i % 64);
+          any_w[static_cast<std::size_t>(i)] = 1;
+        }
+      }
+    }
+  });
+
+  std::vector<uint8_t> any_improved(static_cast<std::size_t>(S), 0);
+  for (const auto& a : any)
+    for (int64_t i = 0; i < S; ++i) any_improved[static_cast<std::size_t>(i)] |= a[static_cast<std::size_t>(i)];
+  GridSearchResult res;
+  res.candidates_evaluated = qobs::detail::stop_point(cfg, any_improved, S);
+  const int64_t T = res.candidates_evaluated;
+  res.best_min.resize(static_cast<std::size_t>(nq));
+  res.best_max.resize(static_cast<std::size_t>(nq));
+  for (int64_t q = 0; q < nq; ++q) {
+    // the last improving candidate before the stop
+    int64_t chosen = -1;
+    const uint64_t* qb = bits.data() + q * W;
+    for (int64_t wi = std::min(W - 1, (T - 1) / 64); T > 0 && wi >= 0; --wi) {
+      uint64_t word = qb[wi];
+      const int64_t hi_bit = std::min<int64_t>(63, T - 1 - wi * 64);
+      if (hi_bit < 63) word &= (uint64_t{1} << (hi_bit + 1)) - 1;
+      if (word) {
+        chosen = wi * 64 + (63 - __builtin_clzll(word));
+        break;
+      }
+    }
+    const double mq = m0[static_cast<std::size_t>(q)], Mq = M0[static_cast<std::size_t>(q)];
+    res.best_min[static_cast<std::size_t>(q)] =
+        static_cast<float>(chosen < 0 ? mq : P.a.mul(mq, P.shrink[static_cast<std::size_t>(chosen)]));
+    res.best_max[static_cast<std::size_t>(q)] =
+        static_cast<float>(chosen < 0 ? Mq : P.a.mul(Mq, P.shrink[static_cast<std::size_t>(chosen)]));
+  }
+  return res;
+}
+
+void minmax(const FlatView& flat, float* mins, float* maxs, SimdLevel level, int num_threads) {
+  const int64_t nq = flat.layout.num_qparams();
+  const int64_t len = flat.layout.num_obs() * flat.layout.group_len();
+  const bool contiguous = group_contiguous(flat);
+  const int threads = resolve_num_threads(num_threads);
+  if (nq == 1 && contiguous && flat.dtype == DType::kF32 && threads > 1 && len >= (int64_t{1} << 16)) {
+    // One huge group (tensor strategy): split the range; min / max combine exactly in
+    // any order except for the sign of a zero, which group_minmax's rule settles below.
+    const float* x = static_cast<const float*>(flat.data) + flat.group_offset(0);
+    const int64_t parts = threads * 4, step = (len + parts - 1) / parts;
+    std::vector<double> lo(static_cast<std::size_t>(parts)), hi(static_cast<std::size_t>(parts));
+    parallel_for(parts, threads, [&](int64_t p, int) {
+      const int64_t b = p * step, e = std::min(len, b + step);
+      double l = INFINITY, h = -INFINITY;
+      if (e > b) group_minmax(x + b, e - b, level, &l, &h);
+      lo[static_cast<std::size_t>(p)] = l;
+      hi[static_cast<std::size_t>(p)] = h;
+    });
+    double l = INFINITY, h = -INFINITY;
+    for (int64_t p = 0; p < parts; ++p) {  // parts in index order: later equal zeros win
+      l = qobs::detail::nan_min(l, lo[static_cast<std::size_t>(p)]);
+      h = qobs::detail::nan_max(h, hi[static_cast<std::size_t>(p)]);
+    }
+    mins[0] = static_cast<float>(l);
+    maxs[0] = static_cast<float>(h);
+    return;
+  }
+  const int64_t target_tasks = threads == 1 ? 1 : threads * 8;
+  const int64_t per_task = std::max<int64_t>(1, (nq + target_tasks - 1) / target_tasks);
+  const int64_t num_tasks = (nq + per_task - 1) / per_task;
+  std::vector<std::vector<float>> bufs(static_cast<std::size_t>(threads));
+  parallel_for(num_tasks, threads, [&](int64_t task, int worker) {
+    const int64_t q_end = std::min(nq, (task + 1) * per_task);
+    for (int64_t q = task * per_task; q < q_end; ++q) {
+      const float* x = load_group(flat, contiguous, q, len, level, bufs[static_cast<std::size_t>(worker)]);
+      double l, h;
+      group_minmax(x, len, level, &l, &h);
+      mins[q] = static_cast<float>(l);
+      maxs[q] = static_cast<float>(h);
+    }
+  });
+}
+
+}  // namespace qobs::kernels::fast

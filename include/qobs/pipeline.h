@@ -1,0 +1,132 @@
+// Checkpoint conversion: a Hugging Face safetensors checkpoint in, a compressed-tensors
+// checkpoint out (SPEC §8), weight-only calibration with the observers of §6. Shared by
+// the `qobs` command-line tool and the Python package.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qobs/args.h"
+#include "qobs/io.h"
+#include "qobs/tensor.h"
+
+namespace qobs {
+
+/// Options of quantize_checkpoint (the flags of `qobs quantize`).
+struct QuantizeOptions {
+  std::string model_path;  ///< checkpoint folder (or one .safetensors file)
+  std::string output_dir;  ///< must not exist unless overwrite; never the input folder
+  std::string scheme;      ///< preset name (R1.5), case-insensitive
+  /// Weight observer (registry name); default: the preset's (R1.3.4). The name is stored
+  /// in the config as given; calibration uses calibration_observer_name() (R6.9.1).
+  std::optional<std::string> observer;
+  ObserverKwargs observer_kwargs;    ///< merged into the weights' observer_kwargs
+  std::vector<std::string> targets;  ///< ECMAScript regexes searched in module names; empty = Linear layers
+  std::vector<std::string> ignore;   ///< regexes of modules to leave unquantized (lm_head always, unless targeted)
+  int threads = 1;                   ///< layers calibrated concurrently (memory grows with it)
+  bool overwrite = false;
+  bool dry_run = false;   ///< calibrate and report, write no checkpoint
+  bool baseline = true;   ///< also measure memoryless_minmax for comparison
+  /// Folder for qobs-report.json / .csv: default output_dir; for a dry run, no report
+  /// files unless set.
+  std::optional<std::string> report_dir;
+};
+
+/// Figures for one quantized weight. rel_mse = sum((w - dq)^2) / sum(w^2) and
+/// sqnr_db = 10 log10(sum(w^2) / sum((w - dq)^2)), where dq is the weight as a loader
+/// dequantizes it from the written tensors. Infinite SQNR (exact) is reported as +inf
+/// (null in JSON).
+struct TensorReport {
+  std::string module;  ///< module path ("model.layers.0.mlp.up_proj")
+  Shape shape;
+  std::string dtype;  ///< of the original weight
+  std::string observer;
+  double rel_mse = 0;
+  double sqnr_db = 0;
+  double seconds = 0;  ///< wall time of calibration + quantization + packing
+  std::optional<double> baseline_rel_mse;
+  std::optional<double> baseline_sqnr_db;
+  std::optional<double> global_scale;  ///< tensor_group: the (possibly fused) global scale
+};
+
+struct QuantizeReport {
+  std::string model_path;
+  std::string output_dir;
+  std::string scheme;
+  std::string format;  ///< compressed-tensors format (R8.1.2)
+  std::string observer;
+  std::string baseline_observer = "memoryless_minmax";
+  bool dry_run = false;
+  std::vector<TensorReport> tensors;  ///< in checkpoint order
+  std::vector<std::string> ignored;   ///< Linear layers left unquantized (the config's ignore)
+  int64_t copied_tensors = 0;         ///< tensors passed through unchanged
+  uint64_t input_bytes = 0;
+  uint64_t output_bytes = 0;  ///< tensor bytes written (0 for a dry run)
+  double seconds = 0;
+
+  std::string to_json() const;
+  std::string to_csv() const;
+  /// Human-readable table (one line per tensor, then totals).
+  std::string summary_table() const;
+};
+
+/// Progress after each quantized layer (called on the calling thread, in order).
+struct Progress {
+  int64_t done = 0;
+  int64_t total = 0;
+  double elapsed_s = 0;
+  const TensorReport* last = nullptr;
+};
+using ProgressCallback = std::function<void(const Progress&)>;
+
+/// Converts a checkpoint. Validates everything that can be validated before any work
+/// (scheme, observer, shapes, output folder), writes into a temporary folder beside
+/// output_dir and renames it into place only when complete; on failure the temporary
+/// folder is removed and the exception propagates (IoError for files, InvalidArgument
+/// for options and shapes, each naming the file or tensor).
+QuantizeReport quantize_checkpoint(const QuantizeOptions& options, const ProgressCallback& progress = {});
+
+/// The preset with the observer override and kwargs applied, validated. A preset that
+/// needs activation statistics (static or "local" input activations, imatrix_mse) or
+/// has nothing to quantize -> InvalidArgument saying so.
+QuantizationScheme resolve_scheme(const QuantizeOptions& options);
+
+/// Whether a tensor is the weight of a Linear layer by transformers' naming: a 2-D
+/// `<module>.weight` whose module is not an embedding or a norm.
+bool is_linear_weight(std::string_view tensor_name, const Shape& shape);
+
+/// Which modules get quantized and which Linear layers stay unquantized (the config's
+/// `ignore`), from the checkpoint's tensor names and shapes.
+struct TargetPlan {
+  std::vector<std::string> quantize;  ///< module paths, checkpoint order
+  std::vector<std::string> ignored;
+};
+TargetPlan plan_targets(const Checkpoint& checkpoint, const std::vector<std::string>& targets,
+                        const std::vector<std::string>& ignore);
+
+/// Text summary of a checkpoint: files, tensor count, bytes by dtype, the
+/// quantization_config (if any) and, with list_tensors, every tensor.
+std::string inspect_checkpoint(const std::string& path, bool list_tensors = false);
+
+/// The weight of `module` as a loader reconstructs it from a compressed-tensors
+/// checkpoint (SPEC §8.3-8.6 decoding): unpack, decode the stored scale (fp8 or E8M0 into
+/// `model_dtype`), then dequantize() with the scheme's args (R5.1.3, Q21: args are
+/// passed, never inferred from shapes). Result dtype: model_dtype.
+Tensor load_dequantized_weight(const Checkpoint& checkpoint, std::string_view module, const QuantizationArgs& args,
+                               const std::string& format, DType model_dtype);
+
+/// Dequantizes every quantized module of a compressed-tensors checkpoint written with
+/// one config group (as `qobs quantize` writes them) into one plain safetensors file of
+/// `<module>.weight` tensors (`qobs dequantize`). The model dtype is the weight_scale
+/// dtype when that is a float dtype wider than fp8, else config.json's torch_dtype /
+/// dtype, else f32. Returns the number of tensors written.
+int64_t dequantize_checkpoint(const std::string& path, const std::string& out_file);
+
+/// The compressed-tensors version written into quantization_config.version.
+inline constexpr std::string_view kCompressedTensorsFormatVersion = "0.19.0";
+
+}  // namespace qobs

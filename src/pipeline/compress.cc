@@ -1,0 +1,141 @@
+// One module's weight -> compressed-tensors tensors (SPEC §8.2-8.6, table §8.9).
+#include "pipeline/compress.h"
+
+#include "core/check.h"
+#include "qobs/packing.h"
+#include "qobs/qparams.h"
+
+namespace qobs::detail {
+namespace {
+
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// R5.7.3 scale shape of a 2-D weight.
+Shape scale_shape(const QuantizationArgs& a, const Shape& w) {
+  switch (a.get_strategy()) {
+    case Strategy::kTensor: return {1};
+    case Strategy::kChannel: return {w[0], 1};
+    case Strategy::kGroup:
+    case Strategy::kTensorGroup: return {w[0], cdiv(w[1], *a.group_size)};
+    case Strategy::kBlock: return {cdiv(w[0], (*a.block_structure)[0]), cdiv(w[1], (*a.block_structure)[1])};
+    default: break;
+  }
+  QOBS_THROW(InvalidArgument, "weights with strategy ", to_string(a.get_strategy()),
+             " cannot be calibrated (R3.2)");
+}
+
+bool packs_int(const std::string& format) { return format == "pack-quantized"; }
+bool packs_fp4(const std::string& format) {
+  return format == "nvfp4-pack-quantized" || format == "mxfp4-pack-quantized";
+}
+bool e8m0_scales(const std::string& format) {
+  return format == "mxfp4-pack-quantized" || format == "mxfp8-quantized";
+}
+// Group and channel zero points of pack-quantized weights are bit-packed along dim 0
+// (R8.3.4); any other zero point is stored as computed.
+bool packs_zero_point(const QuantizationArgs& a, const std::string& format) {
+  const Strategy s = a.get_strategy();
+  return packs_int(format) && (s == Strategy::kGroup || s == Strategy::kChannel || s == Strategy::kTensorGroup);
+}
+
+}  // namespace
+
+DType model_dtype_of(DType w) {
+  return (w == DType::kF16 || w == DType::kBF16 || w == DType::kF32 || w == DType::kF64) ? w : DType::kF16;
+}
+
+std::vector<PlannedTensor> plan_compressed(const QuantizationArgs& a, const std::string& format, DType weight_dtype,
+                                           const Shape& w, std::string_view label) {
+  QOBS_CHECK(w.size() == 2, InvalidArgument, label, ": only 2-D weights are quantized, got shape ", shape_str(w));
+  QOBS_CHECK(is_floating(weight_dtype) && weight_dtype != DType::kF8E4M3, InvalidArgument, label,
+             ": weights must be f32, bf16, f16 or f64 to quantize, got ", dtype_name(weight_dtype));
+  const Strategy st = a.get_strategy();
+  if (st == Strategy::kGroup || st == Strategy::kTensorGroup) {
+    const int64_t gs = *a.group_size;
+    QOBS_CHECK(w[1] % gs == 0, InvalidArgument, label, ": group_size ", gs, " does not divide ", w[1],
+               " columns (R5.3.1); exclude the layer with --ignore or choose a scheme with another group size");
+  }
+  const DType md = model_dtype_of(weight_dtype);
+  const Shape ss = scale_shape(a, w);
+  std::vector<PlannedTensor> out;
+  // (not value_or: pytorch_dtype() throws for FP4, whose zp_dtype is always set, R1.3.1-9)
+  const DType zp_dt = a.zp_dtype ? *a.zp_dtype : a.pytorch_dtype();
+  if (packs_int(format)) {
+    QOBS_CHECK(a.type == QuantType::kInt && a.num_bits >= 1 && a.num_bits <= 8, InvalidArgument, label,
+               ": pack-quantized needs int weights of 1..8 bits (R8.3.6)");
+    out.push_back({"weight_packed", DType::kI32, {w[0], cdiv(w[1] * a.num_bits, 32)}});
+    out.push_back({"weight_scale", md, ss});
+    if (!a.symmetric) {
+      if (packs_zero_point(a, format)) out.push_back({"weight_zero_point", DType::kI32, {cdiv(ss[0] * a.num_bits, 32), ss[1]}});
+      else out.push_back({"weight_zero_point", zp_dt, ss});
+    }
+    out.push_back({"weight_shape", DType::kI64, {2}});
+  } else if (packs_fp4(format)) {
+    QOBS_CHECK(a.is_fp4(), InvalidArgument, label, ": ", format, " needs FP4 weights (R8.5)");
+    QOBS_CHECK(w[1] % 2 == 0, InvalidArgument, label, ": FP4 packing needs an even number of columns, got ", w[1],
+               " (R8.5.1)");
+    out.push_back({"weight_packed", DType::kU8, {w[0], w[1] / 2}});
+    if (format == "nvfp4-pack-quantized") {
+      out.push_back({"weight_scale", a.scale_dtype.value_or(DType::kF8E4M3), ss});
+      out.push_back({"weight_global_scale", DType::kF32, {1}});
+    } else {
+      out.push_back({"weight_scale", DType::kU8, ss});
+    }
+  } else {
+    // int-quantized, float-quantized, naive-quantized, mxfp8-quantized: the weight itself
+    // in the quantized dtype (R8.4.1, R8.6.4).
+    out.push_back({"weight", a.pytorch_dtype(), w});
+    out.push_back({"weight_scale", e8m0_scales(format) ? DType::kU8 : md, ss});
+    if (!a.symmetric) out.push_back({"weight_zero_point", zp_dt, ss});
+    if (st == Strategy::kTensorGroup) out.push_back({"weight_global_scale", DType::kF32, {1}});
+  }
+  return out;
+}
+
+Compressed compress_weight(const TensorView& w, const QParams& qp, const QuantizationArgs& a, const std::string& format,
+                           std::string_view label) {
+  const std::vector<PlannedTensor> plan = plan_compressed(a, format, w.dtype, w.shape, label);
+  const DType md = model_dtype_of(w.dtype);
+  // R5.7.5 / R8.2.5: the scale as the module parameter holds it, and quantization uses
+  // exactly that value. fp8 (NVFP4) and power-of-two (MX) scales are exact in every
+  // model dtype, so the stored fp8 / E8M0 codes below decode to the same value.
+  const Tensor scale = qp.scale.to(md);
+  const Tensor& zp = qp.zero_point;
+  const Tensor* g = qp.global_scale ? &*qp.global_scale : nullptr;
+  std::optional<DType> q_dt;
+  if (a.type == QuantType::kInt || a.num_bits == 8) q_dt = a.pytorch_dtype();  // int8/16/32 or fp8
+  const Tensor q = quantize(w, scale, &zp, a, nullptr, g, q_dt);
+
+  Compressed c;
+  // A loader drops symmetric zero points (R8.2.3) and dequantizes without one.
+  const Tensor* load_zp = a.symmetric ? nullptr : &zp;
+  c.dequantized = dequantize(q.view(), scale, load_zp, a, nullptr, g, w.dtype);
+  for (const PlannedTensor& p : plan) {
+    Tensor t;
+    if (p.local == "weight_packed") {
+      t = packs_fp4(format) ? pack_fp4(q, label) : pack_int_rows(q, a.num_bits, label);
+    } else if (p.local == "weight") {
+      t = q;
+    } else if (p.local == "weight_scale") {
+      if (p.dtype == DType::kU8) t = encode_e8m0(scale, label);  // R8.6.2
+      else t = scale.to(p.dtype);                                 // model dtype, or fp8 (R8.5.2)
+    } else if (p.local == "weight_zero_point") {
+      const Tensor z = zp.to(DType::kI8);
+      t = packs_zero_point(a, format) ? pack_zero_points(z.reshaped({z.numel() / z.shape().back(), z.shape().back()}),
+                                                         a.num_bits, label)
+                                      : zp;
+    } else if (p.local == "weight_global_scale") {
+      QOBS_CHECK(g != nullptr, InvalidArgument, label, ": tensor_group weights produced no global scale (R6.1.5)");
+      t = g->to(DType::kF32).reshaped({1});
+    } else if (p.local == "weight_shape") {
+      t = Tensor::from_values(DType::kI64, {2}, {static_cast<double>(w.shape[0]), static_cast<double>(w.shape[1])});
+    }
+    QOBS_CHECK(t.dtype() == p.dtype && t.shape() == p.shape, InvalidArgument, label, ".", p.local, ": produced ",
+               dtype_name(t.dtype()), " ", shape_str(t.shape()), ", planned ", dtype_name(p.dtype), " ",
+               shape_str(p.shape));
+    c.tensors.emplace_back(p.local, std::move(t));
+  }
+  return c;
+}
+
+}  // namespace qobs::detail

@@ -52,9 +52,9 @@ uint16_t double_to_bf16(double v);
 
 /// Code -> value (NaN for 0x7F / 0xFF).
 float fp8_e4m3_to_float(uint8_t code);
-/// Value -> code, round to nearest even on the exact value. A value whose rounding
-/// exceeds 448 becomes NaN (0x7F, sign kept), as the reference cast does (R2.2.1); all
-/// quantization paths clamp to +-448 first.
+/// Value -> code, round to nearest even on the exact value. Values beyond 448 (Inf
+/// included) saturate to +-448 as the installed reference's CPU cast does (SPEC R2.2.1
+/// describes NaN; every quantization path clamps to +-448 first, so both agree there).
 uint8_t fp8_e4m3_from_double(double v);
 
 // ---- FP4 E2M1 (R2.3) --------------------------------------------------------------

@@ -28,6 +28,8 @@ struct FlatLayout {
   std::vector<Axis> obs_axes;       ///< dim 0 (product = num_obs)
   std::vector<Axis> qparam_axes;    ///< row-major over qparam elements
   std::vector<Axis> group_axes;     ///< dim -1 (product = group_len)
+  /// Token strategy on activations: the reference returns the value unchanged (R3.3).
+  bool unchanged = false;
 
   int64_t num_obs() const;
   int64_t num_qparams() const;

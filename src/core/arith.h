@@ -53,7 +53,8 @@ struct Arith {
     }
     const float x = std::fabs(static_cast<float>(a));
     if (norm == 2.0) return narrow(x * x);
-    if (norm == 3.0) return narrow(x * x * x);
+    // bf16 rounds the intermediate square (bf16(bf16(x*x)*x)); f16 and f32 do not.
+    if (norm == 3.0) return dt == DType::kBF16 ? narrow(static_cast<float>(narrow(x * x)) * x) : narrow(x * x * x);
     // PyTorch converts a scalar exponent to the tensor's own dtype: bf16 evaluates
     // |e|^2.40625 and f16 |e|^2.400390625 when asked for 2.4.
     return narrow(std::pow(x, static_cast<float>(cast(norm))));

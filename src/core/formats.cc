@@ -63,6 +63,7 @@ uint16_t double_to_bf16(double v) {
   const uint16_t sign = std::signbit(v) ? 0x8000u : 0u;
   double a = std::fabs(v);
   if (a == 0) return sign;
+  if (std::isinf(a)) return sign | 0x7F80u;
   int e;
   std::frexp(a, &e);
   int exp = e - 1;
@@ -95,6 +96,7 @@ uint8_t fp8_e4m3_from_double(double v) {
   const uint8_t sign = std::signbit(v) ? 0x80u : 0u;
   double a = std::fabs(v);
   if (a == 0) return sign;
+  if (a > 448.0) return sign | 0x7E;  // saturate, Inf included (torch 2.14 CPU cast)
   int e;
   std::frexp(a, &e);
   int exp = e - 1;
@@ -110,7 +112,7 @@ uint8_t fp8_e4m3_from_double(double v) {
     ++exp;
   }
   const int biased = exp + 7;
-  if (biased > 15 || (biased == 15 && m - 8 == 7)) return sign | 0x7F;  // beyond 448: NaN
+  if (biased > 15 || (biased == 15 && m - 8 == 7)) return sign | 0x7E;  // rounds beyond 448: saturate
   return sign | static_cast<uint8_t>((biased << 3) | (m - 8));
 }
 

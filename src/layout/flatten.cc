@@ -52,6 +52,7 @@ int64_t FlatLayout::num_obs() const { return axes_product(obs_axes); }
 int64_t FlatLayout::num_qparams() const { return axes_product(qparam_axes); }
 int64_t FlatLayout::group_len() const { return axes_product(group_axes); }
 Shape FlatLayout::flat_shape() const {
+  if (unchanged) return qparam_shape;
   Shape s{num_obs()};
   s.insert(s.end(), qparam_shape.begin(), qparam_shape.end());
   s.push_back(group_len());
@@ -234,6 +235,7 @@ FlatView flatten_for_calibration(const TensorView& value_in, std::string_view ba
         L.obs_axes = {};
         L.qparam_axes = dim_axes(0, rank);
         L.group_axes = {};
+        L.unchanged = true;
         return fv;
       }
       case Strategy::kGroup:

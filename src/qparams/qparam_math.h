@@ -108,8 +108,10 @@ inline ElemQParams compute_qparams_elem(double mn, double mx, const QParamPlan& 
   if (p.mx) scale = s.cast(static_cast<double>(std::ldexp(1.0f, static_cast<int>(scale) - 127)));
   // step 7: zero scales become eps of (scale_dtype or scale dtype)
   if (scale == 0.0) scale = p.eps;
-  // step 8: zero point to zp_dtype
-  zp = round_to_dtype_value(zp, p.zp_dtype);
+  // step 8: zero point to zp_dtype. A zero range gives 0/0 = NaN before the eps
+  // replacement (Q23); the reference's x86 int cast yields 0, its fp8 cast NaN. qobs
+  // defines 0 for every zp dtype (docs/DEVIATIONS.md).
+  zp = std::isnan(zp) ? 0.0 : round_to_dtype_value(zp, p.zp_dtype);
   return {scale, zp};
 }
 

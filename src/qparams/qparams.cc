@@ -44,10 +44,18 @@ ScaleZeroPoint calculate_qparams(const Tensor& min_in, const Tensor& max_in, con
              shape_str(min_in.shape()), " != max shape ", shape_str(max_in.shape()), " (R4.1)");
   const Tensor mn = stats_as_float(min_in), mx = stats_as_float(max_in);
   const QParamPlan plan = QParamPlan::make(args, promote_float(mn.dtype(), mx.dtype()), global_value(global_scale), mode);
-  Shape out_shape = mn.shape().empty() ? Shape{1} : mn.shape();
-  Tensor scale(plan.scale_dt, out_shape);
-  Tensor zp(plan.zp_dtype, out_shape);
+  // Step 9: a 0-dimensional scale makes both results shape (1,). A global scale of shape
+  // (1,) already broadcast a 0-dimensional scale to (1,) in step 4, and then the zero
+  // point stays 0-dimensional, as in the reference.
+  Shape scale_shape = mn.shape(), zp_shape = mn.shape();
+  if (global_scale && scale_shape.empty()) scale_shape = {1};
+  if (scale_shape.empty()) scale_shape = zp_shape = {1};
+  Tensor scale(plan.scale_dt, scale_shape);
+  Tensor zp(plan.zp_dtype, zp_shape);
   for (int64_t i = 0; i < mn.numel(); ++i) {
+    QOBS_CHECK(std::isfinite(mn.get(i)) && std::isfinite(mx.get(i)), InvalidArgument, "calculate_qparams: min/max[",
+               i, "] = (", mn.get(i), ", ", mx.get(i),
+               ") is non-finite; the reference would return a NaN/Inf scale (R4.1, docs/DEVIATIONS.md)");
     const auto e = detail::compute_qparams_elem(mn.get(i), mx.get(i), plan);
     scale.set(i, e.scale);
     zp.set(i, e.zero_point);
@@ -62,6 +70,10 @@ Tensor generate_gparam(const Tensor& min_in, const Tensor& max_in, NumericMode m
   const Tensor mn = stats_as_float(min_in), mx = stats_as_float(max_in);
   const DType dt = promote_float(mn.dtype(), mx.dtype());
   const Arith a{dt, mode};
+  // NaN falls back to 1.0 below as in the reference (R4.2 step 4); an infinite range
+  // would give a global scale of 0, which nothing downstream can use.
+  QOBS_CHECK(!std::isinf(mn.get(0)) && !std::isinf(mx.get(0)), InvalidArgument, "generate_gparam: min/max (",
+             mn.get(0), ", ", mx.get(0), ") is infinite; the reference would return a global scale of 0 (R4.2, docs/DEVIATIONS.md)");
   const double lo = detail::nan_min(mn.get(0), 0.0), hi = detail::nan_max(mx.get(0), 0.0);
   double amax = detail::nan_max(std::fabs(lo), std::fabs(hi));
   amax = detail::nan_max(amax, dtype_tiny(dt));

@@ -231,6 +231,29 @@ class Observer:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, base_name={self.base_name!r}, args={self.args!r})"
 
+    def __reduce__(self):
+        # Copies (copy.deepcopy, pickle) carry the observer's configuration and its
+        # statistics; fusion links, bound weights and module hooks belong to the
+        # original and are not copied.
+        o = self.options
+        stats = self._core.export_statistics()
+        return (
+            _rebuild,
+            (self.name, self.base_name, self._core.args.to_json(), (o.mode, o.label, o.f32_errors, o.chunked_search),
+             None if stats.empty() else stats.serialize(), self._kind),
+        )
+
+
+def _rebuild(name, base_name, args_json, options, stats, kind):
+    mode, label, f32_errors, chunked_search = options
+    obs = Observer.load_from_registry(
+        name, base_name=base_name, args=_qobs.QuantizationArgs.from_json(args_json),
+        options=ObserverOptions(mode=mode, label=label, f32_errors=f32_errors, chunked_search=chunked_search))
+    if stats is not None:
+        obs._core.import_statistics(Statistics.deserialize(stats))
+    obs._kind = kind
+    return obs
+
 
 def _concrete(cls_name: str, registry_name: str, doc: str) -> type:
     return type(cls_name, (Observer,), {"_registry_name": registry_name, "__doc__": doc})

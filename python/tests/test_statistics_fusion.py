@@ -111,3 +111,18 @@ def test_weight_observers_observe_once_until_consumed():
     o.get_qparams()
     o(np.full((2, 2), 9.0, np.float32))
     assert o.max_vals[0] == 9.0
+
+
+def test_observer_copies_carry_statistics():
+    import copy
+
+    args = QuantizationArgs(num_bits=8, strategy="tensor")
+    o = Observer.load_from_registry("minmax", base_name="input", args=args, averaging_constant=0.5)
+    o(np.array([[-1.0, 2.0]], np.float32))
+    for c in (copy.deepcopy(o), pickle.loads(pickle.dumps(o))):
+        assert type(c) is type(o) and c.args == o.args
+        c(np.array([[-3.0, 4.0]], np.float32))
+        assert (c.min_vals[0], c.max_vals[0]) == (-2.0, 3.0)  # EMA continued from the copy
+    assert o.max_vals[0] == 2.0  # the original is unchanged
+    fresh = copy.deepcopy(Observer.load_from_registry("static_minmax", base_name="input", args=args))
+    assert not fresh.has_statistics

@@ -110,22 +110,59 @@ struct Plan {
   qobs::detail::QdqPlan dplan;
   ErrorModel em;
   SimdLevel level;
-  bool simd;  // the vector kernel applies to this dtype / error dtype
+  bool simd;    // the vector kernel applies to this dtype / error dtype
+  bool approx;  // decide comparisons with certified approximate sums first
+  double approx_rel;
   bool contiguous, w_contiguous;
   BlockKernelArgs proto;  // per-call constants of the block kernel
 };
 
 struct Scratch {
   std::vector<float> xbuf, wbuf, scale, zp;
-  std::vector<double> m_scale, m_zp, sums, acc;
+  std::vector<double> m_scale, m_zp, sums, errs;
+  std::vector<uint8_t> improved;
 };
 
-/// Errors of all S candidates for one group whose values are x (and weights w):
-/// errs[i] is rounded to the error dtype, exactly as the reference computes it.
-void group_errors(const Plan& P, const float* x, const float* w, double m0, double M0, Scratch& s, double* errs) {
+/// The reference's improvement rule over one group's errors: improved[i] = errs[i] <
+/// (best of the earlier candidates), best starting at the error dtype's max (R6.6.4).
+void improvements_from_errors(const Plan& P, const double* errs, uint8_t* improved) {
+  double best = P.em.initial_best();
+  for (int64_t i = 0; i < P.S; ++i) {
+    improved[i] = errs[i] < best;  // strict; NaN never improves
+    if (improved[i]) best = errs[i];
+  }
+}
+
+/// Canonical sums of candidates [first, first + count) on one group with the vector
+/// kernel; rounded to the error dtype unless `raw`.
+void vector_sums(const Plan& P, NormKind nk, const float* x, const float* w, int64_t first, int64_t count, bool raw,
+                 Scratch& s, double* out) {
+  BlockKernelArgs k = P.proto;
+  k.norm_kind = nk;
+  k.num_candidates = count;
+  k.scale = s.scale.data() + first;
+  k.zp = s.zp.data() + first;
+  k.sums = s.sums.data();
+  for (int64_t i = 0; i < count; ++i) out[i] = 0.0;
+  for (int64_t b = 0; b < P.len; b += kSumBlock) {
+    k.x = x + b;
+    k.w = w ? w + b : nullptr;
+    k.n = std::min<int64_t>(kSumBlock, P.len - b);
+    block_errors_simd(P.level, k);
+    for (int64_t i = 0; i < count; ++i) out[i] += s.sums[static_cast<std::size_t>(i)];
+  }
+  if (!raw)
+    for (int64_t i = 0; i < count; ++i) out[i] = round_to_float_dtype(P.em.err_dt, out[i]);
+}
+
+/// improved[i] for all S candidates of one group whose values are x (weights w), as
+/// the reference decides them.
+void group_improvements(const Plan& P, const float* x, const float* w, double m0, double M0, Scratch& s,
+                        uint8_t* improved) {
   const int64_t S = P.S, len = P.len;
   s.m_scale.resize(static_cast<std::size_t>(S));
   s.m_zp.resize(static_cast<std::size_t>(S));
+  s.errs.resize(static_cast<std::size_t>(S));
   bool finite = std::isfinite(m0) && std::isfinite(M0);
   for (int64_t i = 0; i < S; ++i) {
     // R6.6.6 steps 1-2 (host-scalar shrink, calculate_qparams without global scale)
@@ -137,6 +174,7 @@ void group_errors(const Plan& P, const float* x, const float* w, double m0, doub
     const double zx = P.dplan.has_zp ? Arith{P.dt, P.cfg.mode}.cast(sz.zero_point) : 0.0;
     finite = finite && std::isfinite(sz.scale) && sz.scale > 0 && std::isfinite(zx);
   }
+  double* errs = s.errs.data();
   if (!P.simd || !finite) {
     // The reference's own per-element arithmetic, candidate by candidate on the
     // cached group (also the path for non-finite data, which only the scalar
@@ -145,35 +183,65 @@ void group_errors(const Plan& P, const float* x, const float* w, double m0, doub
     for (int64_t i = 0; i < S; ++i) {
       em.begin();
       const double sc = s.m_scale[static_cast<std::size_t>(i)], z = s.m_zp[static_cast<std::size_t>(i)];
-      for (int64_t j = 0; j < len; ++j)
-        em.add(qobs::detail::qdq_elem(x[j], sc, z, P.dplan), x[j], w ? w[j] : 1.0f);
+      for (int64_t j = 0; j < len; ++j) em.add(qobs::detail::qdq_elem(x[j], sc, z, P.dplan), x[j], w ? w[j] : 1.0f);
       errs[i] = em.total();
     }
+    improvements_from_errors(P, errs, improved);
     return;
   }
   s.scale.resize(static_cast<std::size_t>(S));
   s.zp.resize(static_cast<std::size_t>(S));
+  s.sums.resize(static_cast<std::size_t>(S));
   const Arith ax{P.dt, P.cfg.mode};
   for (int64_t i = 0; i < S; ++i) {
     s.scale[static_cast<std::size_t>(i)] = static_cast<float>(s.m_scale[static_cast<std::size_t>(i)]);
     // R5.1.1: z is converted to x's dtype (and to s's, the same dtype here)
     s.zp[static_cast<std::size_t>(i)] = static_cast<float>(ax.cast(s.m_zp[static_cast<std::size_t>(i)]));
   }
-  s.sums.resize(static_cast<std::size_t>(S));
-  s.acc.assign(static_cast<std::size_t>(S), 0.0);
-  BlockKernelArgs k = P.proto;
-  k.num_candidates = S;
-  k.scale = s.scale.data();
-  k.zp = s.zp.data();
-  k.sums = s.sums.data();
-  for (int64_t b = 0; b < len; b += kSumBlock) {
-    k.x = x + b;
-    k.w = w ? w + b : nullptr;
-    k.n = std::min<int64_t>(kSumBlock, len - b);
-    block_errors_simd(P.level, k);
-    for (int64_t i = 0; i < S; ++i) s.acc[static_cast<std::size_t>(i)] += s.sums[static_cast<std::size_t>(i)];
+  if (!P.approx) {
+    vector_sums(P, P.proto.norm_kind, x, w, 0, S, false, s, errs);
+    improvements_from_errors(P, errs, improved);
+    return;
   }
-  for (int64_t i = 0; i < S; ++i) errs[i] = round_to_float_dtype(P.em.err_dt, s.acc[static_cast<std::size_t>(i)]);
+  // Certified approximation (f32 errors, unweighted, non-integer norm): approximate
+  // sums A_i with |err_i - A_i| <= c A_i + abs decide every comparison whose intervals
+  // do not overlap; an overlapping one is settled with the exact (libm-replay) sums of
+  // the two candidates involved. Each decision therefore equals the reference's.
+  vector_sums(P, NormKind::kPowApprox, x, w, 0, S, true, s, errs);
+  const double c = P.approx_rel + static_cast<double>(len) * 0x1p-50;
+  const double abs_slack = static_cast<double>(len) * kPowApproxAbsErr + 0x1p-149;
+  double exact_buf;
+  auto exact = [&](int64_t i) {
+    vector_sums(P, P.proto.norm_kind, x, w, i, 1, false, s, &exact_buf);
+    return exact_buf;
+  };
+  double best_lo = P.em.initial_best(), best_hi = best_lo;
+  int64_t best_idx = -1;
+  bool best_exact = true;
+  for (int64_t i = 0; i < S; ++i) {
+    const double A = errs[i];
+    double lo = A * (1.0 - c) - abs_slack, hi = A * (1.0 + c) + abs_slack;
+    bool is_exact = false, imp;
+    if (!std::isfinite(A) || !(hi < best_lo || lo >= best_hi)) {
+      const double e = exact(i);
+      if (!best_exact) {
+        best_lo = best_hi = exact(best_idx);
+        best_exact = true;
+      }
+      imp = e < best_lo;  // strict; NaN never improves
+      lo = hi = e;
+      is_exact = true;
+    } else {
+      imp = hi < best_lo;
+    }
+    improved[i] = imp;
+    if (imp) {
+      best_lo = lo;
+      best_hi = hi;
+      best_idx = i;
+      best_exact = is_exact;
+    }
+  }
 }
 
 }  // namespace
@@ -196,6 +264,8 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
          ErrorModel::make(cfg, dt),
          level,
          false,
+         false,
+         0.0,
          group_contiguous(flat),
          weights && group_contiguous(*weights),
          {}};
@@ -222,6 +292,13 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
     } else {
       k.norm_kind = NormKind::kPowScalar;
     }
+    // The certified approximation needs f32 terms and sums (the bound is relative to
+    // f32 rounding) and non-negative unit weights.
+    P.approx = (k.norm_kind == NormKind::kPowReplay || k.norm_kind == NormKind::kPowScalar) && !weights &&
+               P.em.elem_dt == DType::kF32 && P.em.err_dt == DType::kF32 && k.norm >= 1 && k.norm <= 8;
+    // kPowApproxRelErr (its exponent scaling) + libm powf's <= 1 ulp + the final f32
+    // rounding of the sum, with room to spare
+    P.approx_rel = kPowApproxRelErr * std::max(1.0, static_cast<double>(k.norm) / 2.4) + 0x1p-20;
   }
   const int threads = resolve_num_threads(num_threads);
   const int64_t W = (S + 63) / 64;  // improvement bits per group
@@ -229,7 +306,6 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
   std::vector<double> m0(static_cast<std::size_t>(nq)), M0(static_cast<std::size_t>(nq));
   std::vector<std::vector<uint8_t>> any(static_cast<std::size_t>(threads), std::vector<uint8_t>(static_cast<std::size_t>(S), 0));
   std::vector<Scratch> scratch(static_cast<std::size_t>(threads));
-  std::vector<std::vector<double>> errs(static_cast<std::size_t>(threads), std::vector<double>(static_cast<std::size_t>(S)));
 
   // Tasks of whole groups; ~8 tasks per thread balance the load without making a
   // task smaller than a few hundred candidate-groups of work.
@@ -238,7 +314,7 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
   const int64_t num_tasks = (nq + per_task - 1) / per_task;
   parallel_for(num_tasks, threads, [&](int64_t task, int worker) {
     Scratch& s = scratch[static_cast<std::size_t>(worker)];
-    std::vector<double>& e = errs[static_cast<std::size_t>(worker)];
+    s.improved.resize(static_cast<std::size_t>(S));
     std::vector<uint8_t>& any_w = any[static_cast<std::size_t>(worker)];
     const int64_t q_end = std::min(nq, (task + 1) * per_task);
     for (int64_t q = task * per_task; q < q_end; ++q) {
@@ -249,12 +325,11 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
       // R6.6.3: the base range, scaled by the host scalar `expand`
       m0[static_cast<std::size_t>(q)] = P.a.mul(lo, cfg.expand);
       M0[static_cast<std::size_t>(q)] = P.a.mul(hi, cfg.expand);
-      group_errors(P, x, w, m0[static_cast<std::size_t>(q)], M0[static_cast<std::size_t>(q)], s, e.data());
-      double best = P.em.initial_best();
+      group_improvements(P, x, w, m0[static_cast<std::size_t>(q)], M0[static_cast<std::size_t>(q)], s,
+                         s.improved.data());
       uint64_t* qb = bits.data() + q * W;
       for (int64_t i = 0; i < S; ++i) {
-        if (e[static_cast<std::size_t>(i)] < best) {  // strict; NaN never improves
-          best = e[static_cast<std::size_t>(i)];
+        if (s.improved[static_cast<std::size_t>(i)]) {
           qb[i / 64] |= uint64_t{1} << (i % 64);
           any_w[static_cast<std::size_t>(i)] = 1;
         }

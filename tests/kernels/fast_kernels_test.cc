@@ -180,6 +180,32 @@ TEST(LibmPowf, ReplayMatchesStdPowBitForBit) {
   }
 }
 
+TEST(LibmPowf, ApproximationStaysFourTimesInsideItsBound) {
+  // The certified fast path relies on |approx - x^y| <= kPowApproxRelErr * x^y (scaled
+  // for y > 2.4) for results in [2^-124, 2^127); check a dense sample with margin.
+  std::vector<float> xs;
+  for (uint32_t u = bits(0x1p-125f); u < bits(0x1p50f); u += 1021) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    xs.push_back(f);
+  }
+  for (SimdLevel level : available_simd_levels()) {
+    if (level == SimdLevel::kScalar) continue;
+    for (float y : {2.4f, 2.40625f, 1.0f, 1.7f, 3.3f, 7.9f}) {
+      std::vector<float> out(xs.size());
+      detail::pow_approx_simd(level, xs.data(), static_cast<int64_t>(xs.size()), y, out.data());
+      const double bound = detail::kPowApproxRelErr * std::max(1.0, y / 2.4);
+      double worst = 0;
+      for (std::size_t i = 0; i < xs.size(); ++i) {
+        const double truth = std::pow(static_cast<double>(xs[i]), static_cast<double>(y));
+        if (truth < 0x1p-124 || truth >= 0x1p126) continue;  // absolute slack / exact path
+        worst = std::max(worst, std::fabs(out[i] - truth) / truth);
+      }
+      EXPECT_LT(worst, bound / 4) << "y=" << y << " at " << to_string(level);
+    }
+  }
+}
+
 // ---- min-max ---------------------------------------------------------------------
 
 TEST(FastMinMax, MatchesReferenceEverywhere) {

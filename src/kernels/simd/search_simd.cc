@@ -16,6 +16,7 @@
 #define HWY_TARGET_INCLUDE "kernels/simd/search_simd.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
 
 #include <cmath>
 #include <cstring>
@@ -156,6 +157,47 @@ HWY_INLINE VF pow_replay(VF a, float y, const PowfTables& t) {
   return hn::IfThenZeroElse(hn::Eq(a, hn::Zero(df)), inf_or_res);
 }
 
+/// Approximate |a|^y for the certified path (kPowApprox), ~30 f32 ops per vector:
+/// log2 a = k + log2 m with m in [sqrt(1/2), sqrt(2)) by the atanh series in
+/// t = (m-1)/(m+1) (|t| <= 0.172, truncation < 1e-8), then 2^(y log2 a) = 2^n 2^f with
+/// |f| <= 1/2 by a degree-6 Taylor polynomial (truncation < 3e-8). The error is
+/// dominated by the f32 rounding of y log2 a (<= 128 * 2^-22 absolute), i.e. ~1e-5
+/// relative, ten times below kPowApproxRelErr. Results below 2^-125 (and inputs
+/// below 2^-125, y >= 1) count as 0 within kPowApproxAbsErr; results of 2^127 and
+/// more (n > 126) become +inf, which sends the caller to the exact path.
+HWY_INLINE VF pow_approx(VF a, float y) {
+  const DF df;
+  const DI di;
+  auto ix = hn::BitCast(di, a);
+  auto k = hn::Sub(hn::ShiftRight<23>(ix), hn::Set(di, 127));
+  VF m = hn::BitCast(df, hn::Or(hn::And(ix, hn::Set(di, 0x007FFFFF)), hn::Set(di, 0x3F800000)));
+  const auto big = hn::Gt(m, hn::Set(df, 1.41421356f));
+  m = hn::IfThenElse(big, hn::Mul(m, hn::Set(df, 0.5f)), m);
+  k = hn::IfThenElse(hn::RebindMask(di, big), hn::Add(k, hn::Set(di, 1)), k);
+  const VF t = hn::Div(hn::Sub(m, hn::Set(df, 1.0f)), hn::Add(m, hn::Set(df, 1.0f)));
+  const VF t2 = hn::Mul(t, t);
+  VF p = hn::MulAdd(t2, hn::Set(df, 0.41219858f), hn::Set(df, 0.57707802f));
+  p = hn::MulAdd(t2, p, hn::Set(df, 0.96179669f));
+  p = hn::MulAdd(t2, p, hn::Set(df, 2.88539008f));
+  const VF l2 = hn::MulAdd(t, p, hn::ConvertTo(df, k));
+  const VF z = hn::Mul(hn::Set(df, y), l2);
+  const VF n = hn::Round(z);
+  const VF f = hn::Sub(z, n);
+  VF e = hn::MulAdd(f, hn::Set(df, 1.5403530e-4f), hn::Set(df, 1.3333558e-3f));
+  e = hn::MulAdd(f, e, hn::Set(df, 9.6181291e-3f));
+  e = hn::MulAdd(f, e, hn::Set(df, 5.5504109e-2f));
+  e = hn::MulAdd(f, e, hn::Set(df, 0.24022651f));
+  e = hn::MulAdd(f, e, hn::Set(df, 0.69314718f));
+  e = hn::MulAdd(f, e, hn::Set(df, 1.0f));
+  // 2^n for n in [-125, 126] by building the exponent field
+  const VF nc = hn::Min(hn::Max(n, hn::Set(df, -125.0f)), hn::Set(df, 126.0f));
+  const VF two_n = hn::BitCast(df, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, nc), hn::Set(di, 127))));
+  VF r = hn::Mul(e, two_n);
+  r = hn::IfThenElse(hn::Gt(n, hn::Set(df, 126.0f)), hn::Set(df, HUGE_VALF), r);
+  r = hn::IfThenZeroElse(hn::Lt(z, hn::Set(df, -125.0f)), r);
+  return hn::IfThenZeroElse(hn::Lt(a, hn::Set(df, 0x1p-125f)), r);
+}
+
 /// Accumulates an f32 vector of terms into the 8 canonical lane sums.
 struct LaneSums {
   VD a0, a1;  // AVX2: lanes 0-3 and 4-7; AVX-512: a0 holds lanes 0-7, a1 unused
@@ -188,11 +230,18 @@ struct LaneSums {
   }
 };
 
-void BlockErrors(const BlockKernelArgs& A) {
+/// The block kernel. Each template argument is either a fixed Narrow / GridKind /
+/// NormKind value, so the compiler drops the per-vector branches of the hot
+/// combinations, or -1 for "read it from A at run time" (the generic instantiation).
+template <int kDN, int kEN, int kG, int kNK>
+HWY_NOINLINE void BlockErrorsT(const BlockKernelArgs& A) {
   static_assert(HWY_LANES(float) == 8 || HWY_LANES(float) == 16, "lane layout assumes AVX2 or AVX-512");
   const DF df;
   const size_t N = hn::Lanes(df);
-  const Narrow dn = A.data_narrow, en = A.err_narrow;
+  const Narrow dn = kDN >= 0 ? static_cast<Narrow>(kDN) : A.data_narrow;
+  const Narrow en = kEN >= 0 ? static_cast<Narrow>(kEN) : A.err_narrow;
+  const auto grid = kG >= 0 ? static_cast<qobs::detail::GridKind>(kG) : A.grid;
+  const NormKind norm_kind = kNK >= 0 ? static_cast<NormKind>(kNK) : A.norm_kind;
   const VF qmin = hn::Set(df, A.q_min), qmax = hn::Set(df, A.q_max);
   alignas(64) float lane_buf[16];
   for (int64_t i = 0; i < A.num_candidates; ++i) {
@@ -210,7 +259,7 @@ void BlockErrors(const BlockKernelArgs& A) {
       if (A.has_zp) y = narrow_to(dn, hn::Add(y, z));
       const VF c = hn::Min(hn::Max(y, qmin), qmax);
       VF q;
-      switch (A.grid) {
+      switch (grid) {
         case qobs::detail::GridKind::kInt: q = hn::Round(c); break;
         case qobs::detail::GridKind::kFp8: q = fp8_round(c); break;
         default: q = fp4_round(c); break;
@@ -221,10 +270,11 @@ void BlockErrors(const BlockKernelArgs& A) {
       // R6.6.6 step 4 / R6.8.6: |r - x|^norm (x w) in the error dtype
       const VF e = hn::Abs(narrow_to(en, hn::Sub(r, x)));
       VF t;
-      switch (A.norm_kind) {
+      switch (norm_kind) {
         case NormKind::kTwo: t = narrow_to(en, hn::Mul(e, e)); break;
         case NormKind::kThree: t = narrow_to(en, hn::Mul(hn::Mul(e, e), e)); break;
         case NormKind::kPowReplay: t = narrow_to(en, pow_replay(e, A.norm, *A.tables)); break;
+        case NormKind::kPowApprox: t = pow_approx(e, A.norm); break;
         default: {
           hn::Store(e, df, lane_buf);
           for (size_t l = 0; l < N; ++l) lane_buf[l] = std::pow(lane_buf[l], A.norm);
@@ -241,6 +291,36 @@ void BlockErrors(const BlockKernelArgs& A) {
     }
     A.sums[i] = acc.total();
   }
+}
+
+template <int kDN, int kG>
+HWY_INLINE void BlockErrorsNorm(const BlockKernelArgs& A) {
+  switch (A.norm_kind) {
+    case NormKind::kTwo: return BlockErrorsT<kDN, kDN, kG, static_cast<int>(NormKind::kTwo)>(A);
+    case NormKind::kThree: return BlockErrorsT<kDN, kDN, kG, static_cast<int>(NormKind::kThree)>(A);
+    case NormKind::kPowReplay: return BlockErrorsT<kDN, kDN, kG, static_cast<int>(NormKind::kPowReplay)>(A);
+    case NormKind::kPowApprox: return BlockErrorsT<kDN, kDN, kG, static_cast<int>(NormKind::kPowApprox)>(A);
+    default: return BlockErrorsT<-1, -1, -1, -1>(A);
+  }
+}
+
+template <int kDN>
+HWY_INLINE void BlockErrorsGrid(const BlockKernelArgs& A) {
+  switch (A.grid) {
+    case qobs::detail::GridKind::kInt: return BlockErrorsNorm<kDN, static_cast<int>(qobs::detail::GridKind::kInt)>(A);
+    case qobs::detail::GridKind::kFp8: return BlockErrorsNorm<kDN, static_cast<int>(qobs::detail::GridKind::kFp8)>(A);
+    default: return BlockErrorsNorm<kDN, static_cast<int>(qobs::detail::GridKind::kFp4)>(A);
+  }
+}
+
+/// Specialized kernels for f32 and bf16 data with errors in the same dtype (the
+/// benchmarked cases); everything else runs the generic instantiation.
+void BlockErrors(const BlockKernelArgs& A) {
+  if (A.data_narrow == Narrow::kNone && A.err_narrow == Narrow::kNone)
+    return BlockErrorsGrid<static_cast<int>(Narrow::kNone)>(A);
+  if (A.data_narrow == Narrow::kBF16 && A.err_narrow == Narrow::kBF16)
+    return BlockErrorsGrid<static_cast<int>(Narrow::kBF16)>(A);
+  return BlockErrorsT<-1, -1, -1, -1>(A);
 }
 
 void MinMax(const float* x, int64_t n, float* lo_out, float* hi_out) {
@@ -301,6 +381,15 @@ void Widen(const uint16_t* src, int64_t n, bool is_bf16, float* dst) {
   }
 }
 
+void PowApprox(const float* x, int64_t n, float y, float* out) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t j = 0; j < n; j += N) {
+    const auto m = hn::FirstN(df, static_cast<size_t>(n - j));
+    hn::BlendedStore(pow_approx(hn::MaskedLoad(m, df, x + j), y), m, df, out + j);
+  }
+}
+
 void PowReplay(const float* x, int64_t n, float y, const PowfTables& t, float* out) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -349,6 +438,9 @@ void widen_simd(SimdLevel level, const uint16_t* src, int64_t n, bool is_bf16, f
 }
 void pow_replay_simd(SimdLevel level, const float* x, int64_t n, float y, const PowfTables& t, float* out) {
   QOBS_SIMD_DISPATCH(PowReplay(x, n, y, t, out));
+}
+void pow_approx_simd(SimdLevel level, const float* x, int64_t n, float y, float* out) {
+  QOBS_SIMD_DISPATCH(PowApprox(x, n, y, out));
 }
 
 }  // namespace qobs::kernels::detail

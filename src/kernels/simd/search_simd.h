@@ -18,7 +18,16 @@ enum class Narrow : uint8_t { kNone, kBF16, kF16 };
 
 /// How |e|^norm is evaluated: exponent 2 and 3 by repeated multiplication (as
 /// Arith::pow_abs), others by the libm replay (libm_powf.h) or std::pow per lane.
-enum class NormKind : uint8_t { kTwo, kThree, kPowReplay, kPowScalar };
+/// kPowApprox is not exact: exp(norm * log(e)) in f32 (relative error below
+/// kPowApproxRelErr, see pow_approx_bound), used only to decide comparisons that the
+/// error bound makes certain; the caller evaluates exactly whenever it does not.
+enum class NormKind : uint8_t { kTwo, kThree, kPowReplay, kPowScalar, kPowApprox };
+
+/// Relative error bound of the kPowApprox terms (pow_approx in search_simd.cc): the
+/// observed error is ~1e-5; the tests check it stays four times below this bound.
+inline constexpr double kPowApproxRelErr = 0x1p-13;
+/// Absolute slack per term: results (or inputs, with norm >= 1) below 2^-125 count as 0.
+inline constexpr double kPowApproxAbsErr = 0x1p-124;
 
 /// One canonical block (n <= kSumBlock values of one group) against S candidates.
 struct BlockKernelArgs {
@@ -47,5 +56,7 @@ void minmax_simd(SimdLevel level, const float* x, int64_t n, float* lo, float* h
 void widen_simd(SimdLevel level, const uint16_t* src, int64_t n, bool is_bf16, float* dst);
 /// |x|^y for n non-negative finite x with the libm replay, vectorized (tests).
 void pow_replay_simd(SimdLevel level, const float* x, int64_t n, float y, const PowfTables& t, float* out);
+/// The kPowApprox terms of n non-negative x (tests).
+void pow_approx_simd(SimdLevel level, const float* x, int64_t n, float y, float* out);
 
 }  // namespace qobs::kernels::detail

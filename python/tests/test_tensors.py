@@ -133,3 +133,23 @@ def test_torch_non_cpu_and_sparse_are_rejected(torch):
 def test_mixed_kinds_return_torch(torch):
     s, z = qobs.calculate_qparams(np.array([-3.0], np.float32), torch.tensor([1.0]), QuantizationArgs())
     assert isinstance(s, torch.Tensor) and s.item() == pytest.approx(3 / 127.5)
+
+
+def test_float16_torch_input_gives_float16_scales(torch):
+    w = (torch.arange(16, dtype=torch.float16) - 8).reshape(2, 8)
+    q = _minmax(QuantizationArgs(strategy="channel"))(w).get_qparams()
+    assert q["scale"].dtype == torch.float16
+    assert q["scale"][0, 0].item() == torch.tensor(8 / 127.5, dtype=torch.float16).item()
+
+
+def test_bound_torch_weight_is_read_in_place(torch):
+    args = QuantizationArgs(num_bits=4, type="float", strategy="tensor_group", group_size=16,
+                            scale_dtype=torch.float8_e4m3fn)
+    w1 = torch.full((4, 32), 0.5, dtype=torch.bfloat16)
+    w2 = torch.full((8, 64), 0.5, dtype=torch.bfloat16)[:, ::2]  # non-contiguous view
+    o1, o2 = _minmax(args), _minmax(args)
+    qobs.fuse_observers([o1, o2], weights=[w1, w2])
+    w2[3, 5] = -11.0  # writes through the view into the bound memory
+    o1(w1)
+    assert o2.min_vals[3, 0].item() == -11.0
+    assert o1.get_qparams()["global_scale"].item() == 244.0  # bf16 absmax 11 (R4.2 example)

@@ -230,6 +230,18 @@ void ImatrixMseObserver::accumulate_input(const TensorView& x) {
   Tensor& sum = state_.at("importance_sum");
   Tensor& count = state_.at("importance_count");
   const int64_t in = sum.numel();
+  if (x.dim() == 1) {
+    // The reference reduces a 1-D input over all its elements and adds that total to
+    // every channel, counting one token.
+    double total = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const float v = static_cast<float>(x.get(i));
+      total += static_cast<double>(v * v);
+    }
+    for (int64_t c = 0; c < in; ++c) sum.set(c, static_cast<float>(sum.get(c) + static_cast<float>(total)));
+    count.set(0, count.get(0) + 1.0);
+    return;
+  }
   QOBS_CHECK(x.dim() >= 1 && x.shape[x.dim() - 1] == in, InvalidArgument, "imatrix_mse: input of shape ",
              shape_str(x.shape), " does not end in in_features ", in, " (R6.8.3)");
   const int64_t rows = x.numel() / in;

@@ -187,7 +187,9 @@ TEST(GoldenObservers, AllCasesMatchTheReference) {
     }
     if (!ex["global_scale"].is_null()) {
       ASSERT_TRUE(qp.global_scale.has_value());
-      if (exact) EXPECT_EQ(describe_difference(g.tensor(ex["global_scale"]), *qp.global_scale), "") << "global_scale";
+      if (exact) {
+        EXPECT_EQ(describe_difference(g.tensor(ex["global_scale"]), *qp.global_scale), "") << "global_scale";
+      }
     } else {
       EXPECT_FALSE(qp.global_scale.has_value());
     }

@@ -25,7 +25,7 @@ constexpr const char* kUsage = R"(usage:
   qobs quantize MODEL_DIR -o OUT_DIR --scheme SCHEME [options]
   qobs demo [--model DIR] [-o OUT_DIR] [--scheme SCHEME] [options]
   qobs inspect PATH [--tensors]
-  qobs dequantize COMPRESSED_DIR -o FILE.safetensors
+  qobs dequantize COMPRESSED_DIR -o FILE.safetensors [--dtype float32|bfloat16|float16]
   qobs schemes | observers | --help | --version
 
 quantize options:
@@ -107,6 +107,7 @@ struct Args {
   bool quiet = false;
   bool list_tensors = false;
   std::optional<std::string> model;
+  std::optional<std::string> dtype;
   bool scheme_given = false;
   bool output_given = false;
 };
@@ -154,6 +155,8 @@ Args parse_args(int argc, char** argv, int first) {
       a.quiet = true;
     } else if (f == "--tensors") {
       a.list_tensors = true;
+    } else if (f == "--dtype") {
+      a.dtype = value(i, f);
     } else if (f == "--model") {
       a.model = value(i, f);
     } else if (f.size() > 1 && f[0] == '-') {
@@ -268,7 +271,9 @@ int main(int argc, char** argv) {
     if (cmd == "dequantize") {
       if (a.positional.size() != 1 || a.q.output_dir.empty())
         throw UsageError("dequantize expects COMPRESSED_DIR -o FILE.safetensors");
-      const int64_t n = qobs::dequantize_checkpoint(a.positional[0], a.q.output_dir);
+      std::optional<qobs::DType> dt;
+      if (a.dtype) dt = qobs::parse_dtype(*a.dtype);
+      const int64_t n = qobs::dequantize_checkpoint(a.positional[0], a.q.output_dir, dt);
       std::cout << "wrote " << n << " dequantized weights to " << a.q.output_dir << "\n";
       return 0;
     }

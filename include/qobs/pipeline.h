@@ -123,8 +123,11 @@ Tensor load_dequantized_weight(const Checkpoint& checkpoint, std::string_view mo
 /// one config group (as `qobs quantize` writes them) into one plain safetensors file of
 /// `<module>.weight` tensors (`qobs dequantize`). The model dtype is the weight_scale
 /// dtype when that is a float dtype wider than fp8, else config.json's torch_dtype /
-/// dtype, else f32. Returns the number of tensors written.
-int64_t dequantize_checkpoint(const std::string& path, const std::string& out_file);
+/// dtype, else f32; `dtype` overrides that (to mirror a loader that decodes into a fixed
+/// dtype, e.g. compressed-tensors decodes NVFP4 into bf16). Returns the number of tensors
+/// written.
+int64_t dequantize_checkpoint(const std::string& path, const std::string& out_file,
+                              std::optional<DType> dtype = std::nullopt);
 
 /// The compressed-tensors version written into quantization_config.version.
 inline constexpr std::string_view kCompressedTensorsFormatVersion = "0.19.0";

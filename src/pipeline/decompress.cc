@@ -58,7 +58,7 @@ Tensor load_dequantized_weight(const Checkpoint& c, std::string_view module_sv, 
   return dequantize(q.view(), scale, zp ? &*zp : nullptr, a, nullptr, g ? &*g : nullptr, md);
 }
 
-int64_t dequantize_checkpoint(const std::string& path, const std::string& out_file) {
+int64_t dequantize_checkpoint(const std::string& path, const std::string& out_file, std::optional<DType> dtype) {
   const Checkpoint c = Checkpoint::open(path);
   QOBS_CHECK(!c.config_json().empty(), IoError, path, ": no config.json with a quantization_config");
   nlohmann::json cfg;
@@ -85,7 +85,7 @@ int64_t dequantize_checkpoint(const std::string& path, const std::string& out_fi
       if (t.name.size() <= suffix.size() || t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) != 0)
         continue;
       const std::string module = t.name.substr(0, t.name.size() - suffix.size());
-      const DType md = (is_floating(t.dtype) && t.dtype != DType::kF8E4M3) ? t.dtype : model_dtype;
+      const DType md = dtype ? *dtype : (is_floating(t.dtype) && t.dtype != DType::kF8E4M3) ? t.dtype : model_dtype;
       out.emplace_back(module + ".weight", load_dequantized_weight(c, module, args, format, md));
     }
   write_safetensors(out_file, out);

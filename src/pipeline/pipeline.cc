@@ -262,7 +262,7 @@ std::string QuantizeReport::to_csv() const {
 std::string QuantizeReport::summary_table() const {
   std::ostringstream os;
   char line[512];
-  std::snprintf(line, sizeof line, "%-48s %-11s %-10s %10s %9s %9s %8s\n", "module", "shape", "observer", "rel MSE",
+  std::snprintf(line, sizeof line, "%-48s %-11s %-18s %10s %9s %9s %8s\n", "module", "shape", "observer", "rel MSE",
                 "SQNR dB", "base dB", "time s");
   os << line;
   double sum_sqnr = 0, sum_base = 0;
@@ -270,7 +270,7 @@ std::string QuantizeReport::summary_table() const {
   for (const TensorReport& t : tensors) {
     std::string shape = std::to_string(t.shape[0]) + "x" + std::to_string(t.shape[1]);
     std::string name = t.module.size() > 48 ? "..." + t.module.substr(t.module.size() - 45) : t.module;
-    std::snprintf(line, sizeof line, "%-48s %-11s %-10.10s %10.3e %9.2f %9s %8.3f\n", name.c_str(), shape.c_str(),
+    std::snprintf(line, sizeof line, "%-48s %-11s %-18.18s %10.3e %9.2f %9s %8.3f\n", name.c_str(), shape.c_str(),
                   t.observer.c_str(), t.rel_mse, t.sqnr_db,
                   t.baseline_sqnr_db ? (std::to_string(*t.baseline_sqnr_db).substr(0, 6)).c_str() : "-", t.seconds);
     os << line;
@@ -307,7 +307,8 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& o, const ProgressCallb
   QOBS_CHECK(o.threads >= 1, InvalidArgument, "--threads must be at least 1, got ", o.threads);
 
   std::error_code ec;
-  const fs::path out = fs::absolute(fs::path(o.output_dir)).lexically_normal();
+  // A dry run may have no output folder at all.
+  const fs::path out = o.output_dir.empty() ? fs::path() : fs::absolute(fs::path(o.output_dir)).lexically_normal();
   if (!o.dry_run) {
     QOBS_CHECK(!o.output_dir.empty(), InvalidArgument, "no output folder given (-o OUT_DIR)");
     const fs::path in = fs::absolute(fs::path(o.model_path)).lexically_normal();
@@ -318,6 +319,9 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& o, const ProgressCallb
   }
 
   const Checkpoint ckpt = Checkpoint::open(o.model_path);
+  // Quantizing a compressed checkpoint again would treat packed codes as weights.
+  QOBS_CHECK(ckpt.config_json().find("\"quantization_config\"") == std::string::npos, InvalidArgument, o.model_path,
+             ": config.json already has a quantization_config; qobs quantizes unquantized checkpoints only");
   const TargetPlan targets = plan_targets(ckpt, o.targets, o.ignore);
   QOBS_CHECK(!targets.quantize.empty(), InvalidArgument, o.model_path,
              ": no tensor matches the targets (2-D Linear weights by default; see --targets)");

@@ -1,0 +1,143 @@
+// Google Benchmark suite (issue 3): every observer on LLM-sized weights, f32 and bf16,
+// plus a plain streaming read of the same tensor as the bandwidth yardstick for
+// min-max. Threads: QOBS_NUM_THREADS (default: hardware concurrency); level: QOBS_SIMD.
+//
+// Default shape 4096x4096 keeps a run to about a minute on 2 cores; QOBS_BENCH_FULL=1
+// adds 4096x11008 and 14336x4096.
+//
+// Counters: bytes_per_second (tensor bytes read), elem_cand/s (element x candidate
+// pairs of the grid search per second, all threads).
+#include <benchmark/benchmark.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_schemes.h"
+#include "kernels/kernels.h"
+#include "kernels/parallel/thread_pool.h"
+#include "qobs/qobs.h"
+
+namespace {
+
+using qobs::DType;
+
+const qobs::Tensor& weight(int64_t rows, int64_t cols, DType dt) {
+  static std::vector<std::pair<std::string, qobs::Tensor>> cache;
+  const std::string key = std::to_string(rows) + "x" + std::to_string(cols) + std::string(qobs::dtype_name(dt));
+  for (auto& [k, t] : cache)
+    if (k == key) return t;
+  std::vector<float> v(static_cast<std::size_t>(rows * cols));
+  std::mt19937 rng(1234);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  for (float& x : v) x = nd(rng);
+  cache.emplace_back(key, qobs::Tensor::from_floats(dt, {rows, cols}, v));
+  return cache.back().second;
+}
+
+int64_t candidates(const std::string& observer) {
+  if (observer == "memoryless_mse") return 20;
+  if (observer == "nvfp4_expanded_mse") return 111;
+  if (observer == "imatrix_mse") return 20;  // 21 evaluated unless early stopping
+  return 0;
+}
+
+void BM_Observer(benchmark::State& state, std::string observer, std::string scheme, DType dt, int64_t rows,
+                 int64_t cols) {
+  const qobs::Tensor& w = weight(rows, cols, dt);
+  const qobs::QuantizationArgs args = qobs::bench::scheme_args(scheme);
+  std::vector<float> imp(static_cast<std::size_t>(cols));
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(0.1f, 2.0f);
+  for (float& x : imp) x = u(rng);
+  for (auto _ : state) {
+    auto obs = qobs::load_observer(observer, "weight", args);
+    if (observer == "imatrix_mse") {
+      obs->attach(cols);
+      obs->accumulate_input(qobs::TensorView(imp.data(), DType::kF32, {1, cols}));
+    }
+    obs->observe(w.view());
+    benchmark::DoNotOptimize(obs->get_qparams());
+  }
+  const double n = static_cast<double>(rows * cols);
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n * static_cast<double>(qobs::dtype_size(dt))));
+  if (candidates(observer) > 0)
+    state.counters["elem_cand/s"] =
+        benchmark::Counter(n * static_cast<double>(candidates(observer)), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+/// The yardstick for min-max: read every float of the tensor once, same threads.
+void BM_StreamRead(benchmark::State& state, int64_t rows, int64_t cols) {
+  const qobs::Tensor& w = weight(rows, cols, DType::kF32);
+  const float* p = w.data_as<float>();
+  const int64_t n = rows * cols;
+  const int threads = qobs::kernels::resolve_num_threads(0);
+  const int64_t parts = threads * 4, step = (n + parts - 1) / parts;
+  for (auto _ : state) {
+    std::vector<float> partial(static_cast<std::size_t>(parts));
+    qobs::kernels::parallel_for(parts, threads, [&](int64_t t, int) {
+      // 8 independent max chains: the compiler vectorizes this into a pure stream
+      float m[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      const int64_t b = t * step, e = std::min(n, b + step);
+      int64_t j = b;
+      for (; j + 8 <= e; j += 8)
+        for (int l = 0; l < 8; ++l) m[l] = std::max(m[l], p[j + l]);
+      for (; j < e; ++j) m[0] = std::max(m[0], p[j]);
+      float r = m[0];
+      for (float x : m) r = std::max(r, x);
+      partial[static_cast<std::size_t>(t)] = r;
+    });
+    benchmark::DoNotOptimize(partial.data());
+  }
+  state.SetBytesProcessed(state.iterations() * n * 4);
+}
+
+struct Shape {
+  int64_t rows, cols;
+};
+
+void register_all() {
+  std::vector<Shape> shapes{{4096, 4096}};
+  if (const char* full = std::getenv("QOBS_BENCH_FULL"); full && std::string(full) == "1") {
+    shapes.push_back({4096, 11008});
+    shapes.push_back({14336, 4096});
+  }
+  for (const Shape& s : shapes) {
+    const std::string sh = std::to_string(s.rows) + "x" + std::to_string(s.cols);
+    benchmark::RegisterBenchmark(("stream_read/f32/" + sh).c_str(), BM_StreamRead, s.rows, s.cols)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->MinTime(0.5);
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      const std::string d = dt == DType::kF32 ? "f32" : "bf16";
+      struct Obs {
+        const char* name;
+        const char* scheme;
+        int iterations;
+      };
+      for (const Obs& o : {Obs{"memoryless_minmax", "int4_g128", 0}, Obs{"memoryless_minmax", "nvfp4", 0},
+                           Obs{"memoryless_mse", "int4_g128", 2}, Obs{"nvfp4_expanded_mse", "nvfp4", 1},
+                           Obs{"imatrix_mse", "int4_g128", 2}}) {
+        auto* b = benchmark::RegisterBenchmark((std::string(o.name) + "/" + o.scheme + "/" + d + "/" + sh).c_str(),
+                                               BM_Observer, std::string(o.name), std::string(o.scheme), dt, s.rows,
+                                               s.cols);
+        b->Unit(benchmark::kMillisecond)->UseRealTime();
+        if (o.iterations > 0) b->Iterations(o.iterations);
+        else b->MinTime(0.5);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

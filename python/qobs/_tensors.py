@@ -70,12 +70,12 @@ def to_kind(t: _qobs.Tensor | None, kind: str):
     return to_torch(t) if kind == "torch" else to_numpy(t)
 
 
-def _tensor_numpy(self: _qobs.Tensor) -> np.ndarray:
+def _tensor_numpy(self):
     """This tensor as a numpy array (bfloat16/float8 widened exactly to float32)."""
     return to_numpy(self)
 
 
-def _tensor_torch(self: _qobs.Tensor):
+def _tensor_torch(self):
     """This tensor as a torch tensor of the same dtype, sharing memory."""
     return to_torch(self)
 

@@ -681,7 +681,7 @@ PYBIND11_MODULE(_qobs, m) {
           return qobs::load_observer(name, base_name, args, kwargs_from_dict(kwargs), options);
         },
         py::arg("name"), py::arg("base_name"), py::arg("args"), py::arg("kwargs") = py::none(),
-        py::arg("options") = qobs::ObserverOptions{});
+        py::arg_v("options", qobs::ObserverOptions{}, "ObserverOptions()"));
   m.def("fuse_observers", &qobs::fuse_observers, py::arg("group"));
   m.def("fused_layer_names", &qobs::fused_layer_names);
   m.def("registered_observers", &qobs::registered_observers);

@@ -55,7 +55,7 @@ struct KwargReader {
       std::string names;
       for (const auto& a : allowed) names += (names.empty() ? "" : ", ") + a;
       QOBS_THROW(InvalidArgument, observer, ": unknown observer_kwargs key '", k, "' (accepted: ", names,
-                 "; docs/DEVIATIONS.md)");
+                 "; R6.7.1/R6.8.1, docs/DEVIATIONS.md D9)");
     }
   }
 };
@@ -212,7 +212,7 @@ ImatrixMseObserver::ImatrixMseObserver(std::string base, QuantizationArgs args, 
   QOBS_CHECK(std::isfinite(cfg_.norm) && cfg_.norm > 0, InvalidArgument,
              "imatrix_mse: norm must be a finite positive number, got ", cfg_.norm, " (R6.8.1)");
   QOBS_CHECK(cfg_.expand >= 1.0, InvalidArgument, "imatrix_mse: expand value must be at least 1.0, got ", cfg_.expand,
-             " (docs/DEVIATIONS.md)");
+             " (R6.8.1, docs/DEVIATIONS.md D7)");
   cfg_.mode = options_.mode;
   cfg_.num_threads = options_.num_threads;
 }

@@ -167,3 +167,25 @@ def test_oneshot_example(lc):
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     assert example.main() == 0
+
+
+@pytest.mark.parametrize("name", ["static_minmax", "minmax", "memoryless_minmax"])
+def test_sync_activation_stats_single_process_group(lc, torch, tmp_path, name):
+    """DDP sync over a one-process gloo group: the all-reduce runs and leaves the
+    statistics as they were (MIN/MAX/AVG of one rank)."""
+    import torch.distributed as dist
+
+    Observer, QuantizationArgs = lc
+    if not dist.is_available():
+        pytest.skip("torch.distributed unavailable")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        ours = Observer.load_from_registry("qobs_" + name, base_name="input", args=QuantizationArgs(num_bits=8))
+        ours(torch.tensor([[-2.0, 5.0]], dtype=torch.bfloat16))
+        before = ours.get_statistics()
+        assert ours.sync_activation_stats() == []
+        after = ours.get_statistics()
+        for k in ("min_vals", "max_vals"):
+            assert after[k].dtype == before[k].dtype and torch.equal(after[k], before[k])
+    finally:
+        dist.destroy_process_group()

@@ -2,11 +2,13 @@
 // threaded fast paths at the active SIMD level (QOBS_SIMD / ScopedSimdLevel; "scalar"
 // is the fused loop with the reference's per-element arithmetic). The unfused scalar
 // references in kernels/ref are only called by tests and benchmarks.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/kernels.h"
 #if QOBS_HAVE_FAST_KERNELS
 #include "kernels/fused_search.h"
+#include "kernels/parallel/thread_pool.h"
 #include "kernels/simd/simd_level.h"
 #endif
 
@@ -25,6 +27,54 @@ std::vector<double> grid_candidates(const GridSearchConfig& cfg) {
   const int64_t S = prod > 0 ? static_cast<int64_t>(prod) : 0;
   for (int64_t i = 0; i < S; ++i) out.push_back(1.0 - static_cast<double>(i) / cfg.grid);
   return out;
+}
+
+namespace {
+/// Index of the first element in [begin, end) whose exponent field is all ones, or -1.
+template <typename Bits, Bits kExpMask>
+int64_t first_all_ones_exponent(const Bits* p, int64_t begin, int64_t end) {
+  // branch-free blocks of 256 (vectorized by the compiler), then locate the element
+  for (int64_t b = begin; b < end; b += 256) {
+    const int64_t e = std::min(end, b + 256);
+    bool any = false;
+    for (int64_t i = b; i < e; ++i) any |= (p[i] & kExpMask) == kExpMask;
+    if (any)
+      for (int64_t i = b; i < e; ++i)
+        if ((p[i] & kExpMask) == kExpMask) return i;
+  }
+  return -1;
+}
+}  // namespace
+
+int64_t first_non_finite(const TensorView& v, int num_threads) {
+  const int64_t n = v.numel();
+  const bool fast_dtype = v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16;
+  if (!fast_dtype || !v.is_contiguous()) {
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(v.get(i))) return i;
+    return -1;
+  }
+  auto scan = [&](int64_t b, int64_t e) -> int64_t {
+    switch (v.dtype) {
+      case DType::kF32: return first_all_ones_exponent<uint32_t, 0x7F800000u>(static_cast<const uint32_t*>(v.data), b, e);
+      case DType::kBF16: return first_all_ones_exponent<uint16_t, 0x7F80u>(static_cast<const uint16_t*>(v.data), b, e);
+      default: return first_all_ones_exponent<uint16_t, 0x7C00u>(static_cast<const uint16_t*>(v.data), b, e);
+    }
+  };
+#if QOBS_HAVE_FAST_KERNELS
+  const int threads = resolve_num_threads(num_threads);
+  if (threads > 1 && n >= (int64_t{1} << 18)) {
+    const int64_t parts = threads * 4, step = (n + parts - 1) / parts;
+    std::vector<int64_t> first(static_cast<std::size_t>(parts), -1);
+    parallel_for(parts, threads, [&](int64_t t, int) {
+      first[static_cast<std::size_t>(t)] = scan(t * step, std::min(n, (t + 1) * step));
+    });
+    for (int64_t f : first)
+      if (f >= 0) return f;  // parts in order: the lowest index
+    return -1;
+  }
+#endif
+  return scan(0, n);
 }
 
 #if QOBS_HAVE_FAST_KERNELS

@@ -21,6 +21,11 @@ namespace qobs::kernels {
 /// num_threads: 0 = QOBS_NUM_THREADS or the hardware concurrency.
 void minmax(const FlatView& flat, float* mins, float* maxs, int num_threads = 0);
 
+/// Flat (row-major) index of the first NaN / +-Inf element of a float tensor, or -1.
+/// Threaded scan of the bit patterns for contiguous f32 / bf16 / f16 views (the
+/// observers' input check); other views are scanned element by element.
+int64_t first_non_finite(const TensorView& value, int num_threads = 0);
+
 /// Parameters of the MSE grid search (R6.6, R6.8).
 struct GridSearchConfig {
   double maxshrink = 0.2;

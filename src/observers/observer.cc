@@ -38,11 +38,10 @@ namespace {
 void check_observable(const TensorView& v, const std::string& label) {
   QOBS_CHECK(v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16, TypeError, label,
              ": observers accept float32, bfloat16 or float16 tensors, got ", dtype_name(v.dtype));
-  const int64_t n = v.numel();
-  for (int64_t i = 0; i < n; ++i) {
+  const int64_t i = kernels::first_non_finite(v);  // threaded scan of the bit patterns
+  if (i >= 0) {
     const double x = v.get(i);
-    QOBS_CHECK(std::isfinite(x), InvalidArgument, label, ": non-finite value ", x, " at flat index ", i,
-               " of shape ", shape_str(v.shape),
+    QOBS_THROW(InvalidArgument, label, ": non-finite value ", x, " at flat index ", i, " of shape ", shape_str(v.shape),
                " (observed tensors must be finite: the reference would produce a NaN/Inf scale; docs/DEVIATIONS.md)");
   }
 }

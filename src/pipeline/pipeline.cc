@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <condition_variable>
 #include <exception>
 #include <filesystem>
@@ -21,6 +22,7 @@
 
 #include "core/check.h"
 #include "pipeline/compress.h"
+#include "qobs/formats.h"
 #include "qobs/observer.h"
 #include "qobs/qparams.h"
 
@@ -70,10 +72,42 @@ struct Metrics {
   double sqnr_db;
 };
 
+// Element i of contiguous float data widened to double (the error sums run in f64).
+inline double load_double(const unsigned char* base, DType dt, int64_t i) {
+  switch (dt) {
+    case DType::kF32: {
+      float v;
+      std::memcpy(&v, base + 4 * i, 4);
+      return v;
+    }
+    case DType::kBF16: {
+      uint16_t b;
+      std::memcpy(&b, base + 2 * i, 2);
+      return bf16_to_float(b);
+    }
+    case DType::kF16: {
+      uint16_t b;
+      std::memcpy(&b, base + 2 * i, 2);
+      return f16_to_float(b);
+    }
+    case DType::kF64: {
+      double v;
+      std::memcpy(&v, base + 8 * i, 8);
+      return v;
+    }
+    default: break;
+  }
+  return std::nan("");
+}
+
 Metrics measure(const TensorView& w, const Tensor& dq) {
   double sig = 0, err = 0;
+  const bool fast = w.is_contiguous() && w.dtype != DType::kF8E4M3 && dq.dtype() != DType::kF8E4M3;
+  const auto* wb = static_cast<const unsigned char*>(w.data);
+  const auto* db = static_cast<const unsigned char*>(dq.data());
   for (int64_t i = 0; i < w.numel(); ++i) {
-    const double x = w.get(i), d = x - dq.get(i);
+    const double x = fast ? load_double(wb, w.dtype, i) : w.get(i);
+    const double d = x - (fast ? load_double(db, dq.dtype(), i) : dq.get(i));
     sig += x * x;
     err += d * d;
   }

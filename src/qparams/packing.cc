@@ -133,6 +133,33 @@ Tensor unpack_zero_points(const Tensor& packed, int num_bits, int64_t rows, std:
   return out;
 }
 
+// The value of element i of a float tensor, widened to float (exact for every dtype
+// that pack_fp4 accepts: an E2M1 grid value is exact in all of them).
+inline float load_float(const uint8_t* base, DType dt, int64_t i) {
+  switch (dt) {
+    case DType::kF32: {
+      float v;
+      std::memcpy(&v, base + 4 * i, 4);
+      return v;
+    }
+    case DType::kBF16: {
+      uint16_t b;
+      std::memcpy(&b, base + 2 * i, 2);
+      return bf16_to_float(b);
+    }
+    case DType::kF16: {
+      uint16_t b;
+      std::memcpy(&b, base + 2 * i, 2);
+      return f16_to_float(b);
+    }
+    default: {
+      double v;
+      std::memcpy(&v, base + 8 * i, 8);
+      return static_cast<float>(v);  // f64 grid values are exact in float
+    }
+  }
+}
+
 Tensor pack_fp4(const Tensor& q, std::string_view label) {
   QOBS_CHECK(is_floating(q.dtype()) && q.dtype() != DType::kF8E4M3, InvalidArgument, name_or(label),
              ": FP4 packing needs values in a float tensor, got ", dtype_name(q.dtype()), " (R8.5.1)");
@@ -144,16 +171,20 @@ Tensor pack_fp4(const Tensor& q, std::string_view label) {
   out_shape.back() = cols / 2;
   Tensor out(DType::kU8, out_shape);
   uint8_t* dst = out.data_as<uint8_t>();
+  const uint8_t* src = q.data_as<uint8_t>();
+  // Magnitude index by 2|v|: {0, 0.5, 1, 1.5, 2, 3, 4, 6} -> 2|v| in {0,1,2,3,4,6,8,12};
+  // -1 marks a value off the grid, which must be an error rather than a silent code 0.
+  static constexpr int8_t kIndexOfTwice[13] = {0, 1, 2, 3, 4, -1, 5, -1, 6, -1, -1, -1, 7};
   const int64_t n = q.numel();
   for (int64_t i = 0; i < n; ++i) {
-    const double v = q.get(i);
-    // fp4_code maps |v| by exact comparison; anything not on the grid would silently
-    // become code 0, so check first.
-    const double a = std::fabs(v);
-    const bool on_grid = a == 0 || a == 0.5 || a == 1 || a == 1.5 || a == 2 || a == 3 || a == 4 || a == 6;
-    QOBS_CHECK(on_grid, InvalidArgument, name_or(label), ": element ", i, " = ", v,
+    const float v = load_float(src, q.dtype(), i);
+    const float twice = 2.0f * std::fabs(v);
+    const int k = twice <= 12.0f ? static_cast<int>(twice) : -1;  // NaN fails the comparison
+    const int idx = (k >= 0 && static_cast<float>(k) == twice) ? kIndexOfTwice[k] : -1;
+    QOBS_CHECK(idx >= 0, InvalidArgument, name_or(label), ": element ", i, " = ", v,
                " is not an FP4 (E2M1) grid value (R8.5.1)");
-    const uint8_t code = fp4_code(static_cast<float>(v));
+    // sign bit, not v < 0: -0.0 must give code 8 (Q17)
+    const uint8_t code = static_cast<uint8_t>((std::signbit(v) ? 0x8 : 0x0) | idx);
     dst[i / 2] |= static_cast<uint8_t>((i % 2 == 0) ? code : code << 4);
   }
   return out;

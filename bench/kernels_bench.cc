@@ -68,6 +68,19 @@ void BM_Observer(benchmark::State& state, std::string observer, std::string sche
         benchmark::Counter(n * static_cast<double>(candidates(observer)), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+/// The min-max kernel alone (kernels::minmax on the flattened view), without the
+/// observer's input check, statistics tensors and qparam computation.
+void BM_MinMaxKernel(benchmark::State& state, std::string scheme, DType dt, int64_t rows, int64_t cols) {
+  const qobs::Tensor& w = weight(rows, cols, dt);
+  const qobs::FlatView flat = qobs::flatten_for_calibration(w.view(), "weight", qobs::bench::scheme_args(scheme));
+  std::vector<float> mins(static_cast<std::size_t>(flat.layout.num_qparams())), maxs(mins.size());
+  for (auto _ : state) {
+    qobs::kernels::minmax(flat, mins.data(), maxs.data());
+    benchmark::DoNotOptimize(mins.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * rows * cols * static_cast<int64_t>(qobs::dtype_size(dt))));
+}
+
 /// The yardstick for min-max: read every float of the tensor once, same threads.
 void BM_StreamRead(benchmark::State& state, int64_t rows, int64_t cols) {
   const qobs::Tensor& w = weight(rows, cols, DType::kF32);
@@ -112,6 +125,12 @@ void register_all() {
         ->MinTime(0.5);
     for (DType dt : {DType::kF32, DType::kBF16}) {
       const std::string d = dt == DType::kF32 ? "f32" : "bf16";
+      for (const char* scheme : {"int4_g128", "nvfp4", "int8_channel"})
+        benchmark::RegisterBenchmark(("minmax_kernel/" + std::string(scheme) + "/" + d + "/" + sh).c_str(),
+                                     BM_MinMaxKernel, std::string(scheme), dt, s.rows, s.cols)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime()
+            ->MinTime(0.5);
       struct Obs {
         const char* name;
         const char* scheme;

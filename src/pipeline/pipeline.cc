@@ -169,7 +169,9 @@ std::string json_number(double v) {
 bool is_other_weight_format(const std::string& name) {
   // Weights in formats other than safetensors would hold the unquantized model next to
   // a config that says it is quantized; loaders prefer them in some setups.
-  return ends_with(name, ".bin") || ends_with(name, ".pt") || ends_with(name, ".pth") || ends_with(name, ".h5") ||
+  // (.safetensors files that the index does not list, e.g. Mistral's
+  // consolidated.safetensors, are another copy of the weights too.)
+  return ends_with(name, ".safetensors") || ends_with(name, ".bin") || ends_with(name, ".pt") || ends_with(name, ".pth") || ends_with(name, ".h5") ||
          ends_with(name, ".msgpack") || ends_with(name, ".ckpt") || ends_with(name, ".onnx") ||
          ends_with(name, ".gguf");
 }

@@ -299,7 +299,13 @@ TEST(Pipeline, R8_8_2_ShardedLikeTheInput) {
   TempDir dir;
   const auto model = make_model(DType::kF16);
   write_model(dir.path / "in", model, 3);
+  // another copy of the weights that the index does not list (as Mistral repositories have)
+  write_safetensors((dir.path / "in" / "consolidated.safetensors").string(),
+                    {{"layers.0.w", Tensor::from_values(DType::kF16, {1}, {1})}});
+  std::ofstream(dir.path / "in" / "pytorch_model.bin") << "unquantized weights";
   run(dir.path / "in", dir.path / "out", "W4A16_ASYM");
+  EXPECT_FALSE(fs::exists(dir.path / "out" / "consolidated.safetensors"));
+  EXPECT_FALSE(fs::exists(dir.path / "out" / "pytorch_model.bin"));
   const Checkpoint c = Checkpoint::open((dir.path / "out").string());
   EXPECT_TRUE(c.sharded());
   EXPECT_EQ(c.shard_names(), Checkpoint::open((dir.path / "in").string()).shard_names());

@@ -80,8 +80,13 @@ int main(int argc, char** argv) {
   try {
     const qobs::DType dt = qobs::parse_dtype(dtype);
     const qobs::QuantizationArgs args = qobs::bench::scheme_args(scheme);
-    const std::vector<char> bytes = read_file(input);
-    const qobs::Tensor w = qobs::Tensor::from_bytes(dt, {rows, cols}, bytes.data(), bytes.size());
+    // read straight into the tensor so that the peak RSS holds one copy of the weight
+    qobs::Tensor w(dt, {rows, cols});
+    {
+      std::ifstream f(input, std::ios::binary);
+      const auto nbytes = static_cast<std::streamsize>(w.numel() * static_cast<int64_t>(qobs::dtype_size(dt)));
+      if (!f.read(static_cast<char*>(w.data()), nbytes)) throw std::runtime_error("cannot read " + input);
+    }
     std::vector<float> imp;
     if (!importance.empty()) {
       const std::vector<char> ib = read_file(importance);

@@ -110,6 +110,7 @@ struct Plan {
   qobs::detail::QdqPlan dplan;
   ErrorModel em;
   SimdLevel level;
+  std::vector<float> pow_table;  // kTable16
   bool simd;    // the vector kernel applies to this dtype / error dtype
   bool approx;  // decide comparisons with certified approximate sums first
   double approx_rel;
@@ -263,6 +264,7 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
          qobs::detail::QdqPlan::make(search_args, dt, dt, true, true, cfg.mode),
          ErrorModel::make(cfg, dt),
          level,
+         {},
          false,
          false,
          0.0,
@@ -286,7 +288,19 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
     k.norm = static_cast<float>(Arith{P.em.elem_dt, cfg.mode}.cast(cfg.norm));
     if (cfg.norm == 2.0) k.norm_kind = NormKind::kTwo;
     else if (cfg.norm == 3.0) k.norm_kind = NormKind::kThree;
-    else if (powf_matches(k.norm)) {
+    else if (k.err_narrow != Narrow::kNone) {
+      // 16-bit error terms: tabulate the reference's own pow_abs for all 2^15
+      // non-negative patterns (~1 ms), exact by construction
+      const Arith ae{P.em.elem_dt, cfg.mode};
+      P.pow_table.resize(32768);
+      for (uint32_t b = 0; b < 32768; ++b) {
+        const float e = P.em.elem_dt == DType::kBF16 ? bf16_to_float(static_cast<uint16_t>(b))
+                                                     : f16_to_float(static_cast<uint16_t>(b));
+        P.pow_table[b] = static_cast<float>(ae.pow_abs(e, cfg.norm));
+      }
+      k.norm_kind = NormKind::kTable16;
+      k.pow_table = P.pow_table.data();
+    } else if (powf_matches(k.norm)) {
       k.norm_kind = NormKind::kPowReplay;
       k.tables = libm_powf_tables();
     } else {

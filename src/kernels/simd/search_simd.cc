@@ -315,34 +315,37 @@ HWY_NOINLINE void BlockErrorsT(const BlockKernelArgs& A) {
   }
 }
 
-template <int kDN, int kG>
+template <int kDN, int kEN, int kG>
 HWY_INLINE void BlockErrorsNorm(const BlockKernelArgs& A) {
   switch (A.norm_kind) {
-    case NormKind::kTwo: return BlockErrorsT<kDN, kDN, kG, static_cast<int>(NormKind::kTwo)>(A);
-    case NormKind::kThree: return BlockErrorsT<kDN, kDN, kG, static_cast<int>(NormKind::kThree)>(A);
-    case NormKind::kPowReplay: return BlockErrorsT<kDN, kDN, kG, static_cast<int>(NormKind::kPowReplay)>(A);
-    case NormKind::kPowApprox: return BlockErrorsT<kDN, kDN, kG, static_cast<int>(NormKind::kPowApprox)>(A);
-    case NormKind::kTable16: return BlockErrorsT<kDN, kDN, kG, static_cast<int>(NormKind::kTable16)>(A);
+    case NormKind::kTwo: return BlockErrorsT<kDN, kEN, kG, static_cast<int>(NormKind::kTwo)>(A);
+    case NormKind::kThree: return BlockErrorsT<kDN, kEN, kG, static_cast<int>(NormKind::kThree)>(A);
+    case NormKind::kPowReplay: return BlockErrorsT<kDN, kEN, kG, static_cast<int>(NormKind::kPowReplay)>(A);
+    case NormKind::kPowApprox: return BlockErrorsT<kDN, kEN, kG, static_cast<int>(NormKind::kPowApprox)>(A);
+    case NormKind::kTable16: return BlockErrorsT<kDN, kEN, kG, static_cast<int>(NormKind::kTable16)>(A);
     default: return BlockErrorsT<-1, -1, -1, -1>(A);
   }
 }
 
-template <int kDN>
+template <int kDN, int kEN>
 HWY_INLINE void BlockErrorsGrid(const BlockKernelArgs& A) {
   switch (A.grid) {
-    case qobs::detail::GridKind::kInt: return BlockErrorsNorm<kDN, static_cast<int>(qobs::detail::GridKind::kInt)>(A);
-    case qobs::detail::GridKind::kFp8: return BlockErrorsNorm<kDN, static_cast<int>(qobs::detail::GridKind::kFp8)>(A);
-    default: return BlockErrorsNorm<kDN, static_cast<int>(qobs::detail::GridKind::kFp4)>(A);
+    case qobs::detail::GridKind::kInt:
+      return BlockErrorsNorm<kDN, kEN, static_cast<int>(qobs::detail::GridKind::kInt)>(A);
+    case qobs::detail::GridKind::kFp8:
+      return BlockErrorsNorm<kDN, kEN, static_cast<int>(qobs::detail::GridKind::kFp8)>(A);
+    default: return BlockErrorsNorm<kDN, kEN, static_cast<int>(qobs::detail::GridKind::kFp4)>(A);
   }
 }
 
-/// Specialized kernels for f32 and bf16 data with errors in the same dtype (the
-/// benchmarked cases); everything else runs the generic instantiation.
+/// Specialized kernels for f32 and bf16 data with errors in the data dtype or in f32
+/// (imatrix, f32_errors): the benchmarked cases; everything else (f16 data) runs the
+/// generic instantiation.
 void BlockErrors(const BlockKernelArgs& A) {
-  if (A.data_narrow == Narrow::kNone && A.err_narrow == Narrow::kNone)
-    return BlockErrorsGrid<static_cast<int>(Narrow::kNone)>(A);
-  if (A.data_narrow == Narrow::kBF16 && A.err_narrow == Narrow::kBF16)
-    return BlockErrorsGrid<static_cast<int>(Narrow::kBF16)>(A);
+  constexpr int kNone = static_cast<int>(Narrow::kNone), kBF16 = static_cast<int>(Narrow::kBF16);
+  if (A.data_narrow == Narrow::kNone && A.err_narrow == Narrow::kNone) return BlockErrorsGrid<kNone, kNone>(A);
+  if (A.data_narrow == Narrow::kBF16 && A.err_narrow == Narrow::kBF16) return BlockErrorsGrid<kBF16, kBF16>(A);
+  if (A.data_narrow == Narrow::kBF16 && A.err_narrow == Narrow::kNone) return BlockErrorsGrid<kBF16, kNone>(A);
   return BlockErrorsT<-1, -1, -1, -1>(A);
 }
 

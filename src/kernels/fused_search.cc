@@ -209,7 +209,8 @@ void group_improvements(const Plan& P, const float* x, const float* w, double m0
   // do not overlap; an overlapping one is settled with the exact (libm-replay) sums of
   // the two candidates involved. Each decision therefore equals the reference's.
   vector_sums(P, NormKind::kPowApprox, x, w, 0, S, true, s, errs);
-  const double c = P.approx_rel + static_cast<double>(len) * 0x1p-50;
+  // + the f32 lane sums of the specialized kernels (<= 2^-15 per block) + f64 adds
+  const double c = P.approx_rel + 0x1p-15 + static_cast<double>(len) * 0x1p-50;
   const double abs_slack = static_cast<double>(len) * kPowApproxAbsErr + 0x1p-149;
   double exact_buf;
   auto exact = [&](int64_t i) {

@@ -120,6 +120,10 @@ class Observer : public std::enable_shared_from_this<Observer> {
   void bind_weight(const TensorView& weight) { bound_weight_ = weight; has_bound_weight_ = true; }
   void unbind_weight() { has_bound_weight_ = false; }
 
+  /// Whether integer tensors may be observed (R6.3.1: min-max statistics of integer
+  /// inputs stay integer until blended). MSE observers take float tensors only.
+  virtual bool accepts_integer_input() const { return false; }
+
   /// Importance hooks (R6.1.7). Only imatrix_mse accumulates; others ignore them.
   virtual void attach(int64_t in_features) {}
   virtual void detach() {}

@@ -19,6 +19,7 @@ class MemorylessMinMaxObserver : public Observer {
   MemorylessMinMaxObserver(std::string base, QuantizationArgs args, ObserverOptions opt)
       : Observer(std::move(base), std::move(args), std::move(opt)) {}
   std::string_view name() const override { return "memoryless_minmax"; }
+  bool accepts_integer_input() const override { return true; }
   void update_state(std::map<std::string, Tensor>& st, const FlatView& flat) const override;
 };
 
@@ -27,6 +28,7 @@ class StaticMinMaxObserver : public Observer {
   StaticMinMaxObserver(std::string base, QuantizationArgs args, ObserverOptions opt)
       : Observer(std::move(base), std::move(args), std::move(opt)) {}
   std::string_view name() const override { return "static_minmax"; }
+  bool accepts_integer_input() const override { return true; }
   void update_state(std::map<std::string, Tensor>& st, const FlatView& flat) const override;
   std::vector<std::pair<std::string, ReduceOp>> sync_table() const override {
     return {{"min_vals", ReduceOp::kMin}, {"max_vals", ReduceOp::kMax}};
@@ -37,6 +39,7 @@ class MovingAverageMinMaxObserver : public Observer {
  public:
   MovingAverageMinMaxObserver(std::string base, QuantizationArgs args, ObserverOptions opt);
   std::string_view name() const override { return "minmax"; }
+  bool accepts_integer_input() const override { return true; }
   void update_state(std::map<std::string, Tensor>& st, const FlatView& flat) const override;
   std::vector<std::pair<std::string, ReduceOp>> sync_table() const override {
     return {{"min_vals", ReduceOp::kAvg}, {"max_vals", ReduceOp::kAvg}};

@@ -35,9 +35,19 @@ Observer::~Observer() = default;
 
 namespace {
 
-void check_observable(const TensorView& v, const std::string& label) {
-  QOBS_CHECK(v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16, TypeError, label,
-             ": observers accept float32, bfloat16 or float16 tensors, got ", dtype_name(v.dtype));
+bool is_integer_dtype(DType dt) {
+  return dt == DType::kI8 || dt == DType::kI16 || dt == DType::kI32 || dt == DType::kI64 || dt == DType::kU8;
+}
+
+void check_observable(const TensorView& v, const std::string& label, bool allow_integer) {
+  const bool is_float = v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16;
+  if (!is_float) {
+    QOBS_CHECK(allow_integer && is_integer_dtype(v.dtype), TypeError, label,
+               allow_integer ? ": min-max observers accept float32, bfloat16, float16 or integer tensors, got "
+                             : ": this observer accepts float32, bfloat16 or float16 tensors, got ",
+               dtype_name(v.dtype), " (docs/DEVIATIONS.md D11)");
+    return;  // integers are always finite
+  }
   const int64_t i = kernels::first_non_finite(v);  // threaded scan of the bit patterns
   if (i >= 0) {
     const double x = v.get(i);
@@ -52,7 +62,7 @@ Observer& Observer::observe(const TensorView& value) {
   if (value.numel() == 0) return *this;                      // R6.1.2-1
   if (is_weight_observer() && has_statistics()) return *this;  // R6.1.2-2, Q27
   const std::string label = options_.label.empty() ? base_name_ : options_.label;
-  check_observable(value, label);
+  check_observable(value, label, accepts_integer_input());
   observe_flat(flatten_for_calibration(value, base_name_, args_, {}, label));
   if (!partners_.empty()) fused_statistics_members();  // R6.1.2-5
   return *this;
@@ -534,14 +544,16 @@ ScaleZeroPoint MinMaxHookAdapter::forward(const TensorView& value, std::span<con
   const QuantizationArgs& a = observer_->args();
   QOBS_CHECK(!(a.get_strategy() == Strategy::kTensorGroup && !global_scale_), InvalidArgument,
              "Cannot compute scale and zero points without first computing global scale (R7.2.3)");
-  check_observable(value, observer_->options().label.empty() ? observer_->base_name() : observer_->options().label);
+  check_observable(value, observer_->options().label.empty() ? observer_->base_name() : observer_->options().label,
+                   observer_->accepts_integer_input());
   const FlatView flat = flatten_for_calibration(value, observer_->base_name(), a, g_idx, observer_->options().label);
   auto [mn, mx] = get_min_max(flat);
   return calculate_qparams(mn, mx, a, global_scale_ ? &*global_scale_ : nullptr, observer_->options().mode);
 }
 
 Tensor MinMaxHookAdapter::get_global_scale(const TensorView& value) {
-  check_observable(value, observer_->options().label.empty() ? observer_->base_name() : observer_->options().label);
+  check_observable(value, observer_->options().label.empty() ? observer_->base_name() : observer_->options().label,
+                   observer_->accepts_integer_input());
   const Tensor contiguous = Tensor::copy_of(value);
   FlatView flat;
   flat.data = contiguous.data();

@@ -217,9 +217,34 @@ TEST(ObserverApi, R6_1_8_StatisticsKeepObservedDtype) {
 }
 
 TEST(ObserverApi, D11_NonFloatObservationsRejected) {
+  // MSE observers take float tensors only; fp8 / f64 are rejected by every observer.
+  auto mse = load_observer("memoryless_mse", "input", args_of(Strategy::kTensor));
+  const Tensor i = Tensor::from_values(DType::kI64, {5}, {1, 1, 1, 1, 1});
+  EXPECT_THROW(mse->observe(i.view()), TypeError);
+  auto mm = load_observer("memoryless_minmax", "input", args_of(Strategy::kTensor));
+  const Tensor f8 = Tensor::from_values(DType::kF8E4M3, {2}, {1, 2});
+  EXPECT_THROW(mm->observe(f8.view()), TypeError);
+}
+
+TEST(ObserverApi, R6_3_1_IntegerObservationsWithMinMaxObservers) {
+  // llm-compressor's min-max tests observe torch.tensor([1, 1, 1, 1, 1]) (int64): the
+  // statistics stay int64, the scale is f32 (R4.1 output dtypes): 1/127.5 sym, 1/255 asym.
   auto o = load_observer("memoryless_minmax", "input", args_of(Strategy::kTensor));
   const Tensor i = Tensor::from_values(DType::kI64, {5}, {1, 1, 1, 1, 1});
-  EXPECT_THROW(o->observe(i.view()), TypeError);
+  o->observe(i.view());
+  EXPECT_EQ(o->get_statistics()[0].second.dtype(), DType::kI64);
+  const QParams q = o->get_qparams();
+  EXPECT_EQ(q.scale.dtype(), DType::kF32);
+  EXPECT_EQ(q.scale.get(0), static_cast<double>(1.0f / 127.5f));
+  EXPECT_EQ(q.zero_point.get(0), 0.0);
+  // EMA blending turns integer statistics into f32 (R6.5.2)
+  auto ema = load_observer("minmax", "input", args_of(Strategy::kTensor), {{"averaging_constant", 0.5}});
+  ema->observe(i.view());
+  const Tensor j = Tensor::from_values(DType::kI64, {2}, {-3, 3});
+  ema->observe(j.view());
+  EXPECT_EQ(ema->get_statistics()[0].second.dtype(), DType::kF32);
+  EXPECT_EQ(ema->get_statistics()[0].second.get(0), -1.0);  // lerp(1, -3, 0.5)
+  EXPECT_EQ(ema->get_statistics()[1].second.get(0), 2.0);   // lerp(1, 3, 0.5)
 }
 
 TEST(ObserverApi, R6_1_2_NonFiniteInputRejected) {

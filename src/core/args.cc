@@ -245,7 +245,11 @@ namespace {
 
 ojson kwargs_to_json(const ObserverKwargs& kw) {
   ojson j = ojson::object();
-  for (const auto& [k, v] : kw) std::visit([&](const auto& x) { j[k] = x; }, v);
+  // (an explicit key variable: C++20 clang 14 cannot capture structured bindings)
+  for (const auto& entry : kw) {
+    const std::string& key = entry.first;
+    std::visit([&](const auto& x) { j[key] = x; }, entry.second);
+  }
   return j;
 }
 

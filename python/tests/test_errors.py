@@ -53,9 +53,9 @@ def test_observer_name_normalization():
 
 
 def test_type_error():
-    o = Observer.load_from_registry("memoryless_minmax", base_name="weight", args=QuantizationArgs())
+    o = Observer.load_from_registry("memoryless_mse", base_name="weight", args=QuantizationArgs())
     with pytest.raises(TypeError, match="int8"):
-        o(np.ones((2, 2), np.int8))  # observers read float tensors
+        o(np.ones((2, 2), np.int8))  # MSE observers read float tensors (min-max ones take integers too)
     with pytest.raises(TypeError):
         Observer(base_name="weight", args=QuantizationArgs())  # abstract base: use a concrete class
 

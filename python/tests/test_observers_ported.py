@@ -32,8 +32,6 @@ def test_min_max_observer_float(torch, symmetric, expected_scale, expected_zero_
     assert round(qparams["zero_point"].item(), 4) == expected_zero_point
 
 
-@pytest.mark.xfail(raises=TypeError, strict=False,
-                   reason="the core accepts float observations only; integer ones (R6.3.1) are requested of the core")
 @pytest.mark.parametrize("symmetric,expected_scale,expected_zero_point", [(True, 0.0078, 0), (False, 0.0039, -128)])
 def test_min_max_observer_integer_input(torch, symmetric, expected_scale, expected_zero_point):
     tensor = torch.tensor([1, 1, 1, 1, 1])  # int64, as in the reference test

@@ -83,6 +83,40 @@ void store(void* base, DType dt, int64_t i, double v) {
   }
 }
 
+/// store() for n consecutive elements from index 0, with the dtype switch hoisted out of
+/// the loop (the same per-element narrowing as store()).
+template <typename Src>
+void store_all(void* base, DType dt, const Src* v, std::size_t n) {
+  auto typed = [&](auto* p, auto conv) {
+    for (std::size_t i = 0; i < n; ++i) p[i] = conv(static_cast<double>(v[i]));
+  };
+  switch (dt) {
+    case DType::kF64: return typed(static_cast<double*>(base), [](double x) { return x; });
+    case DType::kF32: return typed(static_cast<float*>(base), [](double x) { return static_cast<float>(x); });
+    case DType::kBF16: return typed(static_cast<uint16_t*>(base), [](double x) { return double_to_bf16(x); });
+    case DType::kF16: return typed(static_cast<uint16_t*>(base), [](double x) { return double_to_f16(x); });
+    case DType::kI8: return typed(static_cast<int8_t*>(base), [](double x) { return to_int<int8_t>(x); });
+    case DType::kI32: return typed(static_cast<int32_t*>(base), [](double x) { return to_int<int32_t>(x); });
+    default:
+      for (std::size_t i = 0; i < n; ++i) store(base, dt, static_cast<int64_t>(i), static_cast<double>(v[i]));
+  }
+}
+
+/// load() for n consecutive elements from index 0, dtype switch hoisted.
+void load_all(const void* base, DType dt, double* out, std::size_t n) {
+  auto typed = [&](const auto* p, auto conv) {
+    for (std::size_t i = 0; i < n; ++i) out[i] = conv(p[i]);
+  };
+  switch (dt) {
+    case DType::kF64: return typed(static_cast<const double*>(base), [](double x) { return x; });
+    case DType::kF32: return typed(static_cast<const float*>(base), [](float x) { return static_cast<double>(x); });
+    case DType::kBF16: return typed(static_cast<const uint16_t*>(base), [](uint16_t b) { return static_cast<double>(bf16_to_float(b)); });
+    case DType::kF16: return typed(static_cast<const uint16_t*>(base), [](uint16_t b) { return static_cast<double>(f16_to_float(b)); });
+    default:
+      for (std::size_t i = 0; i < n; ++i) out[i] = load(base, dt, static_cast<int64_t>(i));
+  }
+}
+
 }  // namespace
 
 TensorView::TensorView(const void* data_, DType dtype_, Shape shape_, Shape strides_)
@@ -120,7 +154,7 @@ Tensor Tensor::from_values(DType dtype, Shape shape, std::span<const double> val
   Tensor t(dtype, std::move(shape));
   QOBS_CHECK(static_cast<int64_t>(values.size()) == t.numel(), InvalidArgument, "from_values: ",
              values.size(), " values for shape ", shape_str(t.shape_));
-  for (std::size_t i = 0; i < values.size(); ++i) store(t.bytes_.data(), dtype, static_cast<int64_t>(i), values[i]);
+  store_all(t.bytes_.data(), dtype, values.data(), values.size());
   return t;
 }
 
@@ -132,7 +166,7 @@ Tensor Tensor::from_floats(DType dtype, Shape shape, std::span<const float> valu
   Tensor t(dtype, std::move(shape));
   QOBS_CHECK(static_cast<int64_t>(values.size()) == t.numel(), InvalidArgument, "from_floats: ",
              values.size(), " values for shape ", shape_str(t.shape_));
-  for (std::size_t i = 0; i < values.size(); ++i) store(t.bytes_.data(), dtype, static_cast<int64_t>(i), values[i]);
+  store_all(t.bytes_.data(), dtype, values.data(), values.size());
   return t;
 }
 
@@ -163,7 +197,7 @@ void Tensor::set(int64_t i, double v) { store(bytes_.data(), dtype_, i, v); }
 
 std::vector<double> Tensor::to_doubles() const {
   std::vector<double> out(static_cast<std::size_t>(numel()));
-  for (int64_t i = 0; i < numel(); ++i) out[static_cast<std::size_t>(i)] = get(i);
+  load_all(bytes_.data(), dtype_, out.data(), out.size());
   return out;
 }
 
@@ -183,8 +217,9 @@ Tensor Tensor::reshaped(Shape shape) const {
 
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return *this;
+  const std::vector<double> v = to_doubles();
   Tensor t(dtype, shape_);
-  for (int64_t i = 0; i < numel(); ++i) t.set(i, get(i));
+  store_all(t.bytes_.data(), dtype, v.data(), v.size());
   return t;
 }
 

@@ -36,9 +36,14 @@ int64_t first_all_ones_exponent(const Bits* p, int64_t begin, int64_t end) {
   // branch-free blocks of 256 (vectorized by the compiler), then locate the element
   for (int64_t b = begin; b < end; b += 256) {
     const int64_t e = std::min(end, b + 256);
-    bool any = false;
-    for (int64_t i = b; i < e; ++i) any |= (p[i] & kExpMask) == kExpMask;
-    if (any)
+    // (p & mask) + (lowest exponent bit) carries into the sign bit iff the exponent
+    // is all ones: and, add, or per element, which the compiler vectorizes even for
+    // the baseline instruction set
+    constexpr Bits kLow = static_cast<Bits>(kExpMask & (~kExpMask + 1u));
+    constexpr Bits kSign = static_cast<Bits>(Bits(1) << (8 * sizeof(Bits) - 1));
+    Bits acc = 0;
+    for (int64_t i = b; i < e; ++i) acc |= static_cast<Bits>((p[i] & kExpMask) + kLow);
+    if (acc & kSign)
       for (int64_t i = b; i < e; ++i)
         if ((p[i] & kExpMask) == kExpMask) return i;
   }

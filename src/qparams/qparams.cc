@@ -50,17 +50,21 @@ ScaleZeroPoint calculate_qparams(const Tensor& min_in, const Tensor& max_in, con
   Shape scale_shape = mn.shape(), zp_shape = mn.shape();
   if (global_scale && scale_shape.empty()) scale_shape = {1};
   if (scale_shape.empty()) scale_shape = zp_shape = {1};
-  Tensor scale(plan.scale_dt, scale_shape);
-  Tensor zp(plan.zp_dtype, zp_shape);
-  for (int64_t i = 0; i < mn.numel(); ++i) {
-    QOBS_CHECK(std::isfinite(mn.get(i)) && std::isfinite(mx.get(i)), InvalidArgument, "calculate_qparams: min/max[",
-               i, "] = (", mn.get(i), ", ", mx.get(i),
+  // Typed loops over contiguous copies: one dtype switch per tensor, not per element.
+  std::vector<double> lo = mn.to_doubles(), hi = mx.to_doubles();
+  const std::size_t n = lo.size();
+  for (std::size_t i = 0; i < n; ++i)
+    QOBS_CHECK(std::isfinite(lo[i]) && std::isfinite(hi[i]), InvalidArgument, "calculate_qparams: min/max[", i,
+               "] = (", lo[i], ", ", hi[i],
                ") is non-finite; the reference would return a NaN/Inf scale (R4.1, docs/DEVIATIONS.md)");
-    const auto e = detail::compute_qparams_elem(mn.get(i), mx.get(i), plan);
-    scale.set(i, e.scale);
-    zp.set(i, e.zero_point);
+  // lo / hi are overwritten in place by the scales / zero points
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto e = detail::compute_qparams_elem(lo[i], hi[i], plan);
+    lo[i] = e.scale;
+    hi[i] = e.zero_point;
   }
-  return {std::move(scale), std::move(zp)};
+  return {Tensor::from_values(plan.scale_dt, std::move(scale_shape), lo),
+          Tensor::from_values(plan.zp_dtype, std::move(zp_shape), hi)};
 }
 
 Tensor generate_gparam(const Tensor& min_in, const Tensor& max_in, NumericMode mode) {

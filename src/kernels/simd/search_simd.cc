@@ -170,12 +170,14 @@ HWY_INLINE VF pow_replay(VF a, float y, const PowfTables& t) {
 HWY_INLINE VF pow_approx(VF a, float y) {
   const DF df;
   const DI di;
-  auto ix = hn::BitCast(di, a);
-  auto k = hn::Sub(hn::ShiftRight<23>(ix), hn::Set(di, 127));
-  VF m = hn::BitCast(df, hn::Or(hn::And(ix, hn::Set(di, 0x007FFFFF)), hn::Set(di, 0x3F800000)));
-  const auto big = hn::Gt(m, hn::Set(df, 1.41421356f));
-  m = hn::IfThenElse(big, hn::Mul(m, hn::Set(df, 0.5f)), m);
-  k = hn::IfThenElse(hn::RebindMask(di, big), hn::Add(k, hn::Set(di, 1)), k);
+  const auto ix = hn::BitCast(di, a);
+  // k and m with m in [sqrt(1/2), sqrt(2)) in four integer ops (glibc's offset trick):
+  // subtracting the bits of sqrt(1/2) moves mantissas above sqrt(2)'s (0x3504F3) into
+  // the next binade. Equal, for every non-negative float, to splitting m in [1, 2) and
+  // halving m > 1.41421356f (checked exhaustively when this replaced that split).
+  const auto tmp = hn::Sub(ix, hn::Set(di, 0x3f3504f4));
+  const auto k = hn::ShiftRight<23>(tmp);  // arithmetic shift
+  const VF m = hn::BitCast(df, hn::Sub(ix, hn::And(tmp, hn::Set(di, static_cast<int32_t>(0xff800000u)))));
   const VF u = hn::Sub(m, hn::Set(df, 1.0f));
   const VF u2 = hn::Mul(u, u);
   const VF u4 = hn::Mul(u2, u2);
@@ -197,9 +199,13 @@ HWY_INLINE VF pow_approx(VF a, float y) {
   const VF b0 = hn::MulAdd(a1, f2, a0);
   const VF b1 = hn::MulAdd(hn::Set(df, 1.5403530e-4f), f2, a2);
   const VF e = hn::MulAdd(b1, f4, b0);
-  // 2^n for n in [-125, 126] by building the exponent field
-  const VF nc = hn::Min(hn::Max(n, hn::Set(df, -125.0f)), hn::Set(df, 126.0f));
-  const VF two_n = hn::BitCast(df, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, nc), hn::Set(di, 127))));
+  // 2^n for n in [-125, 126] by building the exponent field: n + 1.5 * 2^23 + 127 is
+  // exact and holds n + 127 in its low mantissa bits (no float -> int conversion, whose
+  // overflow fix-up Highway adds). Lanes with n outside [-125, 126] are garbage here and
+  // overwritten below: n > 126 by +inf, n <= -126 (so z <= -125.5) by 0. The results
+  // are bit for bit those of the former clamp-and-convert (checked exhaustively).
+  const VF two_n =
+      hn::BitCast(df, hn::ShiftLeft<23>(hn::BitCast(di, hn::Add(n, hn::Set(df, 0x1.8p23f + 127.0f)))));
   VF r = hn::Mul(e, two_n);
   r = hn::IfThenElse(hn::Gt(n, hn::Set(df, 126.0f)), hn::Set(df, HUGE_VALF), r);
   r = hn::IfThenZeroElse(hn::Lt(z, hn::Set(df, -125.0f)), r);

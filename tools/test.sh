@@ -3,6 +3,8 @@
 # installed package). Needs the build dependencies of README.md ("Set-up").
 #   QOBS_TEST_VENV   virtual environment for the Python tests (default: .venv-test)
 #   QOBS_TEST_TORCH  1 (default) installs torch from PyPI so the torch tests run; 0 skips them
+#   QOBS_TEST_LLMCOMPRESSOR  1 installs llmcompressor (it brings its pinned torch) so the
+#                    llm-compressor integration tests run too; 0 (default) skips them
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -17,7 +19,9 @@ venv="${QOBS_TEST_VENV:-.venv-test}"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
 "$venv/bin/python" -m pip install -q numpy pytest
-if [ "${QOBS_TEST_TORCH:-1}" = 1 ]; then
+if [ "${QOBS_TEST_LLMCOMPRESSOR:-0}" = 1 ]; then
+  "$venv/bin/python" -m pip install -q llmcompressor
+elif [ "${QOBS_TEST_TORCH:-1}" = 1 ]; then
   "$venv/bin/python" -m pip install -q torch
 fi
 "$venv/bin/python" -m pip install -q .

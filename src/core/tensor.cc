@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/element.h"
 #include "qobs/formats.h"
 
 namespace qobs {
@@ -37,23 +38,7 @@ std::string shape_str(const Shape& shape) {
 
 namespace {
 
-double load(const void* base, DType dt, int64_t off) {
-  const auto* p = static_cast<const unsigned char*>(base) + off * static_cast<int64_t>(dtype_size(dt));
-  switch (dt) {
-    case DType::kF64: { double v; std::memcpy(&v, p, 8); return v; }
-    case DType::kF32: { float v; std::memcpy(&v, p, 4); return v; }
-    case DType::kBF16: { uint16_t v; std::memcpy(&v, p, 2); return bf16_to_float(v); }
-    case DType::kF16: { uint16_t v; std::memcpy(&v, p, 2); return f16_to_float(v); }
-    case DType::kF8E4M3: return fp8_e4m3_to_float(*p);
-    case DType::kI8: return static_cast<int8_t>(*p);
-    case DType::kI16: { int16_t v; std::memcpy(&v, p, 2); return v; }
-    case DType::kI32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-    case DType::kI64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
-    case DType::kU8: return *p;
-    case DType::kBool: return *p ? 1.0 : 0.0;
-  }
-  return 0.0;
-}
+double load(const void* base, DType dt, int64_t off) { return detail::load_element(base, dt, off); }
 
 template <typename I>
 I to_int(double v) {

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "core/check.h"
+#include "core/element.h"
 #include "qobs/formats.h"
 
 namespace qobs {
@@ -33,13 +34,7 @@ int64_t axes_offset(const std::vector<Axis>& axes, int64_t i) {
 }
 
 float load_float(const void* base, DType dt, int64_t off) {
-  const auto* p = static_cast<const unsigned char*>(base);
-  switch (dt) {
-    case DType::kF32: { float v; std::memcpy(&v, p + off * 4, 4); return v; }
-    case DType::kBF16: { uint16_t v; std::memcpy(&v, p + off * 2, 2); return bf16_to_float(v); }
-    case DType::kF16: { uint16_t v; std::memcpy(&v, p + off * 2, 2); return f16_to_float(v); }
-    default: return static_cast<float>(TensorView(base, dt, {off + 1}).get(off));
-  }
+  return static_cast<float>(detail::load_element(base, dt, off));
 }
 
 std::string label_of(std::string_view label, std::string_view base_name) {

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/element.h"
 #include "pipeline/compress.h"
 #include "qobs/formats.h"
 #include "qobs/observer.h"
@@ -73,32 +74,7 @@ struct Metrics {
 };
 
 // Element i of contiguous float data widened to double (the error sums run in f64).
-inline double load_double(const unsigned char* base, DType dt, int64_t i) {
-  switch (dt) {
-    case DType::kF32: {
-      float v;
-      std::memcpy(&v, base + 4 * i, 4);
-      return v;
-    }
-    case DType::kBF16: {
-      uint16_t b;
-      std::memcpy(&b, base + 2 * i, 2);
-      return bf16_to_float(b);
-    }
-    case DType::kF16: {
-      uint16_t b;
-      std::memcpy(&b, base + 2 * i, 2);
-      return f16_to_float(b);
-    }
-    case DType::kF64: {
-      double v;
-      std::memcpy(&v, base + 8 * i, 8);
-      return v;
-    }
-    default: break;
-  }
-  return std::nan("");
-}
+inline double load_double(const unsigned char* base, DType dt, int64_t i) { return detail::load_element(base, dt, i); }
 
 Metrics measure(const TensorView& w, const Tensor& dq) {
   double sig = 0, err = 0;

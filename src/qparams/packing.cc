@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/element.h"
 #include "qobs/formats.h"
 
 namespace qobs {
@@ -136,28 +137,7 @@ Tensor unpack_zero_points(const Tensor& packed, int num_bits, int64_t rows, std:
 // The value of element i of a float tensor, widened to float (exact for every dtype
 // that pack_fp4 accepts: an E2M1 grid value is exact in all of them).
 inline float load_float(const uint8_t* base, DType dt, int64_t i) {
-  switch (dt) {
-    case DType::kF32: {
-      float v;
-      std::memcpy(&v, base + 4 * i, 4);
-      return v;
-    }
-    case DType::kBF16: {
-      uint16_t b;
-      std::memcpy(&b, base + 2 * i, 2);
-      return bf16_to_float(b);
-    }
-    case DType::kF16: {
-      uint16_t b;
-      std::memcpy(&b, base + 2 * i, 2);
-      return f16_to_float(b);
-    }
-    default: {
-      double v;
-      std::memcpy(&v, base + 8 * i, 8);
-      return static_cast<float>(v);  // f64 grid values are exact in float
-    }
-  }
+  return static_cast<float>(detail::load_element(base, dt, i));
 }
 
 Tensor pack_fp4(const Tensor& q, std::string_view label) {

@@ -95,61 +95,13 @@ struct ErrorModel {
   double initial_best() const { return dtype_max(err_dt); }
 };
 
-/// Replays the reference's selection over errs[candidate * nq + q]; writes the chosen
-/// candidate per q (-1 = none improved: keep (m0, M0)) and returns how many candidates
-/// the reference evaluated before stopping.
-inline int64_t select_candidates(const kernels::GridSearchConfig& cfg, const ErrorModel& em,
-                                 const std::vector<double>& errs, int64_t nq, int64_t S,
-                                 std::vector<int64_t>& chosen) {
-  chosen.assign(static_cast<std::size_t>(nq), -1);
-  std::vector<double> best(static_cast<std::size_t>(nq), em.initial_best());
-  int64_t counter = 0;
-  auto update = [&](int64_t i) {
-    bool any = false;
-    for (int64_t q = 0; q < nq; ++q) {
-      const double e = errs[static_cast<std::size_t>(i * nq + q)];
-      if (e < best[static_cast<std::size_t>(q)]) {  // strict; NaN never improves
-        best[static_cast<std::size_t>(q)] = e;
-        chosen[static_cast<std::size_t>(q)] = i;
-        any = true;
-      }
-    }
-    return any;
-  };
-  if (cfg.chunked && !cfg.imatrix) {
-    const int64_t cs = cfg.chunk_size;
-    for (int64_t start = 0; start < S; start += cs) {
-      const int64_t end = std::min(S, start + cs);
-      const std::vector<double> before = best;
-      for (int64_t i = start; i < end; ++i) update(i);
-      if (best == before) {
-        counter += end - start;
-        if (counter >= cfg.patience) return end;
-      } else {
-        counter = 0;
-      }
-    }
-    return S;
-  }
-  for (int64_t i = 0; i < S; ++i) {
-    if (update(i)) {
-      counter = 0;
-    } else {
-      ++counter;
-      // MSE: patience <= 0 stops at the first non-improving candidate; imatrix:
-      // patience 0 disables early stopping (Q7)
-      const bool stop = cfg.imatrix ? (cfg.patience > 0 && counter >= cfg.patience) : counter >= cfg.patience;
-      if (stop) return i + 1;
-    }
-  }
-  return S;
-}
-
-/// The same stopping rule as select_candidates, driven only by whether any qparam
-/// element improved at each candidate (any_improved[i], i < S): a candidate's
-/// improvement for element q depends only on q's own earlier errors, so these flags can
-/// be computed group by group before the rule is replayed. Returns the number of
-/// candidates the reference evaluates.
+/// The reference's early-stopping rule, driven only by whether any qparam element
+/// improved at each candidate (any_improved[i], i < S): a candidate's improvement for
+/// element q depends only on q's own earlier errors, so these flags can be computed group
+/// by group before the rule is replayed. Returns the number of candidates the reference
+/// evaluates. Eager: stop after `patience` consecutive candidates without improvement
+/// (patience <= 0 stops at the first one); imatrix: patience 0 never stops (Q7);
+/// chunked: the counter advances by whole chunks (R6.6.7).
 inline int64_t stop_point(const kernels::GridSearchConfig& cfg, const std::vector<uint8_t>& any_improved, int64_t S) {
   int64_t counter = 0;
   if (cfg.chunked && !cfg.imatrix) {
@@ -177,6 +129,38 @@ inline int64_t stop_point(const kernels::GridSearchConfig& cfg, const std::vecto
     }
   }
   return S;
+}
+
+/// Replays the reference's selection over errs[candidate * nq + q]; writes the chosen
+/// candidate per q (-1 = none improved: keep (m0, M0)) and returns how many candidates
+/// the reference evaluated before stopping.
+inline int64_t select_candidates(const kernels::GridSearchConfig& cfg, const ErrorModel& em,
+                                 const std::vector<double>& errs, int64_t nq, int64_t S,
+                                 std::vector<int64_t>& chosen) {
+  // Pass 1: which candidates improve some element (strict <; NaN never improves).
+  std::vector<double> best(static_cast<std::size_t>(nq), em.initial_best());
+  std::vector<uint8_t> any_improved(static_cast<std::size_t>(S), 0);
+  for (int64_t i = 0; i < S; ++i)
+    for (int64_t q = 0; q < nq; ++q) {
+      const double e = errs[static_cast<std::size_t>(i * nq + q)];
+      if (e < best[static_cast<std::size_t>(q)]) {
+        best[static_cast<std::size_t>(q)] = e;
+        any_improved[static_cast<std::size_t>(i)] = 1;
+      }
+    }
+  const int64_t stop = stop_point(cfg, any_improved, S);
+  // Pass 2: each element keeps its last improving candidate before the stop.
+  chosen.assign(static_cast<std::size_t>(nq), -1);
+  best.assign(static_cast<std::size_t>(nq), em.initial_best());
+  for (int64_t i = 0; i < stop; ++i)
+    for (int64_t q = 0; q < nq; ++q) {
+      const double e = errs[static_cast<std::size_t>(i * nq + q)];
+      if (e < best[static_cast<std::size_t>(q)]) {
+        best[static_cast<std::size_t>(q)] = e;
+        chosen[static_cast<std::size_t>(q)] = i;
+      }
+    }
+  return stop;
 }
 
 }  // namespace qobs::detail

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <stdlib.h>
 
 #include "qobs/formats.h"
 
@@ -93,6 +94,18 @@ std::string describe_difference(const Tensor& e, const Tensor& a) {
   }
   if (diffs) os << diffs << " of " << e.numel() << " elements differ";
   return os.str();
+}
+
+TempDir::TempDir() {
+  char tmpl[] = "/tmp/qobs_test_XXXXXX";
+  const char* made = mkdtemp(tmpl);
+  if (!made) throw std::runtime_error("mkdtemp failed");
+  path = made;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
 }
 
 }  // namespace qobs::testing

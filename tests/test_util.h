@@ -2,6 +2,10 @@
 // comparison.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -29,5 +33,28 @@ std::string describe_difference(const Tensor& expected, const Tensor& actual);
 
 /// Distance in units in the last place between two values of a float dtype.
 int64_t ulp_distance(DType dt, double a, double b);
+
+/// Runs f; expects exception type E whose message contains every needle.
+template <typename E, typename F>
+void expect_error(F&& f, std::initializer_list<std::string> needles) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception";
+  } catch (const E& e) {
+    const std::string msg = e.what();
+    for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+  }
+}
+
+/// A fresh directory under /tmp, removed with its contents at scope exit.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
 
 }  // namespace qobs::testing

@@ -7,23 +7,12 @@
 
 #include "qobs/args.h"
 #include "qobs/error.h"
+#include "test_util.h"
 
 namespace qobs {
 namespace {
 
-/// Runs f, expects exception type E whose message contains every needle.
-template <typename E, typename F>
-void expect_error(F&& f, std::initializer_list<std::string> needles) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception";
-  } catch (const E& e) {
-    const std::string msg = e.what();
-    for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
+using testing::expect_error;
 
 QuantizationArgs int_args(int bits = 8) {
   QuantizationArgs a;

@@ -10,22 +10,13 @@
 
 #include "qobs/error.h"
 #include "qobs/io.h"
+#include "test_util.h"
 
 namespace qobs {
 namespace {
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/qobs_io_test_XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using testing::TempDir;
 
 // A file from a literal header and `data_bytes` bytes of data (0, 1, 2, ...).
 std::vector<uint8_t> make_file(const std::string& header, std::size_t data_bytes, uint64_t claimed_len = 0) {

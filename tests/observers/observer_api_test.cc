@@ -16,22 +16,12 @@
 #include "qobs/error.h"
 #include "qobs/observer.h"
 #include "qobs/qparams.h"
+#include "test_util.h"
 
 namespace qobs {
 namespace {
 
-template <typename E, typename F>
-void expect_error(F&& f, std::initializer_list<std::string> needles) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception";
-  } catch (const E& e) {
-    const std::string msg = e.what();
-    for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
-}
+using testing::expect_error;
 
 QuantizationArgs args_of(Strategy s, std::optional<int64_t> gs = std::nullopt, int bits = 8, bool symmetric = true) {
   QuantizationArgs a;

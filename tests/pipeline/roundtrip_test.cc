@@ -17,22 +17,13 @@
 #include "qobs/packing.h"
 #include "qobs/pipeline.h"
 #include "qobs/qobs.h"
+#include "test_util.h"
 
 namespace qobs {
 namespace {
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/qobs_pipeline_test_XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using testing::TempDir;
 
 Tensor random_weight(DType dt, int64_t rows, int64_t cols, uint32_t seed) {
   std::mt19937 gen(seed);

@@ -42,52 +42,7 @@ using DU64 = hn::RebindToUnsigned<DD>;
 using VF = hn::Vec<DF>;
 using VD = hn::Vec<DD>;
 
-/// RNE of an f32 vector to bf16 / f16, kept in f32 containers (finite or inf input).
-HWY_INLINE VF narrow_to(Narrow kind, VF v) {
-  const DF df;
-  if (kind == Narrow::kBF16) {
-    const DU du;
-    auto u = hn::BitCast(du, v);
-    const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
-    u = hn::And(hn::Add(u, hn::Add(hn::Set(du, 0x7FFFu), lsb)), hn::Set(du, 0xFFFF0000u));
-    return hn::BitCast(df, u);
-  }
-  if (kind == Narrow::kF16) {
-    const hn::Rebind<hwy::float16_t, DF> dh16;
-    return hn::PromoteTo(df, hn::DemoteTo(dh16, v));
-  }
-  return v;
-}
-
-/// R2.6 for FP8 E4M3 on a clamped value: RNE to 3 mantissa bits, or to multiples of
-/// 2^-9 below the smallest normal 2^-6.
-HWY_INLINE VF fp8_round(VF c) {
-  const DF df;
-  const DU du;
-  const VF a = hn::Abs(c);
-  const VF sub = hn::Mul(hn::Round(hn::Mul(a, hn::Set(df, 512.0f))), hn::Set(df, 1.0f / 512.0f));
-  auto u = hn::BitCast(du, a);
-  const auto lsb = hn::And(hn::ShiftRight<20>(u), hn::Set(du, 1u));
-  u = hn::And(hn::Add(u, hn::Add(hn::Set(du, 0x7FFFFu), lsb)), hn::Set(du, 0xFFF00000u));
-  const VF nrm = hn::BitCast(df, u);
-  const VF mag = hn::IfThenElse(hn::Lt(a, hn::Set(df, 0.015625f)), sub, nrm);
-  return hn::CopySign(mag, c);
-}
-
-/// R2.3.1 FP4 rounding by the interval table (closed ends = ties to even mantissa).
-HWY_INLINE VF fp4_round(VF c) {
-  const DF df;
-  const VF a = hn::Abs(c);
-  VF m = hn::Zero(df);
-  m = hn::IfThenElse(hn::Gt(a, hn::Set(df, 0.25f)), hn::Set(df, 0.5f), m);
-  m = hn::IfThenElse(hn::Ge(a, hn::Set(df, 0.75f)), hn::Set(df, 1.0f), m);
-  m = hn::IfThenElse(hn::Gt(a, hn::Set(df, 1.25f)), hn::Set(df, 1.5f), m);
-  m = hn::IfThenElse(hn::Ge(a, hn::Set(df, 1.75f)), hn::Set(df, 2.0f), m);
-  m = hn::IfThenElse(hn::Gt(a, hn::Set(df, 2.5f)), hn::Set(df, 3.0f), m);
-  m = hn::IfThenElse(hn::Ge(a, hn::Set(df, 3.5f)), hn::Set(df, 4.0f), m);
-  m = hn::IfThenElse(hn::Gt(a, hn::Set(df, 5.0f)), hn::Set(df, 6.0f), m);
-  return hn::CopySign(m, c);  // the sign of a zero never reaches an error term
-}
+#include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round, fp4_round
 
 /// The libm powf replay (libm_powf.cc powf_replay) on half a vector, in double.
 /// ix: the (normalized) bit patterns, as int32 lanes of the half.

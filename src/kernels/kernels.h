@@ -7,11 +7,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "qobs/args.h"
 #include "qobs/layout.h"
 #include "qobs/numeric.h"
+#include "qobs/tensor.h"
 
 namespace qobs::kernels {
 
@@ -62,11 +65,34 @@ struct GridSearchResult {
 GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,
                              const FlatView* weights = nullptr);
 
+/// The three R5.1 element-wise operations over tensors.
+enum class QdqOp { kFakeQuantize, kQuantize, kDequantize };
+
+/// R5.1-R5.4 quantize / dequantize / fake_quantize: the arguments and results of the
+/// public functions in qobs/qparams.h (fake_quantize passes no out_dtype).
+/// num_threads: 0 = QOBS_NUM_THREADS or the hardware concurrency.
+Tensor qdq(QdqOp op, const TensorView& x, const Tensor& scale, const Tensor* zero_point, const QuantizationArgs& args,
+           const Tensor* g_idx, const Tensor* global_scale, std::optional<DType> out_dtype, NumericMode mode,
+           int num_threads = 0);
+
+/// R8.3.1 / R8.5.1 packing (qobs/packing.h), threaded over rows.
+Tensor pack_int_rows(const Tensor& q, int num_bits, std::string_view label, int num_threads = 0);
+Tensor unpack_int_rows(const Tensor& packed, int num_bits, int64_t cols, std::string_view label, int num_threads = 0);
+Tensor pack_fp4(const Tensor& q, std::string_view label, int num_threads = 0);
+Tensor unpack_fp4(const Tensor& packed, DType out_dtype, std::string_view label, int num_threads = 0);
+
 namespace ref {
 /// Scalar references: the executable specification the fast paths are tested against.
 void minmax(const FlatView& flat, float* mins, float* maxs);
 GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,
                              const FlatView* weights = nullptr);
+/// Element by element through Tensor::get / set and the qparam_math.h element steps.
+Tensor qdq(QdqOp op, const TensorView& x, const Tensor& scale, const Tensor* zero_point, const QuantizationArgs& args,
+           const Tensor* g_idx, const Tensor* global_scale, std::optional<DType> out_dtype, NumericMode mode);
+Tensor pack_int_rows(const Tensor& q, int num_bits, std::string_view label);
+Tensor unpack_int_rows(const Tensor& packed, int num_bits, int64_t cols, std::string_view label);
+Tensor pack_fp4(const Tensor& q, std::string_view label);
+Tensor unpack_fp4(const Tensor& packed, DType out_dtype, std::string_view label);
 }  // namespace ref
 
 }  // namespace qobs::kernels

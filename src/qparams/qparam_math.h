@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "qobs/args.h"
 #include "qobs/formats.h"
+#include "qobs/tensor.h"
 
 namespace qobs::detail {
 
@@ -57,6 +58,18 @@ struct QParamPlan {
     return p;
   }
 };
+
+/// The global scale of R4.1 step 4 / R5.1.1 step 1 as a host value, validated once for
+/// calculate_qparams and the QDQ kernels alike (nullopt without one).
+inline std::optional<double> global_scale_value(const Tensor* g) {
+  if (!g) return std::nullopt;
+  QOBS_CHECK(g->numel() == 1, InvalidArgument, "global_scale must have exactly one element, got shape ",
+             shape_str(g->shape()), " (R4.1 step 4)");
+  const double v = g->get(0);
+  QOBS_CHECK(std::isfinite(v) && v > 0, InvalidArgument, "global_scale ", v,
+             " is not a finite positive number (R4.2 produces only such values)");
+  return static_cast<double>(static_cast<float>(v));
+}
 
 /// R2.5 round_to_dtype for one value; returns the value as a double.
 inline double round_to_dtype_value(double v, DType target) {

@@ -1,0 +1,193 @@
+// The public row packing of qobs/packing.h (SPEC §8.3.1, §8.5.1) and its threaded fast
+// path. Rows are independent bit streams, so blocks of rows go to parallel_for and the
+// result never depends on the split. Widths that divide 32 (1, 2, 4, 8 bits) never
+// straddle a word and are packed a whole word at a time (loops the compiler vectorizes);
+// the others reuse the reference's stream code per row. A range error is reported by
+// replaying the row through the reference, so its message (tensor, row, index, value)
+// is the reference's, and parallel_for rethrows the lowest failing task's, which holds
+// the first failing row.
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/kernels.h"
+#include "qobs/formats.h"
+#include "qobs/packing.h"
+#include "qparams/packing_rows.h"
+#if QOBS_HAVE_FAST_KERNELS
+#include "kernels/parallel/thread_pool.h"
+#endif
+
+namespace qobs {
+namespace kernels {
+
+#if QOBS_HAVE_FAST_KERNELS
+namespace {
+
+using qobs::detail::PackedRows;
+
+/// Values per parallel task.
+constexpr int64_t kTaskElems = int64_t{1} << 16;
+
+/// parallel_for over blocks of whole rows: body(r0, r1).
+template <typename Body>
+void for_row_blocks(int64_t rows, int64_t cols, int num_threads, Body&& body) {
+  const int64_t per = std::max<int64_t>(1, kTaskElems / std::max<int64_t>(cols, 1));
+  parallel_for((rows + per - 1) / per, resolve_num_threads(num_threads),
+               [&](int64_t t, int) { body(t * per, std::min(rows, (t + 1) * per)); });
+}
+
+/// One row of pack_int_rows; `words` is zero-filled.
+void pack_row(const int8_t* v, int64_t cols, int bits, uint32_t* words, std::string_view label, int64_t row) {
+  auto reference = [&] {
+    qobs::detail::pack_stream([&](int64_t j) { return static_cast<int>(v[j]); }, cols, bits, words, label, row);
+  };
+  if (32 % bits != 0) return reference();
+  const int lo = -(1 << (bits - 1));
+  // v - lo outside [0, 2^bits) leaves bits above `bits` set (negatives wrap high)
+  uint32_t over = 0;
+  for (int64_t j = 0; j < cols; ++j) over |= static_cast<uint32_t>(v[j] - lo) >> bits;
+  if (over != 0) return reference();  // throws the reference's range error
+  const int per = 32 / bits;
+  const int64_t full = cols / per;
+  for (int64_t k = 0; k < full; ++k) {
+    uint32_t w = 0;
+    for (int l = 0; l < per; ++l) w |= static_cast<uint32_t>(v[k * per + l] - lo) << (l * bits);
+    words[k] = w;
+  }
+  uint32_t w = 0;
+  for (int64_t j = full * per; j < cols; ++j) w |= static_cast<uint32_t>(v[j] - lo) << ((j - full * per) * bits);
+  if (full * per < cols) words[full] = w;
+}
+
+void unpack_row(const uint32_t* words, int64_t cols, int bits, int8_t* v) {
+  if (32 % bits != 0) return qobs::detail::unpack_stream(words, cols, bits, v);
+  const int lo = -(1 << (bits - 1));
+  const uint32_t mask = (1u << bits) - 1u;
+  const int per = 32 / bits;
+  const int64_t full = cols / per;
+  for (int64_t k = 0; k < full; ++k) {
+    const uint32_t w = words[k];
+    for (int l = 0; l < per; ++l) v[k * per + l] = static_cast<int8_t>(static_cast<int>((w >> (l * bits)) & mask) + lo);
+  }
+  for (int64_t j = full * per; j < cols; ++j)
+    v[j] = static_cast<int8_t>(static_cast<int>((words[full] >> ((j - full * per) * bits)) & mask) + lo);
+}
+
+/// Calls f with a typed loader of q's elements as float (exact for every value on the
+/// E2M1 grid, and the same widening as Tensor::get otherwise).
+template <typename F>
+void with_float_loader(const Tensor& q, F&& f) {
+  switch (q.dtype()) {
+    case DType::kF32: {
+      const float* p = q.data_as<float>();
+      return f([p](int64_t i) { return p[i]; });
+    }
+    case DType::kBF16: {
+      const uint16_t* p = q.data_as<uint16_t>();
+      return f([p](int64_t i) { return bf16_to_float(p[i]); });
+    }
+    case DType::kF16: {
+      const uint16_t* p = q.data_as<uint16_t>();
+      return f([p](int64_t i) { return f16_to_float(p[i]); });
+    }
+    default: return f([&q](int64_t i) { return static_cast<float>(q.get(i)); });
+  }
+}
+
+/// unpack_fp4 through a 16-entry table of the output dtype's encodings (built with
+/// Tensor::set, the reference's narrowing), copied element by element.
+template <typename T>
+void unpack_fp4_typed(const uint8_t* src, const Tensor& lut, T* dst, int64_t b, int64_t e) {
+  const T* table = lut.data_as<T>();
+  for (int64_t i = b; i < e; i += 2) {
+    const uint8_t byte = src[i / 2];
+    dst[i] = table[byte & 0xF];
+    dst[i + 1] = table[byte >> 4];
+  }
+}
+
+}  // namespace
+
+Tensor pack_int_rows(const Tensor& q, int num_bits, std::string_view label, int num_threads) {
+  const PackedRows p = qobs::detail::check_pack_int_rows(q, num_bits, label);
+  Tensor out(DType::kI32, p.packed_shape);
+  const int8_t* src = q.data_as<int8_t>();
+  uint32_t* dst = out.data_as<uint32_t>();
+  for_row_blocks(p.rows, p.cols, num_threads, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) pack_row(src + r * p.cols, p.cols, num_bits, dst + r * p.words, label, r);
+  });
+  return out;
+}
+
+Tensor unpack_int_rows(const Tensor& packed, int num_bits, int64_t cols, std::string_view label, int num_threads) {
+  const PackedRows p = qobs::detail::check_unpack_int_rows(packed, num_bits, cols, label);
+  Tensor out(DType::kI8, p.values_shape);
+  const uint32_t* src = packed.data_as<uint32_t>();
+  int8_t* dst = out.data_as<int8_t>();
+  for_row_blocks(p.rows, cols, num_threads, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) unpack_row(src + r * p.words, cols, num_bits, dst + r * cols);
+  });
+  return out;
+}
+
+Tensor pack_fp4(const Tensor& q, std::string_view label, int num_threads) {
+  Tensor out(DType::kU8, qobs::detail::check_pack_fp4(q, label));
+  const int64_t cols = q.shape().back(), rows = cols == 0 ? 0 : q.numel() / cols;
+  uint8_t* dst = out.data_as<uint8_t>();
+  with_float_loader(q, [&](auto load) {
+    // cols is even, so a block of rows owns whole output bytes
+    for_row_blocks(rows, cols, num_threads, [&](int64_t r0, int64_t r1) {
+      for (int64_t i = r0 * cols; i < r1 * cols; i += 2) {
+        const uint8_t lo = qobs::detail::fp4_pack_code(load(i), i, label);
+        const uint8_t hi = qobs::detail::fp4_pack_code(load(i + 1), i + 1, label);
+        dst[i / 2] = static_cast<uint8_t>(lo | (hi << 4));
+      }
+    });
+  });
+  return out;
+}
+
+Tensor unpack_fp4(const Tensor& packed, DType out_dtype, std::string_view label, int num_threads) {
+  Tensor out(out_dtype, qobs::detail::check_unpack_fp4(packed, out_dtype, label));
+  Tensor lut(out_dtype, {16});
+  for (uint8_t code = 0; code < 16; ++code) lut.set(code, fp4_value(code));
+  const int64_t cols = out.shape().back(), rows = cols == 0 ? 0 : out.numel() / cols;
+  const uint8_t* src = packed.data_as<uint8_t>();
+  for_row_blocks(rows, cols, num_threads, [&](int64_t r0, int64_t r1) {
+    switch (dtype_size(out_dtype)) {
+      case 8: return unpack_fp4_typed(src, lut, out.data_as<uint64_t>(), r0 * cols, r1 * cols);
+      case 4: return unpack_fp4_typed(src, lut, out.data_as<uint32_t>(), r0 * cols, r1 * cols);
+      default: return unpack_fp4_typed(src, lut, out.data_as<uint16_t>(), r0 * cols, r1 * cols);
+    }
+  });
+  return out;
+}
+
+#else
+// Built with QOBS_FAST_KERNELS=OFF: the scalar references.
+Tensor pack_int_rows(const Tensor& q, int num_bits, std::string_view label, int) {
+  return ref::pack_int_rows(q, num_bits, label);
+}
+Tensor unpack_int_rows(const Tensor& packed, int num_bits, int64_t cols, std::string_view label, int) {
+  return ref::unpack_int_rows(packed, num_bits, cols, label);
+}
+Tensor pack_fp4(const Tensor& q, std::string_view label, int) { return ref::pack_fp4(q, label); }
+Tensor unpack_fp4(const Tensor& packed, DType out_dtype, std::string_view label, int) {
+  return ref::unpack_fp4(packed, out_dtype, label);
+}
+#endif
+
+}  // namespace kernels
+
+Tensor pack_int_rows(const Tensor& q, int num_bits, std::string_view label) {
+  return kernels::pack_int_rows(q, num_bits, label);
+}
+Tensor unpack_int_rows(const Tensor& packed, int num_bits, int64_t cols, std::string_view label) {
+  return kernels::unpack_int_rows(packed, num_bits, cols, label);
+}
+Tensor pack_fp4(const Tensor& q, std::string_view label) { return kernels::pack_fp4(q, label); }
+Tensor unpack_fp4(const Tensor& packed, DType out_dtype, std::string_view label) {
+  return kernels::unpack_fp4(packed, out_dtype, label);
+}
+
+}  // namespace qobs

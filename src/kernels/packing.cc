@@ -73,29 +73,38 @@ void unpack_row(const uint32_t* words, int64_t cols, int bits, int8_t* v) {
     v[j] = static_cast<int8_t>(static_cast<int>((words[full] >> ((j - full * per) * bits)) & mask) + lo);
 }
 
-/// Calls f with a typed loader of q's elements as float (exact for every value on the
-/// E2M1 grid, and the same widening as Tensor::get otherwise).
-template <typename F>
-void with_float_loader(const Tensor& q, F&& f) {
-  switch (q.dtype()) {
-    case DType::kF32: {
-      const float* p = q.data_as<float>();
-      return f([p](int64_t i) { return p[i]; });
-    }
-    case DType::kBF16: {
-      const uint16_t* p = q.data_as<uint16_t>();
-      return f([p](int64_t i) { return bf16_to_float(p[i]); });
-    }
-    case DType::kF16: {
-      const uint16_t* p = q.data_as<uint16_t>();
-      return f([p](int64_t i) { return f16_to_float(p[i]); });
-    }
-    default: return f([&q](int64_t i) { return static_cast<float>(q.get(i)); });
+/// The 16 E2M1 values in dtype dt, encoded as Tensor::set narrows them.
+Tensor fp4_table(DType dt) {
+  Tensor lut(dt, {16});
+  for (uint8_t code = 0; code < 16; ++code) lut.set(code, fp4_value(code));
+  return lut;
+}
+
+/// pack_fp4 of elements [b, e) of a bf16 / f16 / f32 tensor by bit pattern: every E2M1
+/// value is sign, exponent and at most the top mantissa bit, so `bits >> shift` indexes
+/// a table of codes when the bits below are zero. Anything else (off-grid, NaN) goes to
+/// fp4_pack_code, which throws the reference's error.
+template <typename Bits>
+void pack_fp4_by_bits(const Tensor& q, int shift, std::string_view label, uint8_t* dst, int64_t b, int64_t e) {
+  int8_t code_of[1024];
+  std::fill(code_of, code_of + 1024, static_cast<int8_t>(-1));
+  const Tensor lut = fp4_table(q.dtype());
+  for (int code = 0; code < 16; ++code) code_of[lut.data_as<Bits>()[code] >> shift] = static_cast<int8_t>(code);
+  const Bits low = static_cast<Bits>((Bits(1) << shift) - 1);
+  const Bits* src = q.data_as<Bits>();
+  auto code = [&](int64_t i) {
+    const Bits v = src[i];
+    const int c = (v & low) == 0 ? code_of[v >> shift] : -1;
+    if (c >= 0) return static_cast<uint8_t>(c);
+    return qobs::detail::fp4_pack_code(static_cast<float>(q.get(i)), i, label);
+  };
+  for (int64_t i = b; i < e; i += 2) {
+    const uint8_t lo = code(i);  // the lower index first: it is the one an error names
+    dst[i / 2] = static_cast<uint8_t>(lo | (code(i + 1) << 4));
   }
 }
 
-/// unpack_fp4 through a 16-entry table of the output dtype's encodings (built with
-/// Tensor::set, the reference's narrowing), copied element by element.
+/// unpack_fp4 through fp4_table, copied element by element.
 template <typename T>
 void unpack_fp4_typed(const uint8_t* src, const Tensor& lut, T* dst, int64_t b, int64_t e) {
   const T* table = lut.data_as<T>();
@@ -134,23 +143,27 @@ Tensor pack_fp4(const Tensor& q, std::string_view label, int num_threads) {
   Tensor out(DType::kU8, qobs::detail::check_pack_fp4(q, label));
   const int64_t cols = q.shape().back(), rows = cols == 0 ? 0 : q.numel() / cols;
   uint8_t* dst = out.data_as<uint8_t>();
-  with_float_loader(q, [&](auto load) {
-    // cols is even, so a block of rows owns whole output bytes
-    for_row_blocks(rows, cols, num_threads, [&](int64_t r0, int64_t r1) {
-      for (int64_t i = r0 * cols; i < r1 * cols; i += 2) {
-        const uint8_t lo = qobs::detail::fp4_pack_code(load(i), i, label);
-        const uint8_t hi = qobs::detail::fp4_pack_code(load(i + 1), i + 1, label);
-        dst[i / 2] = static_cast<uint8_t>(lo | (hi << 4));
-      }
-    });
+  // cols is even, so a block of rows owns whole output bytes
+  for_row_blocks(rows, cols, num_threads, [&](int64_t r0, int64_t r1) {
+    const int64_t b = r0 * cols, e = r1 * cols;
+    switch (q.dtype()) {
+      case DType::kF32: return pack_fp4_by_bits<uint32_t>(q, 22, label, dst, b, e);
+      case DType::kBF16: return pack_fp4_by_bits<uint16_t>(q, 6, label, dst, b, e);
+      case DType::kF16: return pack_fp4_by_bits<uint16_t>(q, 9, label, dst, b, e);
+      default:
+        for (int64_t i = b; i < e; i += 2) {
+          const uint8_t lo = qobs::detail::fp4_pack_code(static_cast<float>(q.get(i)), i, label);
+          const uint8_t hi = qobs::detail::fp4_pack_code(static_cast<float>(q.get(i + 1)), i + 1, label);
+          dst[i / 2] = static_cast<uint8_t>(lo | (hi << 4));
+        }
+    }
   });
   return out;
 }
 
 Tensor unpack_fp4(const Tensor& packed, DType out_dtype, std::string_view label, int num_threads) {
   Tensor out(out_dtype, qobs::detail::check_unpack_fp4(packed, out_dtype, label));
-  Tensor lut(out_dtype, {16});
-  for (uint8_t code = 0; code < 16; ++code) lut.set(code, fp4_value(code));
+  const Tensor lut = fp4_table(out_dtype);
   const int64_t cols = out.shape().back(), rows = cols == 0 ? 0 : out.numel() / cols;
   const uint8_t* src = packed.data_as<uint8_t>();
   for_row_blocks(rows, cols, num_threads, [&](int64_t r0, int64_t r1) {

@@ -65,8 +65,8 @@ void BM_FakeQuantize(benchmark::State& state, bool reference, std::string scheme
   const Problem& p = problem(scheme, dt);
   const Tensor* g = p.global ? &*p.global : nullptr;
   for (auto _ : state) {
-    Tensor out = reference ? qobs::kernels::ref::qdq(QdqOp::kFakeQuantize, p.w.view(), p.scale, &p.zp, p.args,
-                                                     nullptr, g, std::nullopt, qobs::NumericMode::kParity)
+    Tensor out = reference ? qobs::kernels::ref::qdq(QdqOp::kFakeQuantize, p.w.view(), p.scale, &p.zp, p.args, nullptr,
+                                                     g, std::nullopt, qobs::NumericMode::kParity)
                            : qobs::fake_quantize(p.w.view(), p.scale, &p.zp, p.args, nullptr, g);
     benchmark::DoNotOptimize(out.data());
   }
@@ -101,8 +101,8 @@ int register_qdq() {
     for (bool reference : {true, false}) {
       const std::string impl = reference ? "/ref" : "/fast";
       for (const char* scheme : {"int4_g128", "nvfp4"})
-        benchmark::RegisterBenchmark(("fake_quantize/" + std::string(scheme) + "/" + d + impl).c_str(),
-                                     BM_FakeQuantize, reference, std::string(scheme), dt)
+        benchmark::RegisterBenchmark(("fake_quantize/" + std::string(scheme) + "/" + d + impl).c_str(), BM_FakeQuantize,
+                                     reference, std::string(scheme), dt)
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime()
             ->MinTime(reference ? 0.01 : 0.5);

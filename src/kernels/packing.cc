@@ -6,12 +6,13 @@
 // replaying the row through the reference, so its message (tensor, row, index, value)
 // is the reference's, and parallel_for rethrows the lowest failing task's, which holds
 // the first failing row.
+#include "qobs/packing.h"
+
 #include <algorithm>
 #include <cstring>
 
 #include "kernels/kernels.h"
 #include "qobs/formats.h"
-#include "qobs/packing.h"
 #include "qparams/packing_rows.h"
 #if QOBS_HAVE_FAST_KERNELS
 #include "kernels/parallel/thread_pool.h"

@@ -38,8 +38,7 @@ Tensor quantize(const TensorView& x, const Tensor& scale, const Tensor* zero_poi
 
 Tensor dequantize(const TensorView& x_q, const Tensor& scale, const Tensor* zero_point, const QuantizationArgs& args,
                   const Tensor* g_idx, const Tensor* global_scale, std::optional<DType> out_dtype, NumericMode mode) {
-  return kernels::qdq(kernels::QdqOp::kDequantize, x_q, scale, zero_point, args, g_idx, global_scale, out_dtype,
-                      mode);
+  return kernels::qdq(kernels::QdqOp::kDequantize, x_q, scale, zero_point, args, g_idx, global_scale, out_dtype, mode);
 }
 
 }  // namespace qobs

@@ -21,9 +21,9 @@
 namespace qobs::kernels::fast {
 namespace {
 
-using qobs::detail::Arith;
 using detail::Narrow;
 using detail::QdqStorage;
+using qobs::detail::Arith;
 
 /// Elements per parallel task (rows are grouped up to it; longer rows are cut).
 constexpr int64_t kTaskElems = int64_t{1} << 15;
@@ -181,7 +181,8 @@ class FastQdq {
       a.z_s = zsf_.data() + so;
     }
     a.group = group_;
-    a.head = group_ - c0 % group_;  // a piece of a long row may start inside a group
+    // a piece of a long row may start inside a group
+    a.head = group_ - c0 % group_;
     if (!detail::qdq_run_simd(level_, a)) scalar(base, off, c0, c1);  // NaN / Inf: the scalar steps
   }
 

@@ -52,14 +52,24 @@ std::vector<double> make_values(int64_t n, Pattern p, uint32_t seed) {
     switch (p) {
       case Pattern::kNormal: break;
       case Pattern::kNonFinite:
-        if (i % 11 == 3) x = NAN;
-        else if (i % 13 == 5) x = (i % 2) ? INFINITY : -INFINITY;
-        else if (i % 17 == 7) x = -NAN;
+        if (i % 11 == 3)
+          x = NAN;
+        else if (i % 13 == 5)
+          x = (i % 2) ? INFINITY : -INFINITY;
+        else if (i % 17 == 7)
+          x = -NAN;
         break;
       case Pattern::kEqual: x = 0.375; break;
-      case Pattern::kHugeRange: if (i % 7 == 3) x *= 1e30; break;
+      case Pattern::kHugeRange:
+        if (i % 7 == 3) x *= 1e30;
+        break;
       case Pattern::kSubnormal: x *= 1e-38; break;
-      case Pattern::kSignedZeros: if (i % 3 == 0) x = (i % 2) ? -0.0 : 0.0; else x *= 1e-4; break;
+      case Pattern::kSignedZeros:
+        if (i % 3 == 0)
+          x = (i % 2) ? -0.0 : 0.0;
+        else
+          x *= 1e-4;
+        break;
       // multiples of 2^-6: against power-of-two scales, x / s lands on .5 ties
       case Pattern::kTies: x = std::nearbyint(x * 64.0) / 64.0; break;
     }
@@ -159,8 +169,8 @@ void expect_same(QdqOp op, const Case& c, NumericMode mode, std::optional<DType>
     for (int threads : {1, 2, 3}) {
       const Tensor got = qdq(op, xv, c.scale, zp, c.args, gi, gs, out_dtype, mode, threads);
       const std::string diff = describe_difference(expected, got);
-      ASSERT_EQ(diff, "") << c.name << " op " << static_cast<int>(op) << " mode " << static_cast<int>(mode)
-                          << " level " << static_cast<int>(level) << " threads " << threads;
+      ASSERT_EQ(diff, "") << c.name << " op " << static_cast<int>(op) << " mode " << static_cast<int>(mode) << " level "
+                          << static_cast<int>(level) << " threads " << threads;
     }
   }
 }
@@ -209,8 +219,10 @@ TEST(QdqKernels, GroupStrategiesAllShapesAndPatterns) {
   uint32_t seed = 1;
   for (int64_t gs : {1, 16, 32, 128}) {
     std::vector<int64_t> cols_list;
-    if (gs == 1) cols_list = {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 4097};
-    else cols_list = {gs, 2 * gs, 3 * gs};
+    if (gs == 1)
+      cols_list = {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 4097};
+    else
+      cols_list = {gs, 2 * gs, 3 * gs};
     if (gs == 16) cols_list.push_back(4096 + 16);
     for (const Format& f : group_formats(gs))
       for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
@@ -221,7 +233,8 @@ TEST(QdqKernels, GroupStrategiesAllShapesAndPatterns) {
                      pattern_name(p),
                  f.args, Tensor::from_values(dt, {rows, cols}, make_values(rows * cols, p, seed)), Tensor()};
           const double qmax = f.args.q_range().second;
-          const ScaleKind sk = p == Pattern::kTies ? ScaleKind::kPow2 : (seed % 9 == 4 ? ScaleKind::kZero : ScaleKind::kSpread);
+          const ScaleKind sk =
+              p == Pattern::kTies ? ScaleKind::kPow2 : (seed % 9 == 4 ? ScaleKind::kZero : ScaleKind::kSpread);
           c.scale = make_scale({rows, cols / gs}, dt, qmax, sk, seed + 100);
           if (!f.args.symmetric) c.zp = make_zp({rows, cols / gs}, f.args, seed + 200);
           check_all_ops(c);
@@ -253,7 +266,8 @@ TEST(QdqKernels, TensorChannelTokenAndColumnScales) {
             check_all_ops(c);
           }
           // FP8 per tensor / channel (no zero point)
-          Case f{"fp8_channel/" + tag, fp8_args(Strategy::kChannel), x, make_scale({rows, 1}, dt, 448, ScaleKind::kSpread, seed + 3)};
+          Case f{"fp8_channel/" + tag, fp8_args(Strategy::kChannel), x,
+                 make_scale({rows, 1}, dt, 448, ScaleKind::kSpread, seed + 3)};
           check_all_ops(f);
           ++seed;
         }
@@ -270,7 +284,8 @@ TEST(QdqKernels, TensorChannelTokenAndColumnScales) {
   Case s0{"scalar_scale", int_args(8, true, Strategy::kTensor), act, Tensor::from_values(DType::kBF16, {}, {0.01})};
   check_all_ops(s0);
   // a 1-D x and a 0-dimensional x
-  Case v1{"vector", int_args(4, true, Strategy::kTensor), Tensor::from_values(DType::kF32, {37}, make_values(37, Pattern::kNormal, 12)),
+  Case v1{"vector", int_args(4, true, Strategy::kTensor),
+          Tensor::from_values(DType::kF32, {37}, make_values(37, Pattern::kNormal, 12)),
           make_scale({1}, DType::kF32, 7, ScaleKind::kSpread, 13)};
   check_all_ops(v1);
   Case v0{"zero_dim", int_args(4, true, Strategy::kTensor), Tensor::from_values(DType::kF32, {}, {0.3}),
@@ -322,8 +337,8 @@ TEST(QdqKernels, Nvfp4AndMxfp4) {
 
 TEST(QdqKernels, BlockGidxBroadcastAndStridedViews) {
   // block: shapes that do not divide the blocks
-  for (auto [R, C, bh, bw] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{33, 47, 16, 16}, {128, 130, 128, 128},
-                              {8, 4097, 4, 64}}) {
+  for (auto [R, C, bh, bw] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t>{33, 47, 16, 16}, {128, 130, 128, 128}, {8, 4097, 4, 64}}) {
     for (DType dt : {DType::kF32, DType::kBF16}) {
       const QuantizationArgs a = block_args(bh, bw);
       Case c{"block/" + std::to_string(R) + "x" + std::to_string(C), a,
@@ -342,7 +357,8 @@ TEST(QdqKernels, BlockGidxBroadcastAndStridedViews) {
   for (const auto& g : {perm, sorted, none})
     for (bool sym : {true, false}) {
       const QuantizationArgs a = int_args(4, sym, Strategy::kGroup, gs);
-      Case c{"g_idx", a, Tensor::from_values(DType::kBF16, {rows, cols}, make_values(rows * cols, Pattern::kNormal, 34)),
+      Case c{"g_idx", a,
+             Tensor::from_values(DType::kBF16, {rows, cols}, make_values(rows * cols, Pattern::kNormal, 34)),
              make_scale({rows, cols / gs}, DType::kBF16, 7, ScaleKind::kSpread, 35)};
       c.g_idx = Tensor::from_values(DType::kI32, {cols}, g);
       if (!sym) c.zp = make_zp({rows, cols / gs}, a, 36);
@@ -387,8 +403,8 @@ TEST(QdqKernels, PublicFunctionsMatchReferenceAndErrorsAgree) {
   const QuantizationArgs a = int_args(4, true, Strategy::kGroup, 32);
   const Tensor x = Tensor::from_values(DType::kBF16, {4, 64}, make_values(256, Pattern::kNormal, 41));
   const Tensor s = make_scale({4, 2}, DType::kBF16, 7, ScaleKind::kSpread, 42);
-  EXPECT_EQ(describe_difference(ref::qdq(QdqOp::kFakeQuantize, x.view(), s, nullptr, a, nullptr, nullptr,
-                                         std::nullopt, NumericMode::kParity),
+  EXPECT_EQ(describe_difference(ref::qdq(QdqOp::kFakeQuantize, x.view(), s, nullptr, a, nullptr, nullptr, std::nullopt,
+                                         NumericMode::kParity),
                                 fake_quantize(x.view(), s, nullptr, a)),
             "");
   // argument errors come from the shared resolution: same type and message
@@ -415,8 +431,8 @@ TEST(PackingKernels, IntRowsEveryWidthAndShape) {
         for (double& x : v) x = u(rng);
         const Tensor q = Tensor::from_values(DType::kI8, {rows, cols}, v);
         const Tensor packed = ref::pack_int_rows(q, bits, "w");
-        const std::string what = "bits " + std::to_string(bits) + " shape " + std::to_string(rows) + "x" +
-                                 std::to_string(cols);
+        const std::string what =
+            "bits " + std::to_string(bits) + " shape " + std::to_string(rows) + "x" + std::to_string(cols);
         for (int threads : {1, 2, 3}) {
           expect_same_tensor(packed, pack_int_rows(q, bits, "w", threads), "pack " + what);
           expect_same_tensor(ref::unpack_int_rows(packed, bits, cols, "w"),
@@ -428,7 +444,8 @@ TEST(PackingKernels, IntRowsEveryWidthAndShape) {
   std::vector<double> v(300 * 1000);
   for (double& x : v) x = u(rng);
   const Tensor q = Tensor::from_values(DType::kI8, {3, 100, 1000}, v);
-  for (int threads : {1, 2, 3}) expect_same_tensor(ref::pack_int_rows(q, 4, "w"), pack_int_rows(q, 4, "w", threads), "3-D");
+  for (int threads : {1, 2, 3})
+    expect_same_tensor(ref::pack_int_rows(q, 4, "w"), pack_int_rows(q, 4, "w", threads), "3-D");
 }
 
 TEST(PackingKernels, IntRowsRangeErrorNamesFirstBadValue) {

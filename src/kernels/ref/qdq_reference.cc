@@ -160,7 +160,9 @@ QdqCall resolve_qdq(QdqOp op, const TensorView& x, const Tensor& scale_in, const
 Tensor run_reference(const QdqCall& c, const TensorView& x) {
   const Tensor& s = c.scale;
   const Tensor& z = c.zero_point;
-  auto elem = [&](double xv, int64_t so) { return qdq_element(c.op, xv, s.get(so), c.has_zp ? z.get(so) : 0.0, c.plan); };
+  auto elem = [&](double xv, int64_t so) {
+    return qdq_element(c.op, xv, s.get(so), c.has_zp ? z.get(so) : 0.0, c.plan);
+  };
   Tensor out(c.out_dtype, c.out_shape);
   switch (c.layout) {
     case QdqCall::Layout::kGroup: {

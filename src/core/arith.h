@@ -27,7 +27,7 @@ struct Arith {
   /// Converts a value of another dtype (or a host scalar) to this dtype (R0.4a/c).
   double cast(double v) const {
     if (dt == DType::kF64) return v;
-    if (mode == NumericMode::kWide) return static_cast<float>(v);
+    if (mode == NumericMode::kWide || dt == DType::kF32) return static_cast<float>(v);
     return round_to_float_dtype(dt, v);
   }
   double add(double a, double b) const {
@@ -60,6 +60,16 @@ struct Arith {
     return narrow(std::pow(x, static_cast<float>(cast(norm))));
   }
 };
+
+/// Round half to even, equal to std::nearbyint in the default rounding mode but inline:
+/// the baseline x86-64 build has no roundsd, and libm's nearbyint saves and restores
+/// the FP environment on every call (it dominated the per-candidate qparams).
+/// Adding and removing 2^52 leaves an integer rounded by the FPU's own RNE.
+inline double round_half_even(double v) {
+  if (!(std::fabs(v) < 0x1p52)) return v;  // already an integer, or NaN / inf
+  const double big = std::copysign(0x1p52, v);
+  return std::copysign((v + big) - big, v);  // copysign keeps -0.0 for -0.5 < v <= -0
+}
 
 /// NaN-propagating minimum / maximum (torch.minimum / torch.maximum semantics).
 inline double nan_min(double a, double b) {

@@ -7,6 +7,7 @@ list(APPEND QOBS_KERNEL_SOURCES
      kernels/simd/search_simd.cc
      kernels/simd/qdq_simd.cc
      kernels/qdq_fast.cc
+     kernels/simd/pow_poly.cc
      kernels/parallel/thread_pool.cc
      kernels/fused_search.cc)
 # dispatch.cc routes to the fast paths only when they are built (QOBS_FAST_KERNELS=OFF

@@ -114,13 +114,15 @@ struct Plan {
   bool simd;    // the vector kernel applies to this dtype / error dtype
   bool approx;  // decide comparisons with certified approximate sums first
   double approx_rel;
+  bool use_poly;  // INT grid, f32 data: the cheaper certified terms of pow_poly.h
+  PowPoly poly;
   bool contiguous, w_contiguous;
   BlockKernelArgs proto;  // per-call constants of the block kernel
 };
 
 struct Scratch {
   std::vector<float> xbuf, wbuf, scale, zp;
-  std::vector<double> m_scale, m_zp, sums, errs;
+  std::vector<double> m_scale, m_zp, sums, errs, lo, hi;
   std::vector<uint8_t> improved;
 };
 
@@ -156,24 +158,68 @@ void vector_sums(const Plan& P, NormKind nk, const float* x, const float* w, int
     for (int64_t i = 0; i < count; ++i) out[i] = round_to_float_dtype(P.em.err_dt, out[i]);
 }
 
+/// The kPowPoly intervals [lo_i, hi_i] around each candidate's error (f32 data, INT
+/// grid, unweighted). Returns false when a scale is outside the range the bound covers
+/// (s or 1/s not normal); a candidate whose |r| left the table gets NaN bounds, i.e. is
+/// evaluated exactly.
+bool poly_intervals(const Plan& P, const float* x, Scratch& s) {
+  const int64_t S = P.S, len = P.len;
+  for (int64_t i = 0; i < S; ++i) {
+    const float sc = s.scale[static_cast<std::size_t>(i)];
+    if (!(sc >= 0x1p-125f && sc <= 0x1p125f)) return false;
+  }
+  PolySumArgs k;
+  k.num_candidates = S;
+  k.scale = s.scale.data();
+  k.zp = s.zp.data();
+  k.has_zp = P.proto.has_zp;
+  k.q_min = P.proto.q_min;
+  k.q_max = P.proto.q_max;
+  k.poly = &P.poly;
+  k.sums = s.sums.data();
+  double* total = s.errs.data();
+  for (int64_t i = 0; i < S; ++i) total[i] = 0.0;
+  for (int64_t b = 0; b < len; b += kSumBlock) {
+    k.x = x + b;
+    k.n = std::min<int64_t>(kSumBlock, len - b);
+    poly_sums_simd(P.level, k);
+    for (int64_t i = 0; i < S; ++i) total[i] += s.sums[static_cast<std::size_t>(i)];
+  }
+  const PolySumBound bound = poly_sum_bound(P.poly, len, kSumBlock);
+  for (int64_t i = 0; i < S; ++i) {
+    const double sp = P.poly.scale_pow(s.scale[static_cast<std::size_t>(i)]);
+    const double A = total[i] * sp;
+    const double slack = bound.abs_units * sp + bound.abs;
+    const bool known = std::isfinite(A) && A < 0x1p100;
+    s.lo[static_cast<std::size_t>(i)] = known ? A * (1.0 - bound.rel) - slack : NAN;
+    s.hi[static_cast<std::size_t>(i)] = known ? A * (1.0 + bound.rel) + slack : NAN;
+  }
+  return true;
+}
+
 /// improved[i] for all S candidates of one group whose values are x (weights w), as
 /// the reference decides them.
 void group_improvements(const Plan& P, const float* x, const float* w, double m0, double M0, Scratch& s,
                         uint8_t* improved) {
   const int64_t S = P.S, len = P.len;
-  s.m_scale.resize(static_cast<std::size_t>(S));
-  s.m_zp.resize(static_cast<std::size_t>(S));
-  s.errs.resize(static_cast<std::size_t>(S));
-  bool finite = std::isfinite(m0) && std::isfinite(M0);
+  for (auto* v : {&s.m_scale, &s.m_zp, &s.errs, &s.sums}) v->resize(static_cast<std::size_t>(S));
+  s.scale.resize(static_cast<std::size_t>(S));
+  s.zp.resize(static_cast<std::size_t>(S));
+  const Arith ax{P.dt, P.cfg.mode};
+  bool finite = std::isfinite(m0) & std::isfinite(M0);
   for (int64_t i = 0; i < S; ++i) {
+    const std::size_t u = static_cast<std::size_t>(i);
     // R6.6.6 steps 1-2 (host-scalar shrink, calculate_qparams without global scale)
-    const double cm = P.a.mul(m0, P.shrink[static_cast<std::size_t>(i)]);
-    const double cM = P.a.mul(M0, P.shrink[static_cast<std::size_t>(i)]);
+    const double cm = P.a.mul(m0, P.shrink[u]);
+    const double cM = P.a.mul(M0, P.shrink[u]);
     const qobs::detail::ElemQParams sz = qobs::detail::compute_qparams_elem(cm, cM, P.qplan);
-    s.m_scale[static_cast<std::size_t>(i)] = sz.scale;
-    s.m_zp[static_cast<std::size_t>(i)] = sz.zero_point;
-    const double zx = P.dplan.has_zp ? Arith{P.dt, P.cfg.mode}.cast(sz.zero_point) : 0.0;
-    finite = finite && std::isfinite(sz.scale) && sz.scale > 0 && std::isfinite(zx);
+    s.m_scale[u] = sz.scale;
+    s.m_zp[u] = sz.zero_point;
+    s.scale[u] = static_cast<float>(sz.scale);
+    // R5.1.1: z is converted to x's dtype (and to s's, the same dtype here)
+    const double zx = P.dplan.has_zp ? ax.cast(sz.zero_point) : 0.0;
+    s.zp[u] = static_cast<float>(zx);
+    finite &= std::isfinite(sz.scale) & (sz.scale > 0) & std::isfinite(zx);
   }
   double* errs = s.errs.data();
   if (!P.simd || !finite) {
@@ -190,28 +236,29 @@ void group_improvements(const Plan& P, const float* x, const float* w, double m0
     improvements_from_errors(P, errs, improved);
     return;
   }
-  s.scale.resize(static_cast<std::size_t>(S));
-  s.zp.resize(static_cast<std::size_t>(S));
-  s.sums.resize(static_cast<std::size_t>(S));
-  const Arith ax{P.dt, P.cfg.mode};
-  for (int64_t i = 0; i < S; ++i) {
-    s.scale[static_cast<std::size_t>(i)] = static_cast<float>(s.m_scale[static_cast<std::size_t>(i)]);
-    // R5.1.1: z is converted to x's dtype (and to s's, the same dtype here)
-    s.zp[static_cast<std::size_t>(i)] = static_cast<float>(ax.cast(s.m_zp[static_cast<std::size_t>(i)]));
-  }
   if (!P.approx) {
     vector_sums(P, P.proto.norm_kind, x, w, 0, S, false, s, errs);
     improvements_from_errors(P, errs, improved);
     return;
   }
   // Certified approximation (f32 errors, unweighted, non-integer norm): approximate
-  // sums A_i with |err_i - A_i| <= c A_i + abs decide every comparison whose intervals
-  // do not overlap; an overlapping one is settled with the exact (libm-replay) sums of
-  // the two candidates involved. Each decision therefore equals the reference's.
-  vector_sums(P, NormKind::kPowApprox, x, w, 0, S, true, s, errs);
-  // + the f32 lane sums of the specialized kernels (<= 2^-15 per block) + f64 adds
-  const double c = P.approx_rel + 0x1p-15 + static_cast<double>(len) * 0x1p-50;
-  const double abs_slack = static_cast<double>(len) * kPowApproxAbsErr + 0x1p-149;
+  // sums A_i with |err_i - A_i| <= c A_i + abs_i decide every comparison whose
+  // intervals do not overlap; an overlapping one is settled with the exact
+  // (libm-replay) sums of the two candidates involved. Each decision therefore equals
+  // the reference's.
+  s.lo.resize(static_cast<std::size_t>(S));
+  s.hi.resize(static_cast<std::size_t>(S));
+  if (!(P.use_poly && poly_intervals(P, x, s))) {
+    vector_sums(P, NormKind::kPowApprox, x, w, 0, S, true, s, errs);
+    // + the f32 lane sums of the specialized kernels (<= 2^-15 per block) + f64 adds
+    const double c = P.approx_rel + 0x1p-15 + static_cast<double>(len) * 0x1p-50;
+    const double abs_slack = static_cast<double>(len) * kPowApproxAbsErr + 0x1p-149;
+    for (int64_t i = 0; i < S; ++i) {
+      const double A = errs[i];
+      s.lo[static_cast<std::size_t>(i)] = std::isfinite(A) ? A * (1.0 - c) - abs_slack : NAN;
+      s.hi[static_cast<std::size_t>(i)] = A * (1.0 + c) + abs_slack;
+    }
+  }
   double exact_buf;
   auto exact = [&](int64_t i) {
     vector_sums(P, P.proto.norm_kind, x, w, i, 1, false, s, &exact_buf);
@@ -221,10 +268,10 @@ void group_improvements(const Plan& P, const float* x, const float* w, double m0
   int64_t best_idx = -1;
   bool best_exact = true;
   for (int64_t i = 0; i < S; ++i) {
-    const double A = errs[i];
-    double lo = A * (1.0 - c) - abs_slack, hi = A * (1.0 + c) + abs_slack;
+    double lo = s.lo[static_cast<std::size_t>(i)], hi = s.hi[static_cast<std::size_t>(i)];
     bool is_exact = false, imp;
-    if (!std::isfinite(A) || !(hi < best_lo || lo >= best_hi)) {
+    // a NaN bound (unknown sum) fails both tests and is evaluated exactly
+    if (!(hi < best_lo || lo >= best_hi)) {
       const double e = exact(i);
       if (!best_exact) {
         best_lo = best_hi = exact(best_idx);
@@ -269,6 +316,8 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
          false,
          false,
          0.0,
+         false,
+         {},
          group_contiguous(flat),
          weights && group_contiguous(*weights),
          {}};
@@ -314,6 +363,10 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
     // kPowApproxRelErr (its exponent scaling) + libm powf's <= 1 ulp + the final f32
     // rounding of the sum, with room to spare
     P.approx_rel = kPowApproxRelErr * std::max(1.0, static_cast<double>(k.norm) / 2.4) + 0x1p-20;
+    // Unclamped INT elements have |r| <= 1/2; the table window [2^-12, 16) leaves room
+    // for the clamped ones of any shrink down to ~1/3 of the range.
+    P.use_poly = P.approx && k.grid == qobs::detail::GridKind::kInt && k.data_narrow == Narrow::kNone &&
+                 dt == DType::kF32 && make_pow_poly(k.norm, -12, &P.poly);
   }
   const int threads = resolve_num_threads(num_threads);
   const int64_t W = (S + 63) / 64;  // improvement bits per group

@@ -14,6 +14,22 @@
 
 namespace qobs::detail {
 
+/// R2.5 round_to_dtype's target, resolved once per call: the per-element step then
+/// costs a clamp and a rounding, not dtype-table lookups.
+struct RoundTarget {
+  DType dt = DType::kF32;
+  bool floating = true;
+  double lo = 0, hi = 0;
+  static RoundTarget of(DType target) {
+    RoundTarget t;
+    t.dt = target;
+    t.floating = is_floating(target);
+    t.hi = dtype_max(target);
+    t.lo = t.floating ? -t.hi : dtype_min(target);
+    return t;
+  }
+};
+
 /// Everything calculate_qparams needs per element, resolved once per call.
 struct QParamPlan {
   DType stat_dt;   ///< dtype of min/max (float; integer stats are converted to f32 first)
@@ -26,6 +42,7 @@ struct QParamPlan {
   double half_range;  ///< W / 2
   std::optional<DType> scale_dtype;
   DType zp_dtype;
+  RoundTarget scale_target, zp_target;  ///< scale_dtype (when set) and zp_dtype
   bool has_global = false;
   double global_scale = 1.0;
   double eps;  ///< R2.7 in scale_dt
@@ -50,6 +67,8 @@ struct QParamPlan {
       QOBS_THROW(NotImplementedError, "asymmetric FP4 quantization is not supported (R4.1 step 3)");
     p.scale_dtype = args.scale_dtype;
     p.zp_dtype = *args.zp_dtype;
+    if (p.scale_dtype) p.scale_target = RoundTarget::of(*p.scale_dtype);
+    p.zp_target = RoundTarget::of(p.zp_dtype);
     p.has_global = global_scale.has_value();
     p.global_scale = global_scale.value_or(1.0);
     p.scale_dt = p.has_global ? promote_float_dtypes(stat_dt, DType::kF32) : stat_dt;
@@ -72,13 +91,10 @@ inline std::optional<double> global_scale_value(const Tensor* g) {
 }
 
 /// R2.5 round_to_dtype for one value; returns the value as a double.
-inline double round_to_dtype_value(double v, DType target) {
-  if (is_floating(target)) {
-    const double m = dtype_max(target);
-    return round_to_float_dtype(target, clamp_nan(v, -m, m));
-  }
+inline double round_to_dtype_value(double v, const RoundTarget& t) {
+  if (t.floating) return round_to_float_dtype(t.dt, clamp_nan(v, t.lo, t.hi));
   if (std::isnan(v)) return 0.0;  // Q23: defined as 0 (the reference's x86 cast gives 0)
-  return std::nearbyint(clamp_nan(v, dtype_min(target), dtype_max(target)));
+  return round_half_even(clamp_nan(v, t.lo, t.hi));
 }
 
 struct ElemQParams {
@@ -116,7 +132,7 @@ inline ElemQParams compute_qparams_elem(double mn, double mx, const QParamPlan& 
   const Arith s{p.scale_dt, p.mode};
   if (p.has_global) scale = s.mul(p.global_scale, scale);
   // step 5: round to scale_dtype and back (keep = true)
-  if (p.scale_dtype) scale = s.cast(round_to_dtype_value(scale, *p.scale_dtype));
+  if (p.scale_dtype) scale = s.cast(round_to_dtype_value(scale, p.scale_target));
   // step 6: MX exponent -> power of two, computed in f32 then cast back
   if (p.mx) scale = s.cast(static_cast<double>(std::ldexp(1.0f, static_cast<int>(scale) - 127)));
   // step 7: zero scales become eps of (scale_dtype or scale dtype)
@@ -124,7 +140,7 @@ inline ElemQParams compute_qparams_elem(double mn, double mx, const QParamPlan& 
   // step 8: zero point to zp_dtype. A zero range gives 0/0 = NaN before the eps
   // replacement (Q23); the reference's x86 int cast yields 0, its fp8 cast NaN. qobs
   // defines 0 for every zp dtype (docs/DEVIATIONS.md).
-  zp = std::isnan(zp) ? 0.0 : round_to_dtype_value(zp, p.zp_dtype);
+  zp = std::isnan(zp) ? 0.0 : round_to_dtype_value(zp, p.zp_target);
   return {scale, zp};
 }
 
@@ -163,7 +179,7 @@ struct QdqPlan {
 inline double round_to_grid(double y, const QdqPlan& p) {
   const double c = clamp_nan(y, p.q_min, p.q_max);
   switch (p.grid) {
-    case GridKind::kInt: return std::nearbyint(c);  // half to even
+    case GridKind::kInt: return round_half_even(c);
     case GridKind::kFp8: return fp8_e4m3_to_float(fp8_e4m3_from_double(c));
     case GridKind::kFp4: return fp4_round(static_cast<float>(c));
   }

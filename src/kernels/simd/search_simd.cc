@@ -283,6 +283,95 @@ HWY_NOINLINE void BlockErrorsT(const BlockKernelArgs& A) {
   }
 }
 
+/// 2^(p k) for the exponent fields `ef` (only their low 4 bits are read): one 16-lane
+/// permute on AVX-512; two 8-lane permutes and a blend on bit 3 on AVX2 (Highway 1.0.3
+/// has no two-table lookup).
+HWY_INLINE VF exp_table16(const float* table, hn::Vec<DI> ef) {
+#if HWY_TARGET == HWY_AVX3
+  return VF{_mm512_permutexvar_ps(ef.raw, _mm512_load_ps(table))};
+#else
+  const __m256 lo = _mm256_permutevar8x32_ps(_mm256_load_ps(table), ef.raw);
+  const __m256 hi = _mm256_permutevar8x32_ps(_mm256_load_ps(table + 8), ef.raw);
+  return VF{_mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(ef.raw, 28)))};
+#endif
+}
+
+/// sum c[i] m^i by Horner's rule: fewest ops. (Estrin's scheme, one op more for a
+/// shorter dependency chain, measured slower: the kernel is bound by issue, not latency.)
+template <int kDeg>
+HWY_INLINE VF eval_poly(const VF* c, VF m) {
+  VF v = c[kDeg];
+  for (int k = kDeg - 1; k >= 0; --k) v = hn::MulAdd(v, m, c[k]);
+  return v;
+}
+
+/// kPowPoly sums (pow_poly.h). The QDQ steps and e are the reference's ops, as in
+/// BlockErrorsT (the division stays: replacing it by a reciprocal multiply measured no
+/// faster); the power is 2^(p k) * P(m) on r = e * fl(1/s).
+template <bool kZp, int kDeg>
+HWY_NOINLINE void PolySumsT(const PolySumArgs& A) {
+  const DF df;
+  const DI di;
+  const DD dd;
+  const DH dh;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const PowPoly& P = *A.poly;
+  const VF qmin = hn::Set(df, A.q_min), qmax = hn::Set(df, A.q_max);
+  const VF floor_v = hn::Set(df, P.floor);
+  const VF mant = hn::BitCast(df, hn::Set(di, 0x007FFFFF)), one = hn::Set(df, 1.0f);
+  VF c[kDeg + 1];
+  for (int d = 0; d <= kDeg; ++d) c[d] = hn::Set(df, P.coef[d]);
+  const int64_t n_main = A.n - A.n % N;
+  for (int64_t i = 0; i < A.num_candidates; ++i) {
+    const VF s = hn::Set(df, A.scale[i]);
+    const VF inv = hn::Set(df, 1.0f / A.scale[i]);
+    const VF z = hn::Set(df, kZp ? A.zp[i] : 0.0f);
+    VF amax = hn::Zero(df);
+    auto term = [&](VF x) HWY_ATTR {
+      VF y = hn::Div(x, s);
+      if constexpr (kZp) y = hn::Add(y, z);
+      VF d = hn::Round(hn::Min(hn::Max(y, qmin), qmax));
+      if constexpr (kZp) d = hn::Sub(d, z);
+      const VF e = hn::Sub(hn::Mul(d, s), x);
+      const VF a = hn::Max(hn::Abs(hn::Mul(e, inv)), floor_v);
+      amax = hn::Max(amax, a);
+      const VF m = hn::Or(hn::And(a, mant), one);
+      return hn::Mul(eval_poly<kDeg>(c, m), exp_table16(P.table, hn::ShiftRight<23>(hn::BitCast(di, a))));
+    };
+    VF acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+    int64_t j = 0;
+    for (; j + 2 * N <= n_main; j += 2 * N) {
+      acc0 = hn::Add(acc0, term(hn::LoadU(df, A.x + j)));
+      acc1 = hn::Add(acc1, term(hn::LoadU(df, A.x + j + N)));
+    }
+    if (j < n_main) acc0 = hn::Add(acc0, term(hn::LoadU(df, A.x + j)));
+    if (n_main < A.n) {
+      const auto m = hn::FirstN(df, static_cast<size_t>(A.n - n_main));
+      acc1 = hn::Add(acc1, hn::IfThenElseZero(m, term(hn::MaskedLoad(m, df, A.x + n_main))));
+    }
+    if (!hn::AllTrue(df, hn::Lt(amax, hn::Set(df, P.limit)))) {
+      A.sums[i] = HUGE_VAL;
+      continue;
+    }
+    VD t = hn::Add(hn::Add(hn::PromoteTo(dd, hn::LowerHalf(dh, acc0)), hn::PromoteTo(dd, hn::UpperHalf(dh, acc0))),
+                   hn::Add(hn::PromoteTo(dd, hn::LowerHalf(dh, acc1)), hn::PromoteTo(dd, hn::UpperHalf(dh, acc1))));
+    A.sums[i] = hn::GetLane(hn::SumOfLanes(dd, t));
+  }
+}
+
+template <bool kZp>
+void PolySumsZp(const PolySumArgs& A) {
+  switch (A.poly->degree) {
+    case 2: return PolySumsT<kZp, 2>(A);
+    case 3: return PolySumsT<kZp, 3>(A);
+    case 4: return PolySumsT<kZp, 4>(A);
+    case 5: return PolySumsT<kZp, 5>(A);
+    default: return PolySumsT<kZp, 6>(A);
+  }
+}
+
+void PolySums(const PolySumArgs& A) { return A.has_zp ? PolySumsZp<true>(A) : PolySumsZp<false>(A); }
+
 template <int kDN, int kEN, int kG>
 HWY_INLINE void BlockErrorsNorm(const BlockKernelArgs& A) {
   switch (A.norm_kind) {
@@ -424,6 +513,7 @@ namespace qobs::kernels::detail {
   QOBS_THROW(PreconditionError, "SIMD level ", to_string(level), " is not compiled into this binary")
 
 void block_errors_simd(SimdLevel level, const BlockKernelArgs& args) { QOBS_SIMD_DISPATCH(BlockErrors(args)); }
+void poly_sums_simd(SimdLevel level, const PolySumArgs& args) { QOBS_SIMD_DISPATCH(PolySums(args)); }
 void minmax_simd(SimdLevel level, const float* x, int64_t n, float* lo, float* hi) {
   QOBS_SIMD_DISPATCH(MinMax(x, n, lo, hi));
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/simd/libm_powf.h"
+#include "kernels/simd/pow_poly.h"
 #include "kernels/simd/simd_level.h"
 #include "qparams/qparam_math.h"
 
@@ -52,8 +53,26 @@ struct BlockKernelArgs {
   double* sums = nullptr;              ///< out: num_candidates canonical block sums
 };
 
+/// One canonical block of an INT-grid search on f32 data with f32 unweighted errors,
+/// with the certified cheap terms of pow_poly.h: sums[i] = the sum over the block of
+/// the terms of |r| = |e / s_i| (units of s_i^p; multiply by s_i^p for the error), or
+/// +inf when some |r| reached poly->limit. e is computed exactly as the reference's
+/// (x / s (+ z), clamp, round, (- z), * s, - x); only the power is approximated.
+struct PolySumArgs {
+  const float* x = nullptr;
+  int64_t n = 0;
+  int64_t num_candidates = 0;
+  const float* scale = nullptr;  ///< per candidate, normal, > 0
+  const float* zp = nullptr;     ///< has_zp only
+  bool has_zp = false;
+  float q_min = 0, q_max = 0;
+  const PowPoly* poly = nullptr;
+  double* sums = nullptr;
+};
+
 /// Vectorized block kernel at `level` (kAvx2 or kAvx512).
 void block_errors_simd(SimdLevel level, const BlockKernelArgs& args);
+void poly_sums_simd(SimdLevel level, const PolySumArgs& args);
 /// NaN-propagating min and max of n floats (n >= 1).
 void minmax_simd(SimdLevel level, const float* x, int64_t n, float* lo, float* hi);
 /// Exact widening of n bf16 (is_bf16) or f16 bit patterns to float.

@@ -124,6 +124,13 @@ class Observer : public std::enable_shared_from_this<Observer> {
   /// inputs stay integer until blended). MSE observers take float tensors only.
   virtual bool accepts_integer_input() const { return false; }
 
+  /// True when a NaN or +-Inf anywhere in an observation always shows in the updated
+  /// statistics (min / max propagate both), so observe() checks the small statistics
+  /// afterwards instead of scanning the whole input first -- one pass over the data
+  /// instead of two. A non-finite result restores the previous statistics and locates
+  /// the offending element for the error.
+  virtual bool statistics_reveal_non_finite() const { return false; }
+
   /// Importance hooks (R6.1.7). Only imatrix_mse accumulates; others ignore them.
   virtual void attach(int64_t in_features) {}
   virtual void detach() {}
@@ -154,6 +161,7 @@ class Observer : public std::enable_shared_from_this<Observer> {
   friend void fuse_observers(const std::vector<std::shared_ptr<Observer>>& group);
   void observe_bound_weight();
   std::vector<std::shared_ptr<Observer>> fused_statistics_members();
+  bool statistics_finite() const;
 
   TensorView bound_weight_;
   bool has_bound_weight_ = false;

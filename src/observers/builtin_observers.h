@@ -20,6 +20,7 @@ class MemorylessMinMaxObserver : public Observer {
       : Observer(std::move(base), std::move(args), std::move(opt)) {}
   std::string_view name() const override { return "memoryless_minmax"; }
   bool accepts_integer_input() const override { return true; }
+  bool statistics_reveal_non_finite() const override { return true; }
   void update_state(std::map<std::string, Tensor>& st, const FlatView& flat) const override;
 };
 
@@ -29,6 +30,7 @@ class StaticMinMaxObserver : public Observer {
       : Observer(std::move(base), std::move(args), std::move(opt)) {}
   std::string_view name() const override { return "static_minmax"; }
   bool accepts_integer_input() const override { return true; }
+  bool statistics_reveal_non_finite() const override { return true; }
   void update_state(std::map<std::string, Tensor>& st, const FlatView& flat) const override;
   std::vector<std::pair<std::string, ReduceOp>> sync_table() const override {
     return {{"min_vals", ReduceOp::kMin}, {"max_vals", ReduceOp::kMax}};
@@ -40,6 +42,7 @@ class MovingAverageMinMaxObserver : public Observer {
   MovingAverageMinMaxObserver(std::string base, QuantizationArgs args, ObserverOptions opt);
   std::string_view name() const override { return "minmax"; }
   bool accepts_integer_input() const override { return true; }
+  bool statistics_reveal_non_finite() const override { return true; }
   void update_state(std::map<std::string, Tensor>& st, const FlatView& flat) const override;
   std::vector<std::pair<std::string, ReduceOp>> sync_table() const override {
     return {{"min_vals", ReduceOp::kAvg}, {"max_vals", ReduceOp::kAvg}};

@@ -39,15 +39,19 @@ bool is_integer_dtype(DType dt) {
   return dt == DType::kI8 || dt == DType::kI16 || dt == DType::kI32 || dt == DType::kI64 || dt == DType::kU8;
 }
 
-void check_observable(const TensorView& v, const std::string& label, bool allow_integer) {
+/// The dtype rule of observed tensors; true for float tensors (which may hold NaN / Inf).
+bool check_observable_dtype(const TensorView& v, const std::string& label, bool allow_integer) {
   const bool is_float = v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16;
-  if (!is_float) {
+  if (!is_float)
     QOBS_CHECK(allow_integer && is_integer_dtype(v.dtype), TypeError, label,
                allow_integer ? ": min-max observers accept float32, bfloat16, float16 or integer tensors, got "
                              : ": this observer accepts float32, bfloat16 or float16 tensors, got ",
                dtype_name(v.dtype), " (docs/DEVIATIONS.md D11)");
-    return;  // integers are always finite
-  }
+  return is_float;
+}
+
+void check_observable(const TensorView& v, const std::string& label, bool allow_integer) {
+  if (!check_observable_dtype(v, label, allow_integer)) return;  // integers are always finite
   const int64_t i = kernels::first_non_finite(v);  // threaded scan of the bit patterns
   if (i >= 0) {
     const double x = v.get(i);
@@ -62,13 +66,37 @@ Observer& Observer::observe(const TensorView& value) {
   if (value.numel() == 0) return *this;                      // R6.1.2-1
   if (is_weight_observer() && has_statistics()) return *this;  // R6.1.2-2, Q27
   const std::string label = options_.label.empty() ? base_name_ : options_.label;
-  check_observable(value, label, accepts_integer_input());
-  observe_flat(flatten_for_calibration(value, base_name_, args_, {}, label));
+  const bool check_after = statistics_reveal_non_finite();
+  if (!check_after) {
+    check_observable(value, label, accepts_integer_input());
+    observe_flat(flatten_for_calibration(value, base_name_, args_, {}, label));
+  } else {
+    const bool is_float = check_observable_dtype(value, label, accepts_integer_input());
+    std::map<std::string, Tensor> before = is_float ? state_ : std::map<std::string, Tensor>{};
+    observe_flat(flatten_for_calibration(value, base_name_, args_, {}, label));
+    if (is_float && !statistics_finite()) {
+      // Finite input can still overflow a moving average to inf; that keeps the
+      // reference's result. A non-finite input is rejected with the state untouched.
+      if (kernels::first_non_finite(value) >= 0) {
+        state_ = std::move(before);
+        check_observable(value, label, accepts_integer_input());
+      }
+    }
+  }
   if (!partners_.empty()) fused_statistics_members();  // R6.1.2-5
   return *this;
 }
 
 void Observer::observe_flat(const FlatView& flat) { update_state(state_, flat); }
+
+bool Observer::statistics_finite() const {
+  for (const auto& n : statistic_names()) {
+    const auto it = state_.find(n);
+    if (it != state_.end() && is_floating(it->second.dtype()) && kernels::first_non_finite(it->second.view()) >= 0)
+      return false;
+  }
+  return true;
+}
 
 bool Observer::has_statistics() const {
   for (const auto& n : statistic_names())

@@ -254,6 +254,32 @@ TEST(ObserverApi, R6_1_2_NonFiniteInputRejected) {
   }
 }
 
+TEST(ObserverApi, R6_1_2_NonFiniteInputLeavesEarlierStatisticsIntact) {
+  // Min-max observers detect NaN / Inf from their own statistics (one pass over the
+  // data); the rejected observation must not leave a trace in the running statistics.
+  for (double bad : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
+                     -std::numeric_limits<double>::infinity()})
+    for (const char* name : {"memoryless_minmax", "static_minmax", "minmax"})
+      for (std::optional<int64_t> gs : {std::optional<int64_t>{}, std::optional<int64_t>{3}}) {
+        SCOPED_TRACE(std::string(name) + " " + std::to_string(bad));
+        // inputs (weights are observed once, R6.1.2-2), per tensor and in groups of 3
+        auto o = load_observer(name, "input", args_of(gs ? Strategy::kGroup : Strategy::kTensor, gs));
+        const Tensor good = f32({2, 3}, {-1, 2, 0.5, 3, -4, 1});
+        o->observe(good.view());
+        const auto before = o->get_statistics();
+        for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+          const Tensor x = Tensor::from_values(dt, {2, 3}, {1.0, 0.25, -2.0, 5.0, bad, 2.0});
+          expect_error<InvalidArgument>([&] { o->observe(x.view()); }, {"non-finite", "flat index 4"});
+          const auto after = o->get_statistics();
+          ASSERT_EQ(after.size(), before.size());
+          for (std::size_t k = 0; k < after.size(); ++k) {
+            EXPECT_EQ(after[k].first, before[k].first);
+            EXPECT_EQ(after[k].second.to_doubles(), before[k].second.to_doubles());
+          }
+        }
+      }
+}
+
 // ---- R6.4 / R6.5 min-max family --------------------------------------------------------------
 
 TEST(ObserverApi, R6_4_MemorylessAndStaticMinMax) {

@@ -324,11 +324,13 @@ void ImatrixMseObserver::update_state(std::map<std::string, Tensor>& st, const F
     const float denom = mean + std::ldexp(1.0f, -126);
     const int64_t cols = static_cast<int64_t>(imp->size());
     const int64_t rows = flat.layout.num_qparams() * flat.layout.group_len() / cols;
-    auto wt = std::make_shared<Tensor>(DType::kF32, Shape{rows, cols});
+    // One row of weights viewed with row stride 0: the search reads the same columns
+    // for every row, so no rows x cols tensor is materialized (64 MB at 4096^2).
+    auto wt = std::make_shared<Tensor>(DType::kF32, Shape{cols});
     float* wp = wt->data_as<float>();
-    for (int64_t rr = 0; rr < rows; ++rr)
-      for (int64_t c = 0; c < cols; ++c) wp[rr * cols + c] = (*imp)[static_cast<std::size_t>(c)] / denom;
-    FlatView w = flatten_for_calibration(wt->view(), "weight", args_);
+    for (int64_t c = 0; c < cols; ++c) wp[c] = (*imp)[static_cast<std::size_t>(c)] / denom;
+    const TensorView broadcast(wt->data(), DType::kF32, Shape{rows, cols}, Shape{0, 1});
+    FlatView w = flatten_for_calibration(broadcast, "weight", args_);
     w.owned = wt;
     r = kernels::grid_search(flat, sargs, cfg_, &w);
   }

@@ -1,0 +1,88 @@
+// The grid search's branch-free qparams of shrunk ranges (qparam_math.h ShrunkQParams)
+// against the general per-element R4.1 (compute_qparams_elem), value for value and
+// bit for bit: the fast search relies on them being the same function.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "kernels/search_select.h"
+#include "qparams/qparam_math.h"
+
+namespace qobs::detail {
+namespace {
+
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+TEST(ShrunkQParams, EqualsComputeQParamsElemForEveryCandidate) {
+  std::mt19937 rng(17);
+  std::vector<std::pair<float, float>> ranges{{0, 0},        {-0.0f, 0.0f}, {-1, 1},          {0, 3},
+                                              {-3, 0},       {2, 5},        {-5, -2},         {-1e-40f, 1e-40f},
+                                              {-1e30f, 1e30f}, {-0x1p-126f, 0x1p-130f}, {-0.0f, 7.5f}, {-8, 7}};
+  for (int k = 0; k < 2000; ++k) {
+    std::uniform_real_distribution<float> u(-1, 1);
+    const float scale = std::ldexp(1.0f, static_cast<int>(rng() % 80) - 60);
+    float a = u(rng) * scale, b = u(rng) * scale;
+    if (k % 7 == 0) a = std::fabs(a);   // positive-only ranges
+    if (k % 11 == 0) b = -std::fabs(b);  // negative-only ranges
+    ranges.emplace_back(std::min(a, b), std::max(a, b));
+  }
+  for (int bits : {2, 3, 4, 8})
+    for (bool sym : {true, false})
+      for (bool chunked : {false, true}) {
+        QuantizationArgs args;
+        args.num_bits = bits;
+        args.symmetric = sym;
+        args.strategy = Strategy::kGroup;
+        args.group_size = 128;
+        args = args.validated();
+        const QParamPlan plan = QParamPlan::make(args, DType::kF32, std::nullopt, NumericMode::kParity);
+        const ShrunkQParams sq = ShrunkQParams::make(plan);
+        ASSERT_TRUE(sq.usable);
+        kernels::GridSearchConfig cfg;
+        cfg.chunked = chunked;
+        cfg.maxshrink = 0.95;  // shrinks down to 0.06: more zero-range and tiny cases
+        const std::vector<double> shrink = search_shrink_factors(cfg, DType::kF32);
+        std::vector<float> shrink_f(shrink.begin(), shrink.end());
+        std::vector<float> sc(shrink.size()), zp(shrink.size());
+        const Arith a{DType::kF32, NumericMode::kParity};
+        for (const auto& [m0, M0] : ranges) {
+          sq.compute(m0, M0, shrink_f.data(), static_cast<int64_t>(shrink.size()), sc.data(), zp.data());
+          for (std::size_t i = 0; i < shrink.size(); ++i) {
+            const ElemQParams ref = compute_qparams_elem(a.mul(m0, shrink[i]), a.mul(M0, shrink[i]), plan);
+            ASSERT_EQ(bits_of(sc[i]), bits_of(static_cast<float>(ref.scale)))
+                << "bits=" << bits << " sym=" << sym << " range [" << m0 << ", " << M0 << "] i=" << i;
+            ASSERT_EQ(bits_of(zp[i]), bits_of(static_cast<float>(ref.zero_point)))
+                << "bits=" << bits << " sym=" << sym << " range [" << m0 << ", " << M0 << "] i=" << i;
+          }
+        }
+      }
+}
+
+TEST(ShrunkQParams, OnlyTheCommonPlanIsCovered) {
+  QuantizationArgs args;
+  args.num_bits = 4;
+  args.strategy = Strategy::kTensorGroup;
+  args.group_size = 16;
+  args.type = QuantType::kFloat;
+  args.scale_dtype = DType::kF8E4M3;
+  args = args.validated();
+  EXPECT_FALSE(ShrunkQParams::make(QParamPlan::make(args, DType::kF32, std::nullopt, NumericMode::kParity)).usable);
+  QuantizationArgs i4;
+  i4.num_bits = 4;
+  i4.strategy = Strategy::kChannel;
+  i4 = i4.validated();
+  EXPECT_FALSE(ShrunkQParams::make(QParamPlan::make(i4, DType::kBF16, std::nullopt, NumericMode::kParity)).usable);
+  EXPECT_FALSE(ShrunkQParams::make(QParamPlan::make(i4, DType::kF32, 2.0, NumericMode::kParity)).usable);
+  EXPECT_TRUE(ShrunkQParams::make(QParamPlan::make(i4, DType::kF32, std::nullopt, NumericMode::kWide)).usable);
+}
+
+}  // namespace
+}  // namespace qobs::detail

@@ -125,7 +125,8 @@ class Observer : public std::enable_shared_from_this<Observer> {
   virtual bool accepts_integer_input() const { return false; }
 
   /// True when a NaN or +-Inf anywhere in an observation always shows in the updated
-  /// statistics (min / max propagate both), so observe() checks the small statistics
+  /// statistics (min / max propagate both, and the MSE searches return a non-finite
+  /// group range unchanged), so observe() checks the small statistics
   /// afterwards instead of scanning the whole input first -- one pass over the data
   /// instead of two. A non-finite result restores the previous statistics and locates
   /// the offending element for the error.

@@ -105,8 +105,10 @@ struct Plan {
   DType dt;
   int64_t len, S;
   std::vector<double> shrink;
+  std::vector<float> shrink_f32;  // the host shrink factors as the f32 multiply sees them
   Arith a;
   qobs::detail::QParamPlan qplan;
+  qobs::detail::ShrunkQParams shrunk;
   qobs::detail::QdqPlan dplan;
   ErrorModel em;
   SimdLevel level;
@@ -155,14 +157,15 @@ void vector_sums(const Plan& P, NormKind nk, const float* x, const float* w, int
     for (int64_t i = 0; i < count; ++i) out[i] += s.sums[static_cast<std::size_t>(i)];
   }
   if (!raw)
-    for (int64_t i = 0; i < count; ++i) out[i] = round_to_float_dtype(P.em.err_dt, out[i]);
+    for (int64_t i = 0; i < count; ++i)
+      out[i] = P.em.err_dt == DType::kF32 ? static_cast<float>(out[i]) : round_to_float_dtype(P.em.err_dt, out[i]);
 }
 
 /// The kPowPoly intervals [lo_i, hi_i] around each candidate's error (f32 data, INT
 /// grid, unweighted). Returns false when a scale is outside the range the bound covers
 /// (s or 1/s not normal); a candidate whose |r| left the table gets NaN bounds, i.e. is
 /// evaluated exactly.
-bool poly_intervals(const Plan& P, const float* x, Scratch& s) {
+bool poly_intervals(const Plan& P, const float* x, double xmax, Scratch& s) {
   const int64_t S = P.S, len = P.len;
   for (int64_t i = 0; i < S; ++i) {
     const float sc = s.scale[static_cast<std::size_t>(i)];
@@ -186,10 +189,13 @@ bool poly_intervals(const Plan& P, const float* x, Scratch& s) {
     for (int64_t i = 0; i < S; ++i) total[i] += s.sums[static_cast<std::size_t>(i)];
   }
   const PolySumBound bound = poly_sum_bound(P.poly, len, kSumBlock);
+  const double q_abs_max = std::max(std::fabs(P.dplan.q_min), std::fabs(P.dplan.q_max));
   for (int64_t i = 0; i < S; ++i) {
-    const double sp = P.poly.scale_pow(s.scale[static_cast<std::size_t>(i)]);
+    const float sc = s.scale[static_cast<std::size_t>(i)];
+    const double sp = P.poly.scale_pow(sc);
     const double A = total[i] * sp;
-    const double slack = bound.abs_units * sp + bound.abs;
+    const double rho = poly_r_error(xmax / sc, std::fabs(s.zp[static_cast<std::size_t>(i)]), q_abs_max);
+    const double slack = (bound.abs_units + poly_r_slack(P.poly, rho, total[i], len)) * sp + bound.abs;
     const bool known = std::isfinite(A) && A < 0x1p100;
     s.lo[static_cast<std::size_t>(i)] = known ? A * (1.0 - bound.rel) - slack : NAN;
     s.hi[static_cast<std::size_t>(i)] = known ? A * (1.0 + bound.rel) + slack : NAN;
@@ -199,7 +205,7 @@ bool poly_intervals(const Plan& P, const float* x, Scratch& s) {
 
 /// improved[i] for all S candidates of one group whose values are x (weights w), as
 /// the reference decides them.
-void group_improvements(const Plan& P, const float* x, const float* w, double m0, double M0, Scratch& s,
+void group_improvements(const Plan& P, const float* x, const float* w, double xmax, double m0, double M0, Scratch& s,
                         uint8_t* improved) {
   const int64_t S = P.S, len = P.len;
   for (auto* v : {&s.m_scale, &s.m_zp, &s.errs, &s.sums}) v->resize(static_cast<std::size_t>(S));
@@ -207,19 +213,31 @@ void group_improvements(const Plan& P, const float* x, const float* w, double m0
   s.zp.resize(static_cast<std::size_t>(S));
   const Arith ax{P.dt, P.cfg.mode};
   bool finite = std::isfinite(m0) & std::isfinite(M0);
-  for (int64_t i = 0; i < S; ++i) {
-    const std::size_t u = static_cast<std::size_t>(i);
-    // R6.6.6 steps 1-2 (host-scalar shrink, calculate_qparams without global scale)
-    const double cm = P.a.mul(m0, P.shrink[u]);
-    const double cM = P.a.mul(M0, P.shrink[u]);
-    const qobs::detail::ElemQParams sz = qobs::detail::compute_qparams_elem(cm, cM, P.qplan);
-    s.m_scale[u] = sz.scale;
-    s.m_zp[u] = sz.zero_point;
-    s.scale[u] = static_cast<float>(sz.scale);
-    // R5.1.1: z is converted to x's dtype (and to s's, the same dtype here)
-    const double zx = P.dplan.has_zp ? ax.cast(sz.zero_point) : 0.0;
-    s.zp[u] = static_cast<float>(zx);
-    finite &= std::isfinite(sz.scale) & (sz.scale > 0) & std::isfinite(zx);
+  if (finite && P.shrunk.usable) {
+    // R6.6.6 steps 1-2 in the common plan, branch-free (values equal the loop below)
+    P.shrunk.compute(static_cast<float>(m0), static_cast<float>(M0), P.shrink_f32.data(), S, s.scale.data(),
+                     s.zp.data());
+    for (int64_t i = 0; i < S; ++i) {
+      const std::size_t u = static_cast<std::size_t>(i);
+      s.m_scale[u] = s.scale[u];
+      s.m_zp[u] = s.zp[u];
+      finite &= std::isfinite(s.scale[u]) & (s.scale[u] > 0);
+    }
+  } else {
+    for (int64_t i = 0; i < S; ++i) {
+      const std::size_t u = static_cast<std::size_t>(i);
+      // R6.6.6 steps 1-2 (host-scalar shrink, calculate_qparams without global scale)
+      const double cm = P.a.mul(m0, P.shrink[u]);
+      const double cM = P.a.mul(M0, P.shrink[u]);
+      const qobs::detail::ElemQParams sz = qobs::detail::compute_qparams_elem(cm, cM, P.qplan);
+      s.m_scale[u] = sz.scale;
+      s.m_zp[u] = sz.zero_point;
+      s.scale[u] = static_cast<float>(sz.scale);
+      // R5.1.1: z is converted to x's dtype (and to s's, the same dtype here)
+      const double zx = P.dplan.has_zp ? ax.cast(sz.zero_point) : 0.0;
+      s.zp[u] = static_cast<float>(zx);
+      finite &= std::isfinite(sz.scale) & (sz.scale > 0) & std::isfinite(zx);
+    }
   }
   double* errs = s.errs.data();
   if (!P.simd || !finite) {
@@ -248,7 +266,7 @@ void group_improvements(const Plan& P, const float* x, const float* w, double m0
   // the reference's.
   s.lo.resize(static_cast<std::size_t>(S));
   s.hi.resize(static_cast<std::size_t>(S));
-  if (!(P.use_poly && poly_intervals(P, x, s))) {
+  if (!(P.use_poly && poly_intervals(P, x, xmax, s))) {
     vector_sums(P, NormKind::kPowApprox, x, w, 0, S, true, s, errs);
     // + the f32 lane sums of the specialized kernels (<= 2^-15 per block) + f64 adds
     const double c = P.approx_rel + 0x1p-15 + static_cast<double>(len) * 0x1p-50;
@@ -307,8 +325,10 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
          len,
          0,
          qobs::detail::search_shrink_factors(cfg, dt),
+         {},
          Arith{dt, cfg.mode},
          qobs::detail::QParamPlan::make(search_args, dt, std::nullopt, cfg.mode),
+         {},
          qobs::detail::QdqPlan::make(search_args, dt, dt, true, true, cfg.mode),
          ErrorModel::make(cfg, dt),
          level,
@@ -322,6 +342,9 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
          weights && group_contiguous(*weights),
          {}};
   P.S = static_cast<int64_t>(P.shrink.size());
+  P.shrunk = qobs::detail::ShrunkQParams::make(P.qplan);
+  // Arith::mul converts its host-scalar operand to f32 (the statistics' dtype here)
+  for (double p : P.shrink) P.shrink_f32.push_back(static_cast<float>(p));
   const int64_t S = P.S;
   auto vec_dtype = [](DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; };
   P.simd = level != SimdLevel::kScalar && vec_dtype(dt) && vec_dtype(P.em.elem_dt);
@@ -393,14 +416,14 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
       // R6.6.3: the base range, scaled by the host scalar `expand`
       m0[static_cast<std::size_t>(q)] = P.a.mul(lo, cfg.expand);
       M0[static_cast<std::size_t>(q)] = P.a.mul(hi, cfg.expand);
-      group_improvements(P, x, w, m0[static_cast<std::size_t>(q)], M0[static_cast<std::size_t>(q)], s,
-                         s.improved.data());
+      group_improvements(P, x, w, std::max(std::fabs(lo), std::fabs(hi)), m0[static_cast<std::size_t>(q)],
+                         M0[static_cast<std::size_t>(q)], s, s.improved.data());
       uint64_t* qb = bits.data() + q * W;
       for (int64_t i = 0; i < S; ++i) {
-        if (s.improved[static_cast<std::size_t>(i)]) {
-          qb[i / 64] |= uint64_t{1} << (i % 64);
-          any_w[static_cast<std::size_t>(i)] = 1;
-        }
+        // branch-free: which candidates improve varies from group to group
+        const uint8_t imp = s.improved[static_cast<std::size_t>(i)];
+        qb[i / 64] |= uint64_t{imp} << (i % 64);
+        any_w[static_cast<std::size_t>(i)] |= imp;
       }
     }
   });

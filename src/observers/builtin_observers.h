@@ -60,6 +60,9 @@ class MseObserver : public Observer {
   std::string_view name() const override;
   void update_state(std::map<std::string, Tensor>& st, const FlatView& flat) const override;
   std::vector<std::pair<std::string, ReduceOp>> sync_table() const override;
+  // a group holding NaN / Inf has a non-finite min or max, which no candidate improves
+  // on, so the search returns it unchanged (FastGridSearch.NonFiniteGroups...)
+  bool statistics_reveal_non_finite() const override { return true; }
   const kernels::GridSearchConfig& search_config() const { return cfg_; }
 
  private:
@@ -72,6 +75,7 @@ class ImatrixMseObserver : public Observer {
  public:
   ImatrixMseObserver(std::string base, QuantizationArgs args, ObserverOptions opt);
   std::string_view name() const override { return "imatrix_mse"; }
+  bool statistics_reveal_non_finite() const override { return true; }  // as MseObserver
   void update_state(std::map<std::string, Tensor>& st, const FlatView& flat) const override;
   std::vector<std::pair<std::string, ReduceOp>> sync_table() const override {
     return {{"importance_sum", ReduceOp::kSum}, {"importance_count", ReduceOp::kSum}};

@@ -1,5 +1,5 @@
-// The certified cheap power of the INT grid search (kernels/simd/pow_poly.h): its error
-// bound must hold for every input, or the fast search could decide a comparison
+// The certified cheap error terms of the INT grid search (kernels/simd/pow_poly.h): r =
+// q - y for e / s, and the table + polynomial power. Their bound must hold for every input, or the fast search could decide a comparison
 // differently from the reference. The fast-vs-reference search tests
 // (fast_kernels_test.cc) check the end result bit for bit; these check the bound itself,
 // on adversarial data (quotients a few ulps from a rounding tie, elements on the grid,
@@ -154,10 +154,20 @@ TEST(PolySums, ReferenceErrorLiesInsideTheCertifiedInterval) {
                 const double sp = P.scale_pow(s);
                 const double A = sum * sp;
                 const detail::PolySumBound b = detail::poly_sum_bound(P, n, detail::kSumBlock);
-                const double slack = b.abs_units * sp + b.abs;
+                double xmax = 0;
+                for (float v : x) xmax = std::max(xmax, static_cast<double>(std::fabs(v)));
+                const double rho =
+                    detail::poly_r_error(xmax / s, std::fabs(zps[static_cast<std::size_t>(c)]),
+                                         std::max(std::fabs(plan.q_min), std::fabs(plan.q_max)));
+                const double slack = (b.abs_units + detail::poly_r_slack(P, rho, sum, n)) * sp + b.abs;
                 EXPECT_LE(A * (1 - b.rel) - slack, E) << what;
                 EXPECT_GE(A * (1 + b.rel) + slack, E) << what;
-                if (d == Data::kNormal && E > 0) EXPECT_LT(std::fabs(A - E) / E, 0x1p-13) << what;
+                if (d == Data::kNormal && n >= 128) {
+                  // typical groups: the estimate is close, and the interval narrow enough
+                  // (default norm 2.4, INT4 and narrower) to decide most comparisons
+                  EXPECT_LT(std::fabs(A - E) / E, 0x1p-13) << what;
+                  if (bits <= 4 && p == 2.4) EXPECT_LT((2 * A * b.rel + 2 * slack) / E, 0x1p-11) << what;
+                }
               }
             }
         }

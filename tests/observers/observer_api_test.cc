@@ -251,15 +251,20 @@ TEST(ObserverApi, R6_1_2_NonFiniteInputRejected) {
       }
       EXPECT_FALSE(o->has_statistics());
     }
+    SCOPED_TRACE("imatrix_mse " + std::to_string(bad));
+    auto w = load_observer("imatrix_mse", "weight", args_of(Strategy::kChannel));
+    const Tensor x = Tensor::from_values(DType::kF32, {2, 2}, {1.0, 0.5, bad, 2.0});
+    expect_error<InvalidArgument>([&] { w->observe(x.view()); }, {"non-finite", "flat index 2"});
+    EXPECT_FALSE(w->has_statistics());
   }
 }
 
 TEST(ObserverApi, R6_1_2_NonFiniteInputLeavesEarlierStatisticsIntact) {
-  // Min-max observers detect NaN / Inf from their own statistics (one pass over the
-  // data); the rejected observation must not leave a trace in the running statistics.
+  // Min-max and MSE observers detect NaN / Inf from their own statistics (one pass over
+  // the data); the rejected observation must not leave a trace in the running statistics.
   for (double bad : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
                      -std::numeric_limits<double>::infinity()})
-    for (const char* name : {"memoryless_minmax", "static_minmax", "minmax"})
+    for (const char* name : {"memoryless_minmax", "static_minmax", "minmax", "memoryless_mse", "mse"})
       for (std::optional<int64_t> gs : {std::optional<int64_t>{}, std::optional<int64_t>{3}}) {
         SCOPED_TRACE(std::string(name) + " " + std::to_string(bad));
         // inputs (weights are observed once, R6.1.2-2), per tensor and in groups of 3

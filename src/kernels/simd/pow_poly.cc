@@ -75,6 +75,13 @@ bool make_pow_poly(double p, int k_lo, PowPoly* out) {
     const double poly_rel = interp + (2 * d + 4) * u24 * mag * (1 + 0x1p-20);
     if (poly_rel > 0x1p-14) continue;
     P.p = p;
+    P.young_factor = std::max(1.0, std::exp2(p - 2.0));
+    // Young's inequality with weight lambda: a^(p-1) <= (p-1)/p lambda a^p +
+    // lambda^(1-p) / p for every lambda > 0; lambda = 2 (p+1)^(1/p) is optimal when
+    // the |r| are uniform on [0, 1/2] (unclamped elements), i.e. for typical groups
+    P.young_lambda = 2.0 * std::pow(p + 1.0, 1.0 / p);
+    P.young_lambda_pow = std::pow(P.young_lambda, 1.0 - p);
+    P.rho_exponent = static_cast<int>(p - 1.0);
     P.k_lo = k_lo;
     P.floor = std::ldexp(1.0f, k_lo);
     P.limit = std::ldexp(1.0f, k_lo + 16);

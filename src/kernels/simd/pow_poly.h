@@ -10,6 +10,7 @@
 // uses it only to decide comparisons whose intervals do not overlap (fused_search.cc).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -25,6 +26,9 @@ struct PowPoly {
   float floor = 0;  ///< 2^k_lo: smaller |r| are raised to it (bounded by floor_term)
   float limit = 0;  ///< 2^(k_lo + 16): a |r| at or above leaves the table (sum -> +inf)
   double p = 0;
+  double young_factor = 1;  ///< max(1, 2^(p-2)), see poly_r_slack
+  double young_lambda = 1, young_lambda_pow = 1;  ///< lambda and lambda^(1-p), see poly_r_slack
+  int rho_exponent = 0;                          ///< floor(p - 1)
   /// |computed term - |r|^p| <= rel_err * |r|^p for floor <= |r| < limit, counting the
   /// interpolation error, the f32 coefficients, the Horner FMAs, the table entry, the
   /// final product and the two roundings of r = e * fl(1 / s).
@@ -62,6 +66,31 @@ struct PolySumBound {
   double abs;        ///< the reference's f32 terms that underflow
 };
 PolySumBound poly_sum_bound(const PowPoly& P, int64_t n, int64_t block);
+
+/// The kernel takes r = q - y (y = x / s (+ z) as rounded for the quantization) where
+/// the reference's term is |e / s|^p with e = fl(fl(d s) - x): one subtraction instead
+/// of a multiply, a subtraction and a multiply. Per element |r - e / s| <= rho, with
+/// rho = 2^-24 (4 X / s + 4 |z| + 3 Q) (1 + 2^-20) for |x| <= X and |q| <= Q (the
+/// roundings of x / s, + z, q - y, d s and - x).
+inline double poly_r_error(double x_over_s, double abs_z, double q_abs_max) {
+  return 0x1p-24 * (4.0 * x_over_s + 4.0 * abs_z + 3.0 * q_abs_max) * (1.0 + 0x1p-20);
+}
+
+/// What rho does to a sum of n terms whose kernel value is sum_units (units of s^p):
+/// per term p (a + rho)^(p-1) rho by the mean value theorem, with
+/// (a + rho)^(p-1) <= max(1, 2^(p-2)) (a^(p-1) + rho^(p-1)) and the weighted Young
+/// inequality a^(p-1) <= (p-1)/p lambda a^p + lambda^(1-p) / p (make_pow_poly picks
+/// lambda). sum a^p <= sum_units (1 + rel_err): the kernel's terms overestimate the
+/// floored ones. Inline and pow-free: it runs once per candidate and group.
+inline double poly_r_slack(const PowPoly& P, double rho, double sum_units, int64_t n) {
+  const double p = P.p, nd = static_cast<double>(n);
+  double rho_pm1 = 1.0;  // rho^(p-1) <= rho^floor(p-1) for rho <= 1
+  for (int k = 0; k < P.rho_exponent; ++k) rho_pm1 *= rho;
+  if (rho > 1.0) rho_pm1 = HUGE_VAL;  // never for finite data in range; sends to the exact path
+  const double sum_pm1 =
+      (p - 1.0) / p * P.young_lambda * sum_units * (1.0 + P.rel_err) + nd / p * P.young_lambda_pow + nd * rho_pm1;
+  return p * rho * P.young_factor * sum_pm1 * (1.0 + 0x1p-20);
+}
 
 /// Builds the plan for exponent p (1 <= p <= 8) and table window k_lo: the lowest
 /// degree whose bound is at most 2^-14. False when no degree up to kMaxDegree is.

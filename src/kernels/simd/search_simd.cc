@@ -223,11 +223,8 @@ HWY_NOINLINE void BlockErrorsT(const BlockKernelArgs& A) {
     // bound) save the two f64 conversions and adds per vector
     constexpr bool kF32Sum = kNK == static_cast<int>(NormKind::kPowApprox);
     VF acc32 = hn::Zero(df);
-    for (int64_t j = 0; j < A.n; j += static_cast<int64_t>(N)) {
-      const size_t rem = static_cast<size_t>(A.n - j);
-      const auto m = hn::FirstN(df, rem);
-      // the tail runs through the same body; its dead lanes are zeroed below
-      const VF x = rem >= N ? hn::LoadU(df, A.x + j) : hn::MaskedLoad(m, df, A.x + j);
+    // the error term of one vector of x (and weights w, when given)
+    auto term = [&](VF x, VF w) HWY_ATTR {
       // R5.1.1: y = x / s (+ z), clamp, round to the grid, dequantize, * s
       VF y = narrow_to(dn, hn::Div(x, s));
       if (A.has_zp) y = narrow_to(dn, hn::Add(y, z));
@@ -270,13 +267,22 @@ HWY_NOINLINE void BlockErrorsT(const BlockKernelArgs& A) {
           break;
         }
       }
-      if (A.w) {
-        const VF w = rem >= N ? hn::LoadU(df, A.w + j) : hn::MaskedLoad(m, df, A.w + j);
-        t = narrow_to(en, hn::Mul(w, t));
-      }
-      if (rem < N) t = hn::IfThenElseZero(m, t);
+      if (A.w) t = narrow_to(en, hn::Mul(w, t));
+      return t;
+    };
+    auto accumulate = [&](VF t) HWY_ATTR {
       if constexpr (kF32Sum) acc32 = hn::Add(acc32, t);
       else acc.add(t);
+    };
+    // full vectors without masks, then one masked tail whose dead lanes are zeroed
+    const int64_t n_main = A.n - A.n % static_cast<int64_t>(N);
+    const VF one = hn::Set(df, 1.0f);
+    for (int64_t j = 0; j < n_main; j += static_cast<int64_t>(N))
+      accumulate(term(hn::LoadU(df, A.x + j), A.w ? hn::LoadU(df, A.w + j) : one));
+    if (n_main < A.n) {
+      const auto m = hn::FirstN(df, static_cast<size_t>(A.n - n_main));
+      const VF t = term(hn::MaskedLoad(m, df, A.x + n_main), A.w ? hn::MaskedLoad(m, df, A.w + n_main) : one);
+      accumulate(hn::IfThenElseZero(m, t));
     }
     if constexpr (kF32Sum) acc.add(acc32);
     A.sums[i] = acc.total();
@@ -305,9 +311,10 @@ HWY_INLINE VF eval_poly(const VF* c, VF m) {
   return v;
 }
 
-/// kPowPoly sums (pow_poly.h). The QDQ steps and e are the reference's ops, as in
-/// BlockErrorsT (the division stays: replacing it by a reciprocal multiply measured no
-/// faster); the power is 2^(p k) * P(m) on r = e * fl(1/s).
+/// kPowPoly sums (pow_poly.h). The quantization steps are the reference's (as in
+/// BlockErrorsT; the division stays: a reciprocal multiply measured no faster), so q is
+/// exact; the error is taken as r = q - y, within poly_r_error of the reference's
+/// e / s, and its power as 2^(p k) * P(m).
 template <bool kZp, int kDeg>
 HWY_NOINLINE void PolySumsT(const PolySumArgs& A) {
   const DF df;
@@ -324,16 +331,14 @@ HWY_NOINLINE void PolySumsT(const PolySumArgs& A) {
   const int64_t n_main = A.n - A.n % N;
   for (int64_t i = 0; i < A.num_candidates; ++i) {
     const VF s = hn::Set(df, A.scale[i]);
-    const VF inv = hn::Set(df, 1.0f / A.scale[i]);
     const VF z = hn::Set(df, kZp ? A.zp[i] : 0.0f);
     VF amax = hn::Zero(df);
     auto term = [&](VF x) HWY_ATTR {
       VF y = hn::Div(x, s);
       if constexpr (kZp) y = hn::Add(y, z);
-      VF d = hn::Round(hn::Min(hn::Max(y, qmin), qmax));
-      if constexpr (kZp) d = hn::Sub(d, z);
-      const VF e = hn::Sub(hn::Mul(d, s), x);
-      const VF a = hn::Max(hn::Abs(hn::Mul(e, inv)), floor_v);
+      const VF q = hn::Round(hn::Min(hn::Max(y, qmin), qmax));
+      // r = q - y stands for the reference's e / s (poly_r_error bounds the difference)
+      const VF a = hn::Max(hn::Abs(hn::Sub(q, y)), floor_v);
       amax = hn::Max(amax, a);
       const VF m = hn::Or(hn::And(a, mant), one);
       return hn::Mul(eval_poly<kDeg>(c, m), exp_table16(P.table, hn::ShiftRight<23>(hn::BitCast(di, a))));

@@ -55,9 +55,9 @@ struct BlockKernelArgs {
 
 /// One canonical block of an INT-grid search on f32 data with f32 unweighted errors,
 /// with the certified cheap terms of pow_poly.h: sums[i] = the sum over the block of
-/// the terms of |r| = |e / s_i| (units of s_i^p; multiply by s_i^p for the error), or
-/// +inf when some |r| reached poly->limit. e is computed exactly as the reference's
-/// (x / s (+ z), clamp, round, (- z), * s, - x); only the power is approximated.
+/// the terms of |r| = |q - y| ~ |e / s_i| (units of s_i^p; multiply by s_i^p for the
+/// error), or +inf when some |r| reached poly->limit. q is the reference's (x / s (+ z),
+/// clamp, round); r and the power are approximations with the bounds of pow_poly.h.
 struct PolySumArgs {
   const float* x = nullptr;
   int64_t n = 0;

@@ -162,15 +162,11 @@ void vector_sums(const Plan& P, NormKind nk, const float* x, const float* w, int
 }
 
 /// The kPowPoly intervals [lo_i, hi_i] around each candidate's error (f32 data, INT
-/// grid, unweighted). Returns false when a scale is outside the range the bound covers
-/// (s or 1/s not normal); a candidate whose |r| left the table gets NaN bounds, i.e. is
-/// evaluated exactly.
-bool poly_intervals(const Plan& P, const float* x, double xmax, Scratch& s) {
+/// grid, unweighted). A candidate the bound does not cover (|r| left the table, s
+/// outside the normal range scale_pow handles, a sum near f32 overflow) gets NaN
+/// bounds, i.e. is evaluated exactly.
+void poly_intervals(const Plan& P, const float* x, double xmax, Scratch& s) {
   const int64_t S = P.S, len = P.len;
-  for (int64_t i = 0; i < S; ++i) {
-    const float sc = s.scale[static_cast<std::size_t>(i)];
-    if (!(sc >= 0x1p-125f && sc <= 0x1p125f)) return false;
-  }
   PolySumArgs k;
   k.num_candidates = S;
   k.scale = s.scale.data();
@@ -179,14 +175,21 @@ bool poly_intervals(const Plan& P, const float* x, double xmax, Scratch& s) {
   k.q_min = P.proto.q_min;
   k.q_max = P.proto.q_max;
   k.poly = &P.poly;
-  k.sums = s.sums.data();
   double* total = s.errs.data();
-  for (int64_t i = 0; i < S; ++i) total[i] = 0.0;
-  for (int64_t b = 0; b < len; b += kSumBlock) {
-    k.x = x + b;
-    k.n = std::min<int64_t>(kSumBlock, len - b);
+  if (len <= kSumBlock) {
+    k.x = x;
+    k.n = len;
+    k.sums = total;
     poly_sums_simd(P.level, k);
-    for (int64_t i = 0; i < S; ++i) total[i] += s.sums[static_cast<std::size_t>(i)];
+  } else {
+    k.sums = s.sums.data();
+    for (int64_t i = 0; i < S; ++i) total[i] = 0.0;
+    for (int64_t b = 0; b < len; b += kSumBlock) {
+      k.x = x + b;
+      k.n = std::min<int64_t>(kSumBlock, len - b);
+      poly_sums_simd(P.level, k);
+      for (int64_t i = 0; i < S; ++i) total[i] += s.sums[static_cast<std::size_t>(i)];
+    }
   }
   const PolySumBound bound = poly_sum_bound(P.poly, len, kSumBlock);
   const double q_abs_max = std::max(std::fabs(P.dplan.q_min), std::fabs(P.dplan.q_max));
@@ -196,11 +199,10 @@ bool poly_intervals(const Plan& P, const float* x, double xmax, Scratch& s) {
     const double A = total[i] * sp;
     const double rho = poly_r_error(xmax / sc, std::fabs(s.zp[static_cast<std::size_t>(i)]), q_abs_max);
     const double slack = (bound.abs_units + poly_r_slack(P.poly, rho, total[i], len)) * sp + bound.abs;
-    const bool known = std::isfinite(A) && A < 0x1p100;
+    const bool known = sc >= 0x1p-125f && sc <= 0x1p125f && std::isfinite(A) && A < 0x1p100;
     s.lo[static_cast<std::size_t>(i)] = known ? A * (1.0 - bound.rel) - slack : NAN;
     s.hi[static_cast<std::size_t>(i)] = known ? A * (1.0 + bound.rel) + slack : NAN;
   }
-  return true;
 }
 
 /// improved[i] for all S candidates of one group whose values are x (weights w), as
@@ -219,9 +221,11 @@ void group_improvements(const Plan& P, const float* x, const float* w, double xm
                      s.zp.data());
     for (int64_t i = 0; i < S; ++i) {
       const std::size_t u = static_cast<std::size_t>(i);
-      s.m_scale[u] = s.scale[u];
-      s.m_zp[u] = s.zp[u];
       finite &= std::isfinite(s.scale[u]) & (s.scale[u] > 0);
+    }
+    if (!P.simd || !finite) {  // the scalar path below reads the double copies
+      std::copy(s.scale.begin(), s.scale.end(), s.m_scale.begin());
+      std::copy(s.zp.begin(), s.zp.end(), s.m_zp.begin());
     }
   } else {
     for (int64_t i = 0; i < S; ++i) {
@@ -266,7 +270,9 @@ void group_improvements(const Plan& P, const float* x, const float* w, double xm
   // the reference's.
   s.lo.resize(static_cast<std::size_t>(S));
   s.hi.resize(static_cast<std::size_t>(S));
-  if (!(P.use_poly && poly_intervals(P, x, xmax, s))) {
+  if (P.use_poly) {
+    poly_intervals(P, x, xmax, s);
+  } else {
     vector_sums(P, NormKind::kPowApprox, x, w, 0, S, true, s, errs);
     // + the f32 lane sums of the specialized kernels (<= 2^-15 per block) + f64 adds
     const double c = P.approx_rel + 0x1p-15 + static_cast<double>(len) * 0x1p-50;

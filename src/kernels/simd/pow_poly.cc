@@ -75,25 +75,26 @@ bool make_pow_poly(double p, int k_lo, PowPoly* out) {
     const double poly_rel = interp + (2 * d + 4) * u24 * mag * (1 + 0x1p-20);
     if (poly_rel > 0x1p-14) continue;
     P.p = p;
-    P.young_factor = std::max(1.0, std::exp2(p - 2.0));
-    // Young's inequality with weight lambda: a^(p-1) <= (p-1)/p lambda a^p +
-    // lambda^(1-p) / p for every lambda > 0; lambda = 2 (p+1)^(1/p) is optimal when
-    // the |r| are uniform on [0, 1/2] (unclamped elements), i.e. for typical groups
-    P.young_lambda = 2.0 * std::pow(p + 1.0, 1.0 / p);
-    P.young_lambda_pow = std::pow(P.young_lambda, 1.0 - p);
-    P.rho_exponent = static_cast<int>(p - 1.0);
     P.k_lo = k_lo;
     P.floor = std::ldexp(1.0f, k_lo);
     P.limit = std::ldexp(1.0f, k_lo + 16);
     for (int k = k_lo; k < k_lo + 16; ++k) P.table[(k + 127) & 15] = static_cast<float>(std::exp2(p * k));
-    // term = fl(T * fl(P(u))), T = 2^(p k) (1 + u24), r = e * fl(1/s) rounded twice,
-    // which perturbs |r|^p by (1 + u24)^(2p)
+    // term = fl(T * fl(P(m))), T = 2^(p k) (1 + u24); and a margin of two roundings of
+    // r, (1 + u24)^(2p), on top of poly_r_error (which already counts q - y's)
     const double r_rel = std::pow(1.0 + u24, 2.0 * p) - 1.0;
     P.rel_err = (1 + poly_rel) * (1 + u24) * (1 + u24) * (1 + r_rel) - 1.0;
     P.floor_term = std::exp2(p * k_lo) * (1 + P.rel_err);
     for (int ef = 0; ef < 256; ++ef) P.exp_table[ef] = std::exp2(p * (ef - 127));
     // scale_pow: the interpolant in double (coefficients rounded once, Horner ~2^-52 a step)
     P.scale_pow_rel_err = interp + (2 * d + 4) * 0x1p-53 * mag * (1 + 0x1p-20) + 0x1p-50;
+    // Young's inequality with weight lambda: a^(p-1) <= (p-1)/p lambda a^p +
+    // lambda^(1-p) / p for every lambda > 0; lambda = 2 (p+1)^(1/p) is optimal when
+    // the |r| are uniform on [0, 1/2] (unclamped elements), i.e. for typical groups
+    const double lambda = 2.0 * std::pow(p + 1.0, 1.0 / p);
+    P.young_factor = std::max(1.0, std::exp2(p - 2.0)) * (1.0 + 0x1p-20);
+    P.young_sum = p * P.young_factor * (p - 1.0) / p * lambda * (1.0 + P.rel_err);
+    P.young_count = p * P.young_factor * std::pow(lambda, 1.0 - p) / p;
+    P.rho_exponent = static_cast<int>(p - 1.0);
     *out = P;
     return true;
   }

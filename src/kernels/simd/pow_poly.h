@@ -26,9 +26,10 @@ struct PowPoly {
   float floor = 0;  ///< 2^k_lo: smaller |r| are raised to it (bounded by floor_term)
   float limit = 0;  ///< 2^(k_lo + 16): a |r| at or above leaves the table (sum -> +inf)
   double p = 0;
-  double young_factor = 1;  ///< max(1, 2^(p-2)), see poly_r_slack
-  double young_lambda = 1, young_lambda_pow = 1;  ///< lambda and lambda^(1-p), see poly_r_slack
-  int rho_exponent = 0;                          ///< floor(p - 1)
+  /// poly_r_slack's constants: c = max(1, 2^(p-2)) (1 + 2^-20), young_sum =
+  /// p c (p-1)/p lambda (1 + rel_err), young_count = p c lambda^(1-p) / p
+  double young_factor = 1, young_sum = 0, young_count = 0;
+  int rho_exponent = 0;  ///< floor(p - 1)
   /// |computed term - |r|^p| <= rel_err * |r|^p for floor <= |r| < limit, counting the
   /// interpolation error, the f32 coefficients, the Horner FMAs, the table entry, the
   /// final product and the two roundings of r = e * fl(1 / s).
@@ -83,13 +84,11 @@ inline double poly_r_error(double x_over_s, double abs_z, double q_abs_max) {
 /// lambda). sum a^p <= sum_units (1 + rel_err): the kernel's terms overestimate the
 /// floored ones. Inline and pow-free: it runs once per candidate and group.
 inline double poly_r_slack(const PowPoly& P, double rho, double sum_units, int64_t n) {
-  const double p = P.p, nd = static_cast<double>(n);
+  const double nd = static_cast<double>(n);
   double rho_pm1 = 1.0;  // rho^(p-1) <= rho^floor(p-1) for rho <= 1
   for (int k = 0; k < P.rho_exponent; ++k) rho_pm1 *= rho;
   if (rho > 1.0) rho_pm1 = HUGE_VAL;  // never for finite data in range; sends to the exact path
-  const double sum_pm1 =
-      (p - 1.0) / p * P.young_lambda * sum_units * (1.0 + P.rel_err) + nd / p * P.young_lambda_pow + nd * rho_pm1;
-  return p * rho * P.young_factor * sum_pm1 * (1.0 + 0x1p-20);
+  return rho * (P.young_sum * sum_units + nd * (P.young_count + P.young_factor * P.p * rho_pm1));
 }
 
 /// Builds the plan for exponent p (1 <= p <= 8) and table window k_lo: the lowest

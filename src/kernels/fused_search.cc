@@ -172,6 +172,7 @@ void poly_intervals(const Plan& P, const float* x, double xmax, Scratch& s) {
   k.scale = s.scale.data();
   k.zp = s.zp.data();
   k.has_zp = P.proto.has_zp;
+  k.grid = P.proto.grid;
   k.q_min = P.proto.q_min;
   k.q_max = P.proto.q_max;
   k.poly = &P.poly;
@@ -392,9 +393,13 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
     // kPowApproxRelErr (its exponent scaling) + libm powf's <= 1 ulp + the final f32
     // rounding of the sum, with room to spare
     P.approx_rel = kPowApproxRelErr * std::max(1.0, static_cast<double>(k.norm) / 2.4) + 0x1p-20;
-    // Unclamped INT elements have |r| <= 1/2; the table window [2^-12, 16) leaves room
-    // for the clamped ones of any shrink down to ~1/3 of the range.
-    P.use_poly = P.approx && k.grid == qobs::detail::GridKind::kInt && k.data_narrow == Narrow::kNone &&
+    // Unclamped elements have |r| <= 1/2 (INT) or <= 1 (FP4, steps up to 2); the table
+    // window [2^-12, 16) leaves room for the clamped ones of any shrink down to ~1/3 of
+    // the range. FP8's top binade has steps of 32: |r| up to 16 would leave the table.
+    P.use_poly = P.approx &&
+                 (k.grid == qobs::detail::GridKind::kInt ||
+                  (k.grid == qobs::detail::GridKind::kFp4 && !k.has_zp)) &&
+                 k.data_narrow == Narrow::kNone &&
                  dt == DType::kF32 && make_pow_poly(k.norm, -12, &P.poly);
   }
   const int threads = resolve_num_threads(num_threads);

@@ -158,7 +158,9 @@ struct ShrunkQParams {
 
   static ShrunkQParams make(const QParamPlan& p) {
     ShrunkQParams q;
-    q.usable = p.stat_dt == DType::kF32 && !p.has_global && !p.scale_dtype && !p.mx && !p.zp_target.floating;
+    // symmetric zero points are exactly 0 in any zero-point dtype (FP4's is a float)
+    q.usable = p.stat_dt == DType::kF32 && !p.has_global && !p.scale_dtype && !p.mx &&
+               (!p.zp_target.floating || p.symmetric);
     q.symmetric = p.symmetric;
     q.half_range = static_cast<float>(p.half_range);
     q.range = static_cast<float>(p.range);
@@ -170,7 +172,9 @@ struct ShrunkQParams {
     return q;
   }
 
-  /// scale[i], zp[i] for finite m0, M0 and host shrink factors already in f32.
+  /// scale[i], zp[i] for finite m0, M0 and host shrink factors already in f32. (The
+  /// zero point's rounding below assumes an integer dtype; a float one occurs only with
+  /// symmetric plans, whose zero point is 0 either way.)
   void compute(float m0, float M0, const float* shrink, int64_t n, float* scale, float* zp) const {
     for (int64_t i = 0; i < n; ++i) {
       // R6.6.6 step 1 (Arith::mul in f32), R4.1 step 1 as nan_min / nan_max

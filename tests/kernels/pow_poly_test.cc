@@ -99,12 +99,14 @@ TEST(PolySums, ReferenceErrorLiesInsideTheCertifiedInterval) {
   for (SimdLevel level : available_simd_levels()) {
     if (level == SimdLevel::kScalar) continue;
     for (double p : {2.4, 1.7, 3.3})
-      for (int bits : {2, 3, 4, 8})
+      for (int bits : {2, 3, 4, 8, -4})  // -4: FP4 E2M1 (symmetric only)
         for (bool sym : {true, false}) {
+          if (bits < 0 && !sym) continue;
           PowPoly P;
           ASSERT_TRUE(detail::make_pow_poly(static_cast<float>(p), -12, &P));
           QuantizationArgs a;
-          a.num_bits = bits;
+          a.num_bits = bits < 0 ? -bits : bits;
+          a.type = bits < 0 ? QuantType::kFloat : QuantType::kInt;
           a.symmetric = sym;
           a.strategy = Strategy::kTensor;
           a = a.validated();
@@ -129,6 +131,7 @@ TEST(PolySums, ReferenceErrorLiesInsideTheCertifiedInterval) {
                 k.scale = &scales[static_cast<std::size_t>(c)];
                 k.zp = &zps[static_cast<std::size_t>(c)];
                 k.has_zp = !sym;
+                k.grid = plan.grid;
                 k.q_min = static_cast<float>(plan.q_min);
                 k.q_max = static_cast<float>(plan.q_max);
                 k.poly = &P;

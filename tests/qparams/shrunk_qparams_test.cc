@@ -34,14 +34,16 @@ TEST(ShrunkQParams, EqualsComputeQParamsElemForEveryCandidate) {
     if (k % 11 == 0) b = -std::fabs(b);  // negative-only ranges
     ranges.emplace_back(std::min(a, b), std::max(a, b));
   }
-  for (int bits : {2, 3, 4, 8})
+  for (int bits : {2, 3, 4, 8, -4})  // -4: FP4 (symmetric, float zero-point dtype)
     for (bool sym : {true, false})
       for (bool chunked : {false, true}) {
+        if (bits < 0 && !sym) continue;
         QuantizationArgs args;
-        args.num_bits = bits;
+        args.num_bits = bits < 0 ? -bits : bits;
+        args.type = bits < 0 ? QuantType::kFloat : QuantType::kInt;
         args.symmetric = sym;
         args.strategy = Strategy::kGroup;
-        args.group_size = 128;
+        args.group_size = 16;
         args = args.validated();
         const QParamPlan plan = QParamPlan::make(args, DType::kF32, std::nullopt, NumericMode::kParity);
         const ShrunkQParams sq = ShrunkQParams::make(plan);

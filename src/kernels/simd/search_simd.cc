@@ -315,7 +315,7 @@ HWY_INLINE VF eval_poly(const VF* c, VF m) {
 /// BlockErrorsT; the division stays: a reciprocal multiply measured no faster), so q is
 /// exact; the error is taken as r = q - y, within poly_r_error of the reference's
 /// e / s, and its power as 2^(p k) * P(m).
-template <bool kZp, int kDeg>
+template <bool kZp, bool kFp4, int kDeg>
 HWY_NOINLINE void PolySumsT(const PolySumArgs& A) {
   const DF df;
   const DI di;
@@ -336,7 +336,8 @@ HWY_NOINLINE void PolySumsT(const PolySumArgs& A) {
     auto term = [&](VF x) HWY_ATTR {
       VF y = hn::Div(x, s);
       if constexpr (kZp) y = hn::Add(y, z);
-      const VF q = hn::Round(hn::Min(hn::Max(y, qmin), qmax));
+      const VF clamped = hn::Min(hn::Max(y, qmin), qmax);
+      const VF q = kFp4 ? fp4_round(clamped) : hn::Round(clamped);
       // r = q - y stands for the reference's e / s (poly_r_error bounds the difference)
       const VF a = hn::Max(hn::Abs(hn::Sub(q, y)), floor_v);
       amax = hn::Max(amax, a);
@@ -364,18 +365,21 @@ HWY_NOINLINE void PolySumsT(const PolySumArgs& A) {
   }
 }
 
-template <bool kZp>
-void PolySumsZp(const PolySumArgs& A) {
+template <bool kZp, bool kFp4>
+void PolySumsDeg(const PolySumArgs& A) {
   switch (A.poly->degree) {
-    case 2: return PolySumsT<kZp, 2>(A);
-    case 3: return PolySumsT<kZp, 3>(A);
-    case 4: return PolySumsT<kZp, 4>(A);
-    case 5: return PolySumsT<kZp, 5>(A);
-    default: return PolySumsT<kZp, 6>(A);
+    case 2: return PolySumsT<kZp, kFp4, 2>(A);
+    case 3: return PolySumsT<kZp, kFp4, 3>(A);
+    case 4: return PolySumsT<kZp, kFp4, 4>(A);
+    case 5: return PolySumsT<kZp, kFp4, 5>(A);
+    default: return PolySumsT<kZp, kFp4, 6>(A);
   }
 }
 
-void PolySums(const PolySumArgs& A) { return A.has_zp ? PolySumsZp<true>(A) : PolySumsZp<false>(A); }
+void PolySums(const PolySumArgs& A) {
+  if (A.grid == qobs::detail::GridKind::kFp4) return PolySumsDeg<false, true>(A);  // FP4 is symmetric (R4.1)
+  return A.has_zp ? PolySumsDeg<true, false>(A) : PolySumsDeg<false, false>(A);
+}
 
 template <int kDN, int kEN, int kG>
 HWY_INLINE void BlockErrorsNorm(const BlockKernelArgs& A) {

@@ -53,7 +53,7 @@ struct BlockKernelArgs {
   double* sums = nullptr;              ///< out: num_candidates canonical block sums
 };
 
-/// One canonical block of an INT-grid search on f32 data with f32 unweighted errors,
+/// One canonical block of an INT- or FP4-grid search on f32 data with f32 unweighted errors,
 /// with the certified cheap terms of pow_poly.h: sums[i] = the sum over the block of
 /// the terms of |r| = |q - y| ~ |e / s_i| (units of s_i^p; multiply by s_i^p for the
 /// error), or +inf when some |r| reached poly->limit. q is the reference's (x / s (+ z),
@@ -65,6 +65,7 @@ struct PolySumArgs {
   const float* scale = nullptr;  ///< per candidate, normal, > 0
   const float* zp = nullptr;     ///< has_zp only
   bool has_zp = false;
+  qobs::detail::GridKind grid = qobs::detail::GridKind::kInt;  ///< kInt or kFp4 (symmetric)
   float q_min = 0, q_max = 0;
   const PowPoly* poly = nullptr;
   double* sums = nullptr;

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
@@ -30,6 +32,13 @@ QuantizationArgs args_from_golden(const nlohmann::json& j);
 
 /// Bitwise equality with a readable failure description ("" when equal).
 std::string describe_difference(const Tensor& expected, const Tensor& actual);
+
+/// The IEEE bit pattern of a float (bit-exact comparisons that tell -0.0 from +0.0).
+inline uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
 
 /// Distance in units in the last place between two values of a float dtype.
 int64_t ulp_distance(DType dt, double a, double b);

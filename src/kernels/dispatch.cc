@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels/kernels.h"
+#include "qparams/qparam_math.h"
 #if QOBS_HAVE_FAST_KERNELS
 #include "kernels/fused_search.h"
 #include "kernels/parallel/thread_pool.h"
@@ -50,6 +51,26 @@ int64_t first_all_ones_exponent(const Bits* p, int64_t begin, int64_t end) {
   return -1;
 }
 }  // namespace
+
+ScaleZeroPoint calculate_qparams(const Tensor& min_vals, const Tensor& max_vals, const QuantizationArgs& args,
+                                 const Tensor* global_scale, NumericMode mode, int num_threads) {
+  auto job = qobs::detail::QParamsJob::prepare(min_vals, max_vals, args, global_scale, mode);
+  const int64_t n = job.size();
+#if QOBS_HAVE_FAST_KERNELS
+  // tasks of 8192 elements: below that a thread costs more than it saves
+  constexpr int64_t kChunk = 8192;
+  const int threads = resolve_num_threads(num_threads);
+  if (threads > 1 && n > kChunk) {
+    parallel_for((n + kChunk - 1) / kChunk, threads,
+                 [&](int64_t t, int) { job.run(t * kChunk, std::min(n, (t + 1) * kChunk)); });
+    return std::move(job).finish();
+  }
+#else
+  (void)num_threads;
+#endif
+  job.run(0, n);
+  return std::move(job).finish();
+}
 
 int64_t first_non_finite(const TensorView& v, int num_threads) {
   const int64_t n = v.numel();

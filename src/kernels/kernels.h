@@ -14,6 +14,7 @@
 #include "qobs/args.h"
 #include "qobs/layout.h"
 #include "qobs/numeric.h"
+#include "qobs/qparams.h"
 #include "qobs/tensor.h"
 
 namespace qobs::kernels {
@@ -28,6 +29,12 @@ void minmax(const FlatView& flat, float* mins, float* maxs, int num_threads = 0)
 /// Threaded scan of the bit patterns for contiguous f32 / bf16 / f16 views (the
 /// observers' input check); other views are scanned element by element.
 int64_t first_non_finite(const TensorView& value, int num_threads = 0);
+
+/// qobs::calculate_qparams (R4.1) with the element-wise step spread over threads (the
+/// observers' phase 2; 1M groups for NVFP4). Bit-identical for any thread count:
+/// elements are independent. With QOBS_FAST_KERNELS=OFF it runs on the caller.
+ScaleZeroPoint calculate_qparams(const Tensor& min_vals, const Tensor& max_vals, const QuantizationArgs& args,
+                                 const Tensor* global_scale, NumericMode mode, int num_threads = 0);
 
 /// Parameters of the MSE grid search (R6.6, R6.8).
 struct GridSearchConfig {

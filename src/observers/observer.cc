@@ -172,8 +172,9 @@ QParams Observer::get_qparams() {
              options_.label.empty() ? base_name_ : options_.label, "': observe a tensor first (R6.1.4)");
   QParams out;
   out.global_scale = get_global_scale();
-  auto sz = calculate_qparams(state_.at("min_vals"), state_.at("max_vals"), args_,
-                              out.global_scale ? &*out.global_scale : nullptr, options_.mode);
+  auto sz = kernels::calculate_qparams(state_.at("min_vals"), state_.at("max_vals"), args_,
+                                       out.global_scale ? &*out.global_scale : nullptr, options_.mode,
+                                       options_.num_threads);
   out.scale = std::move(sz.scale);
   out.zero_point = std::move(sz.zero_point);
   delete_statistics(true);
@@ -576,7 +577,8 @@ ScaleZeroPoint MinMaxHookAdapter::forward(const TensorView& value, std::span<con
                    observer_->accepts_integer_input());
   const FlatView flat = flatten_for_calibration(value, observer_->base_name(), a, g_idx, observer_->options().label);
   auto [mn, mx] = get_min_max(flat);
-  return calculate_qparams(mn, mx, a, global_scale_ ? &*global_scale_ : nullptr, observer_->options().mode);
+  return kernels::calculate_qparams(mn, mx, a, global_scale_ ? &*global_scale_ : nullptr, observer_->options().mode,
+                                    observer_->options().num_threads);
 }
 
 Tensor MinMaxHookAdapter::get_global_scale(const TensorView& value) {

@@ -5,11 +5,13 @@
 
 #include <cmath>
 #include <optional>
+#include <vector>
 
 #include "core/arith.h"
 #include "core/check.h"
 #include "qobs/args.h"
 #include "qobs/formats.h"
+#include "qobs/qparams.h"
 #include "qobs/tensor.h"
 
 namespace qobs::detail {
@@ -201,6 +203,22 @@ struct ShrunkQParams {
       zp[i] = zero_range ? 0.0f : r;
     }
   }
+};
+
+/// calculate_qparams (R4.1) in three steps, so that the kernels layer can spread the
+/// element-wise middle one over threads (kernels::calculate_qparams) while this layer
+/// keeps the single definition: prepare (validation, plan, shapes, the statistics as
+/// doubles), run over any split of [0, size()) (elements are independent), finish.
+struct QParamsJob {
+  QParamPlan plan;
+  Shape scale_shape, zp_shape;
+  std::vector<double> lo, hi;  ///< min / max in, scale / zero point out
+
+  static QParamsJob prepare(const Tensor& min_vals, const Tensor& max_vals, const QuantizationArgs& args,
+                            const Tensor* global_scale, NumericMode mode);
+  int64_t size() const { return static_cast<int64_t>(lo.size()); }
+  void run(int64_t begin, int64_t end);
+  ScaleZeroPoint finish() &&;
 };
 
 enum class GridKind { kInt, kFp8, kFp4 };

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -25,15 +26,12 @@
 #include "kernels/simd/search_simd.h"
 #include "kernels/simd/simd_level.h"
 #include "qobs/qobs.h"
+#include "test_util.h"
 
 namespace qobs::kernels {
 namespace {
 
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
+using qobs::testing::float_bits;
 
 /// Test data: N(0, sigma) with optional structure that stresses the edge cases.
 enum class Pattern { kNormal, kZeroGroups, kEqualGroups, kHugeRange, kSubnormal, kSignedZeros, kPositive };
@@ -138,7 +136,7 @@ std::string diff(const GridSearchResult& r, const GridSearchResult& f) {
            std::to_string(f.candidates_evaluated);
   if (r.best_min.size() != f.best_min.size()) return "size";
   for (std::size_t q = 0; q < r.best_min.size(); ++q)
-    if (bits(r.best_min[q]) != bits(f.best_min[q]) || bits(r.best_max[q]) != bits(f.best_max[q]))
+    if (float_bits(r.best_min[q]) != float_bits(f.best_min[q]) || float_bits(r.best_max[q]) != float_bits(f.best_max[q]))
       return "q=" + std::to_string(q) + " ref (" + std::to_string(r.best_min[q]) + ", " + std::to_string(r.best_max[q]) +
              ") fast (" + std::to_string(f.best_min[q]) + ", " + std::to_string(f.best_max[q]) + ")";
   return "";
@@ -169,13 +167,13 @@ TEST(LibmPowf, ReplayMatchesStdPowBitForBit) {
   for (float y : {2.4f, 0.5f, 1.7f, 3.3f, 7.9f}) {
     ASSERT_TRUE(detail::powf_matches(y)) << y;
     for (float x : xs)
-      if (std::isfinite(x)) ASSERT_EQ(bits(detail::powf_replay(x, y, *t)), bits(std::pow(x, y))) << x << "^" << y;
+      if (std::isfinite(x)) ASSERT_EQ(float_bits(detail::powf_replay(x, y, *t)), float_bits(std::pow(x, y))) << x << "^" << y;
     for (SimdLevel level : available_simd_levels()) {
       if (level == SimdLevel::kScalar) continue;
       std::vector<float> out(xs.size());
       detail::pow_replay_simd(level, xs.data(), static_cast<int64_t>(xs.size()), y, *t, out.data());
       for (std::size_t i = 0; i < xs.size(); ++i)
-        ASSERT_EQ(bits(out[i]), bits(std::pow(xs[i], y))) << xs[i] << "^" << y << " at " << to_string(level);
+        ASSERT_EQ(float_bits(out[i]), float_bits(std::pow(xs[i], y))) << xs[i] << "^" << y << " at " << to_string(level);
     }
   }
 }
@@ -184,7 +182,7 @@ TEST(LibmPowf, ApproximationStaysFourTimesInsideItsBound) {
   // The certified fast path relies on |approx - x^y| <= kPowApproxRelErr * x^y (scaled
   // for y > 2.4) for results in [2^-124, 2^127); check a dense sample with margin.
   std::vector<float> xs;
-  for (uint32_t u = bits(0x1p-125f); u < bits(0x1p50f); u += 1021) {
+  for (uint32_t u = float_bits(0x1p-125f); u < float_bits(0x1p50f); u += 1021) {
     float f;
     std::memcpy(&f, &u, 4);
     xs.push_back(f);
@@ -226,8 +224,8 @@ TEST(FastMinMax, MatchesReferenceEverywhere) {
               std::vector<float> fmin(nq), fmax(nq);
               fast::minmax(flat, fmin.data(), fmax.data(), level, threads);
               for (int64_t q = 0; q < nq; ++q) {
-                ASSERT_EQ(bits(rmin[q]), bits(fmin[q])) << n << " " << to_string(level) << " t" << threads;
-                ASSERT_EQ(bits(rmax[q]), bits(fmax[q])) << n << " " << to_string(level) << " t" << threads;
+                ASSERT_EQ(float_bits(rmin[q]), float_bits(fmin[q])) << n << " " << to_string(level) << " t" << threads;
+                ASSERT_EQ(float_bits(rmax[q]), float_bits(fmax[q])) << n << " " << to_string(level) << " t" << threads;
               }
             }
         }
@@ -251,8 +249,8 @@ TEST(FastMinMax, NanAndInfPropagateLikeReference) {
           fast::minmax(flat, fmin.data(), fmax.data(), level, threads);
           for (int64_t q = 0; q < nq; ++q) {
             EXPECT_EQ(std::isnan(rmin[q]), std::isnan(fmin[q]));
-            if (!std::isnan(rmin[q])) EXPECT_EQ(bits(rmin[q]), bits(fmin[q]));
-            if (!std::isnan(rmax[q])) EXPECT_EQ(bits(rmax[q]), bits(fmax[q]));
+            if (!std::isnan(rmin[q])) EXPECT_EQ(float_bits(rmin[q]), float_bits(fmin[q]));
+            if (!std::isnan(rmax[q])) EXPECT_EQ(float_bits(rmax[q]), float_bits(fmax[q]));
           }
         }
     }
@@ -452,6 +450,49 @@ TEST(FirstNonFinite, FindsTheFirstInfOrNanInEveryFloatDtype) {
           for (int64_t i = 0; i < n; ++i) put(i, c.finite[static_cast<std::size_t>(i) % c.finite.size()]);
         }
     }
+}
+
+TEST(ThreadedQParams, EqualCalculateQParamsForAnyThreadCount) {
+  // kernels::calculate_qparams spreads R4.1's element-wise step over threads; every
+  // plan (INT sym / asym, NVFP4 with global scale and FP8 scales, MXFP4, bf16 statistics)
+  // must give the bytes of qobs::calculate_qparams, across task boundaries (8192).
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  const int64_t n = 3 * 8192 + 77;
+  std::vector<float> lo(static_cast<std::size_t>(n)), hi(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = nd(rng), b = nd(rng);
+    lo[static_cast<std::size_t>(i)] = i % 97 == 0 ? 0.0f : std::min(a, b);
+    hi[static_cast<std::size_t>(i)] = i % 89 == 0 ? 0.0f : std::max(a, b);
+  }
+  const Tensor gscale = Tensor::from_values(DType::kF32, {1}, {448.0 * 6.0 / 0.3});
+  struct Plan {
+    std::string name;
+    QuantizationArgs args;
+    const Tensor* g;
+    DType stat_dt;
+  };
+  const std::vector<Plan> plans{
+      {"int4_sym", make_args(4, QuantType::kInt, true, Strategy::kChannel), nullptr, DType::kF32},
+      {"int8_asym", make_args(8, QuantType::kInt, false, Strategy::kChannel), nullptr, DType::kF32},
+      {"int4_asym_bf16", make_args(4, QuantType::kInt, false, Strategy::kChannel), nullptr, DType::kBF16},
+      {"nvfp4", make_args(4, QuantType::kFloat, true, Strategy::kTensorGroup, 16, DType::kF8E4M3), &gscale,
+       DType::kF32},
+      {"mxfp4", make_args(4, QuantType::kFloat, true, Strategy::kGroup, 32, DType::kU8), nullptr, DType::kF32}};
+  for (const Plan& p : plans) {
+    const Tensor mn = Tensor::from_floats(p.stat_dt, {n / 7, 7}, std::span<const float>(lo.data(), n / 7 * 7));
+    const Tensor mx = Tensor::from_floats(p.stat_dt, {n / 7, 7}, std::span<const float>(hi.data(), n / 7 * 7));
+    const ScaleZeroPoint ref = qobs::calculate_qparams(mn, mx, p.args, p.g, NumericMode::kParity);
+    for (int threads : {1, 2, 3}) {
+      const ScaleZeroPoint got = calculate_qparams(mn, mx, p.args, p.g, NumericMode::kParity, threads);
+      ASSERT_EQ(got.scale.shape(), ref.scale.shape()) << p.name;
+      ASSERT_EQ(got.scale.dtype(), ref.scale.dtype()) << p.name;
+      ASSERT_EQ(got.zero_point.dtype(), ref.zero_point.dtype()) << p.name;
+      EXPECT_EQ(0, std::memcmp(got.scale.data(), ref.scale.data(), ref.scale.nbytes())) << p.name << " " << threads;
+      EXPECT_EQ(0, std::memcmp(got.zero_point.data(), ref.zero_point.data(), ref.zero_point.nbytes()))
+          << p.name << " " << threads;
+    }
+  }
 }
 
 }  // namespace

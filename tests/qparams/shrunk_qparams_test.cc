@@ -11,15 +11,12 @@
 #include "kernels/kernels.h"
 #include "kernels/search_select.h"
 #include "qparams/qparam_math.h"
+#include "test_util.h"
 
 namespace qobs::detail {
 namespace {
 
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
+using qobs::testing::float_bits;
 
 TEST(ShrunkQParams, EqualsComputeQParamsElemForEveryCandidate) {
   std::mt19937 rng(17);
@@ -59,9 +56,9 @@ TEST(ShrunkQParams, EqualsComputeQParamsElemForEveryCandidate) {
           sq.compute(m0, M0, shrink_f.data(), static_cast<int64_t>(shrink.size()), sc.data(), zp.data());
           for (std::size_t i = 0; i < shrink.size(); ++i) {
             const ElemQParams ref = compute_qparams_elem(a.mul(m0, shrink[i]), a.mul(M0, shrink[i]), plan);
-            ASSERT_EQ(bits_of(sc[i]), bits_of(static_cast<float>(ref.scale)))
+            ASSERT_EQ(float_bits(sc[i]), float_bits(static_cast<float>(ref.scale)))
                 << "bits=" << bits << " sym=" << sym << " range [" << m0 << ", " << M0 << "] i=" << i;
-            ASSERT_EQ(bits_of(zp[i]), bits_of(static_cast<float>(ref.zero_point)))
+            ASSERT_EQ(float_bits(zp[i]), float_bits(static_cast<float>(ref.zero_point)))
                 << "bits=" << bits << " sym=" << sym << " range [" << m0 << ", " << M0 << "] i=" << i;
           }
         }

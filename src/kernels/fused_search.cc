@@ -116,8 +116,10 @@ struct Plan {
   bool simd;    // the vector kernel applies to this dtype / error dtype
   bool approx;  // decide comparisons with certified approximate sums first
   double approx_rel;
-  bool use_poly;  // INT grid, f32 data: the cheaper certified terms of pow_poly.h
+  bool use_poly;  // INT or FP4 grid, f32 data: the cheaper certified terms of pow_poly.h
   PowPoly poly;
+  PolySumBound poly_bound;  // for groups of len elements: the same for every group
+  double q_abs_max;         // max(|q_min|, |q_max|), for poly_r_error
   bool contiguous, w_contiguous;
   BlockKernelArgs proto;  // per-call constants of the block kernel
 };
@@ -192,13 +194,12 @@ void poly_intervals(const Plan& P, const float* x, double xmax, Scratch& s) {
       for (int64_t i = 0; i < S; ++i) total[i] += s.sums[static_cast<std::size_t>(i)];
     }
   }
-  const PolySumBound bound = poly_sum_bound(P.poly, len, kSumBlock);
-  const double q_abs_max = std::max(std::fabs(P.dplan.q_min), std::fabs(P.dplan.q_max));
+  const PolySumBound& bound = P.poly_bound;
   for (int64_t i = 0; i < S; ++i) {
     const float sc = s.scale[static_cast<std::size_t>(i)];
     const double sp = P.poly.scale_pow(sc);
     const double A = total[i] * sp;
-    const double rho = poly_r_error(xmax / sc, std::fabs(s.zp[static_cast<std::size_t>(i)]), q_abs_max);
+    const double rho = poly_r_error(xmax / sc, std::fabs(s.zp[static_cast<std::size_t>(i)]), P.q_abs_max);
     const double slack = (bound.abs_units + poly_r_slack(P.poly, rho, total[i], len)) * sp + bound.abs;
     const bool known = sc >= 0x1p-125f && sc <= 0x1p125f && std::isfinite(A) && A < 0x1p100;
     s.lo[static_cast<std::size_t>(i)] = known ? A * (1.0 - bound.rel) - slack : NAN;
@@ -345,6 +346,8 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
          0.0,
          false,
          {},
+         {},
+         0.0,
          group_contiguous(flat),
          weights && group_contiguous(*weights),
          {}};
@@ -401,6 +404,10 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
                   (k.grid == qobs::detail::GridKind::kFp4 && !k.has_zp)) &&
                  k.data_narrow == Narrow::kNone &&
                  dt == DType::kF32 && make_pow_poly(k.norm, -12, &P.poly);
+    if (P.use_poly) {
+      P.poly_bound = poly_sum_bound(P.poly, len, kSumBlock);
+      P.q_abs_max = std::max(std::fabs(P.dplan.q_min), std::fabs(P.dplan.q_max));
+    }
   }
   const int threads = resolve_num_threads(num_threads);
   const int64_t W = (S + 63) / 64;  // improvement bits per group

@@ -81,6 +81,34 @@ void BM_MinMaxKernel(benchmark::State& state, std::string scheme, DType dt, int6
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * rows * cols * static_cast<int64_t>(qobs::dtype_size(dt))));
 }
 
+/// The grid search alone (kernels::grid_search on the flattened view), with the batch
+/// kernel (one group per vector lane) or with the one-group path: the same results, so
+/// the pair shows what the batch kernel buys. nvfp4_defaults: nvfp4_expanded_mse's
+/// 111 candidates and 1.8x range; otherwise memoryless_mse's 20.
+void BM_GridSearch(benchmark::State& state, std::string scheme, bool nvfp4_defaults, bool batch, int64_t rows,
+                   int64_t cols) {
+  const qobs::Tensor& w = weight(rows, cols, DType::kF32);
+  qobs::QuantizationArgs args = qobs::bench::scheme_args(scheme);
+  if (args.get_strategy() == qobs::Strategy::kTensorGroup) args.scale_dtype.reset();  // R6.6.2
+  const qobs::FlatView flat = qobs::flatten_for_calibration(w.view(), "weight", args);
+  qobs::kernels::GridSearchConfig cfg;
+  if (nvfp4_defaults) {
+    cfg.maxshrink = 1.0 - 0.8 / 1.8;
+    cfg.grid = 200.0;
+    cfg.patience = 1000;
+    cfg.expand = 1.8;
+  }
+  cfg.batch_groups = batch;
+  int64_t evaluated = 0;
+  for (auto _ : state) {
+    const qobs::kernels::GridSearchResult r = qobs::kernels::grid_search(flat, args, cfg);
+    evaluated = r.candidates_evaluated;
+    benchmark::DoNotOptimize(r.best_min.data());
+  }
+  state.counters["elem_cand/s"] = benchmark::Counter(static_cast<double>(rows * cols * evaluated),
+                                                     benchmark::Counter::kIsIterationInvariantRate);
+}
+
 /// The yardstick for min-max: read every float of the tensor once, same threads.
 void BM_StreamRead(benchmark::State& state, int64_t rows, int64_t cols) {
   const qobs::Tensor& w = weight(rows, cols, DType::kF32);
@@ -136,6 +164,20 @@ void register_all() {
         const char* scheme;
         int iterations;
       };
+      if (dt == DType::kF32)
+        for (bool batch : {true, false}) {
+          const std::string path = batch ? "batch" : "one_group";
+          benchmark::RegisterBenchmark(("grid_search/nvfp4_expanded/" + path + "/f32/" + sh).c_str(), BM_GridSearch,
+                                       std::string("nvfp4"), true, batch, s.rows, s.cols)
+              ->Unit(benchmark::kMillisecond)
+              ->UseRealTime()
+              ->Iterations(2);
+          benchmark::RegisterBenchmark(("grid_search/mse_int4_g128/" + path + "/f32/" + sh).c_str(), BM_GridSearch,
+                                       std::string("int4_g128"), false, batch, s.rows, s.cols)
+              ->Unit(benchmark::kMillisecond)
+              ->UseRealTime()
+              ->Iterations(5);
+        }
       for (const Obs& o : {Obs{"memoryless_minmax", "int4_g128", 0}, Obs{"memoryless_minmax", "nvfp4", 0},
                            Obs{"memoryless_mse", "int4_g128", 2}, Obs{"nvfp4_expanded_mse", "nvfp4", 1},
                            Obs{"imatrix_mse", "int4_g128", 2}}) {

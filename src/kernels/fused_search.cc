@@ -62,6 +62,17 @@ const float* load_group(const FlatView& f, bool contiguous, int64_t q, int64_t l
   return buf.data();
 }
 
+/// A vector min / max of zero does not say which zero: the reference's sequential loop
+/// keeps the later of two equal values, so a zero result takes the last zero's sign.
+void settle_zero_signs(const float* x, int64_t n, float* lo, float* hi) {
+  if (*lo != 0.0f && *hi != 0.0f) return;
+  int64_t j = n - 1;
+  while (j >= 0 && x[j] != 0.0f) --j;
+  if (j < 0) return;
+  if (*lo == 0.0f) *lo = x[j];
+  if (*hi == 0.0f) *hi = x[j];
+}
+
 /// R6.3.1 min / max of one group, equal to the reference's sequential nan_min /
 /// nan_max loop: NaN wins, and for a zero result the sign of the last zero in index
 /// order (the loop keeps the later of two equal values).
@@ -78,14 +89,7 @@ void group_minmax(const float* x, int64_t n, SimdLevel level, double* lo, double
   }
   float l, h;
   minmax_simd(level, x, n, &l, &h);
-  if (l == 0.0f || h == 0.0f) {
-    int64_t j = n - 1;
-    while (j >= 0 && x[j] != 0.0f) --j;
-    if (j >= 0) {
-      if (l == 0.0f) l = x[j];
-      if (h == 0.0f) h = x[j];
-    }
-  }
+  settle_zero_signs(x, n, &l, &h);
   *lo = l;
   *hi = h;
 }
@@ -122,12 +126,20 @@ struct Plan {
   double q_abs_max;         // max(|q_min|, |q_max|), for poly_r_error
   bool contiguous, w_contiguous;
   BlockKernelArgs proto;  // per-call constants of the block kernel
+  int lanes = 1;          // groups per batch of the batch kernel; 1 = one group at a time
+  PolySumBound batch_bound{};
 };
 
 struct Scratch {
   std::vector<float> xbuf, wbuf, scale, zp;
   std::vector<double> m_scale, m_zp, sums, errs, lo, hi;
   std::vector<uint8_t> improved;
+  // the batch kernel's: the transposed groups (one 64-byte line per element row), the
+  // per-lane statistics, the groups' data and the per-candidate improvement masks
+  std::vector<float> xt, m0, M0, xmax, lo_f, hi_f;
+  std::vector<const float*> group_x;
+  std::vector<uint32_t> lane_improved;
+  int64_t groups_batched = 0, exact_evaluations = 0;
 };
 
 /// The reference's improvement rule over one group's errors: improved[i] = errs[i] <
@@ -140,15 +152,16 @@ void improvements_from_errors(const Plan& P, const double* errs, uint8_t* improv
   }
 }
 
-/// Canonical sums of candidates [first, first + count) on one group with the vector
-/// kernel; rounded to the error dtype unless `raw`.
-void vector_sums(const Plan& P, NormKind nk, const float* x, const float* w, int64_t first, int64_t count, bool raw,
-                 Scratch& s, double* out) {
+/// Canonical sums of `count` candidates (scales `scale`, zero points `zp`) on one group
+/// with the vector kernel; rounded to the error dtype unless `raw`.
+void vector_sums(const Plan& P, NormKind nk, const float* x, const float* w, const float* scale, const float* zp,
+                 int64_t count, bool raw, Scratch& s, double* out) {
   BlockKernelArgs k = P.proto;
   k.norm_kind = nk;
   k.num_candidates = count;
-  k.scale = s.scale.data() + first;
-  k.zp = s.zp.data() + first;
+  k.scale = scale;
+  k.zp = zp;
+  if (s.sums.size() < static_cast<std::size_t>(count)) s.sums.resize(static_cast<std::size_t>(count));
   k.sums = s.sums.data();
   for (int64_t i = 0; i < count; ++i) out[i] = 0.0;
   for (int64_t b = 0; b < P.len; b += kSumBlock) {
@@ -261,7 +274,7 @@ void group_improvements(const Plan& P, const float* x, const float* w, double xm
     return;
   }
   if (!P.approx) {
-    vector_sums(P, P.proto.norm_kind, x, w, 0, S, false, s, errs);
+    vector_sums(P, P.proto.norm_kind, x, w, s.scale.data(), s.zp.data(), S, false, s, errs);
     improvements_from_errors(P, errs, improved);
     return;
   }
@@ -275,7 +288,7 @@ void group_improvements(const Plan& P, const float* x, const float* w, double xm
   if (P.use_poly) {
     poly_intervals(P, x, xmax, s);
   } else {
-    vector_sums(P, NormKind::kPowApprox, x, w, 0, S, true, s, errs);
+    vector_sums(P, NormKind::kPowApprox, x, w, s.scale.data(), s.zp.data(), S, true, s, errs);
     // + the f32 lane sums of the specialized kernels (<= 2^-15 per block) + f64 adds
     const double c = P.approx_rel + 0x1p-15 + static_cast<double>(len) * 0x1p-50;
     const double abs_slack = static_cast<double>(len) * kPowApproxAbsErr + 0x1p-149;
@@ -287,7 +300,8 @@ void group_improvements(const Plan& P, const float* x, const float* w, double xm
   }
   double exact_buf;
   auto exact = [&](int64_t i) {
-    vector_sums(P, P.proto.norm_kind, x, w, i, 1, false, s, &exact_buf);
+    ++s.exact_evaluations;
+    vector_sums(P, P.proto.norm_kind, x, w, s.scale.data() + i, s.zp.data() + i, 1, false, s, &exact_buf);
     return exact_buf;
   };
   double best_lo = P.em.initial_best(), best_hi = best_lo;
@@ -317,6 +331,93 @@ void group_improvements(const Plan& P, const float* x, const float* w, double xm
       best_exact = is_exact;
     }
   }
+}
+
+/// The batch kernel's exact fallback: the reference's error of one candidate on one
+/// lane's group.
+struct BatchExact {
+  const Plan* P;
+  Scratch* s;
+  static double call(void* ctx, int lane, float scale, float zp) {
+    const BatchExact& b = *static_cast<const BatchExact*>(ctx);
+    ++b.s->exact_evaluations;
+    double e;
+    vector_sums(*b.P, b.P->proto.norm_kind, b.s->group_x[static_cast<std::size_t>(lane)], nullptr, &scale, &zp, 1,
+                false, *b.s, &e);
+    return e;
+  }
+};
+
+/// Groups [q0, q0 + count) (count <= P.lanes) with the batch kernel, one group per
+/// lane: their base ranges into m0 / M0, their improvement bits into bits (W words a
+/// group) and any. False, with nothing written, when some group's range is outside
+/// what the kernel takes (non-finite, or |m| >= 2^100): the caller runs those groups
+/// one at a time.
+bool batch_improvements(const Plan& P, int64_t q0, int64_t count, Scratch& s, double* m0, double* M0, uint64_t* bits,
+                        int64_t W, uint8_t* any) {
+  const int L = P.lanes;
+  const int64_t len = P.len, S = P.S;
+  const bool fp4 = P.proto.grid == qobs::detail::GridKind::kFp4;
+  s.xt.resize(static_cast<std::size_t>(len * L));
+  for (auto* v : {&s.m0, &s.M0, &s.xmax, &s.lo_f, &s.hi_f}) v->resize(static_cast<std::size_t>(L));
+  s.group_x.resize(static_cast<std::size_t>(L));
+  s.lane_improved.resize(static_cast<std::size_t>((S + 31) / 32 * L));
+  for (int l = 0; l < L; ++l) {
+    const int64_t q = q0 + std::min<int64_t>(l, count - 1);  // a short batch repeats its last group
+    s.group_x[static_cast<std::size_t>(l)] = static_cast<const float*>(P.flat.data) + P.flat.group_offset(q);
+  }
+  // NaN: the one-group path propagates it as the reference does
+  if (!batch_transpose_simd(P.level, s.group_x.data(), len, fp4, s.xt.data(), s.lo_f.data(), s.hi_f.data()))
+    return false;
+  for (int l = 0; l < L; ++l) {
+    const std::size_t u = static_cast<std::size_t>(l);
+    float lo = s.lo_f[u], hi = s.hi_f[u];
+    settle_zero_signs(s.group_x[u], len, &lo, &hi);
+    const double mq = P.a.mul(lo, P.cfg.expand), Mq = P.a.mul(hi, P.cfg.expand);
+    if (!(std::fabs(mq) < 0x1p100 && std::fabs(Mq) < 0x1p100)) return false;
+    s.m0[u] = static_cast<float>(mq);
+    s.M0[u] = static_cast<float>(Mq);
+    s.xmax[u] = std::max(std::fabs(lo), std::fabs(hi));
+  }
+  BatchExact ctx{&P, &s};
+  PolyBatchArgs k;
+  k.xt = s.xt.data();
+  k.n = len;
+  k.m0 = s.m0.data();
+  k.M0 = s.M0.data();
+  k.xmax = s.xmax.data();
+  k.num_candidates = S;
+  k.shrink = P.shrink_f32.data();
+  k.qparams = P.shrunk;
+  k.grid = P.proto.grid;
+  k.q_min = P.proto.q_min;
+  k.q_max = P.proto.q_max;
+  k.poly = &P.poly;
+  k.bound = P.batch_bound;
+  k.q_abs_max = P.q_abs_max;
+  k.initial_best = P.em.initial_best();
+  k.exact = &BatchExact::call;
+  k.ctx = &ctx;
+  k.improved = s.lane_improved.data();
+  poly_batch_simd(P.level, k);
+  // two 32-candidate words of a lane make one of its 64-bit improvement words
+  const int64_t W32 = (S + 31) / 32;
+  auto word32 = [&](int64_t w, int64_t l) -> uint64_t {
+    return w < W32 ? s.lane_improved[static_cast<std::size_t>(w * L + l)] : 0u;
+  };
+  for (int64_t l = 0; l < count; ++l) {
+    m0[q0 + l] = s.m0[static_cast<std::size_t>(l)];
+    M0[q0 + l] = s.M0[static_cast<std::size_t>(l)];
+    uint64_t* qb = bits + (q0 + l) * W;
+    for (int64_t wi = 0; wi < W; ++wi) qb[wi] |= word32(2 * wi, l) | word32(2 * wi + 1, l) << 32;
+  }
+  for (int64_t w = 0; w < W32; ++w) {
+    uint32_t any_word = 0;  // the real lanes only: a short batch's copies do not count
+    for (int64_t l = 0; l < count; ++l) any_word |= s.lane_improved[static_cast<std::size_t>(w * L + l)];
+    for (int64_t i = w * 32; i < std::min(S, w * 32 + 32); ++i) any[i] |= (any_word >> (i % 32)) & 1u;
+  }
+  s.groups_batched += count;
+  return true;
 }
 
 }  // namespace
@@ -407,6 +508,12 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
     if (P.use_poly) {
       P.poly_bound = poly_sum_bound(P.poly, len, kSumBlock);
       P.q_abs_max = std::max(std::fabs(P.dplan.q_min), std::fabs(P.dplan.q_max));
+      // Small groups: one group per lane, so that the per-candidate work (qparams, the
+      // bound, the comparison) is vectorized too instead of being paid per group.
+      if (P.shrunk.usable && P.contiguous && len <= kPolyBatchMaxLen && cfg.batch_groups) {
+        P.lanes = poly_batch_lanes(level);
+        P.batch_bound = poly_sum_bound_sequential(P.poly, len);
+      }
     }
   }
   const int threads = resolve_num_threads(num_threads);
@@ -416,17 +523,18 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
   std::vector<std::vector<uint8_t>> any(static_cast<std::size_t>(threads), std::vector<uint8_t>(static_cast<std::size_t>(S), 0));
   std::vector<Scratch> scratch(static_cast<std::size_t>(threads));
 
-  // Tasks of whole groups; ~8 tasks per thread balance the load without making a
-  // task smaller than a few hundred candidate-groups of work.
+  // Tasks of whole groups (whole batches for the batch kernel); ~8 tasks per thread
+  // balance the load without making a task smaller than a few hundred
+  // candidate-groups of work.
+  const int64_t L = P.lanes;
   const int64_t target_tasks = threads == 1 ? 1 : threads * 8;
-  const int64_t per_task = std::max<int64_t>(1, (nq + target_tasks - 1) / target_tasks);
+  const int64_t per_task = (std::max<int64_t>(1, (nq + target_tasks - 1) / target_tasks) + L - 1) / L * L;
   const int64_t num_tasks = (nq + per_task - 1) / per_task;
   parallel_for(num_tasks, threads, [&](int64_t task, int worker) {
     Scratch& s = scratch[static_cast<std::size_t>(worker)];
     s.improved.resize(static_cast<std::size_t>(S));
     std::vector<uint8_t>& any_w = any[static_cast<std::size_t>(worker)];
-    const int64_t q_end = std::min(nq, (task + 1) * per_task);
-    for (int64_t q = task * per_task; q < q_end; ++q) {
+    auto one_group = [&](int64_t q) {
       const float* x = load_group(flat, P.contiguous, q, len, level, s.xbuf);
       const float* w = weights ? load_group(*weights, P.w_contiguous, q, len, level, s.wbuf) : nullptr;
       double lo, hi;
@@ -443,6 +551,12 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
         qb[i / 64] |= uint64_t{imp} << (i % 64);
         any_w[static_cast<std::size_t>(i)] |= imp;
       }
+    };
+    const int64_t q_end = std::min(nq, (task + 1) * per_task);
+    for (int64_t q = task * per_task; q < q_end; q += L) {
+      const int64_t count = std::min(L, q_end - q);
+      if (L > 1 && batch_improvements(P, q, count, s, m0.data(), M0.data(), bits.data(), W, any_w.data())) continue;
+      for (int64_t g = q; g < q + count; ++g) one_group(g);
     }
   });
 
@@ -451,6 +565,10 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
     for (int64_t i = 0; i < S; ++i) any_improved[static_cast<std::size_t>(i)] |= a[static_cast<std::size_t>(i)];
   GridSearchResult res;
   res.candidates_evaluated = qobs::detail::stop_point(cfg, any_improved, S);
+  for (const Scratch& s : scratch) {
+    res.groups_batched += s.groups_batched;
+    res.exact_evaluations += s.exact_evaluations;
+  }
   const int64_t T = res.candidates_evaluated;
   res.best_min.resize(static_cast<std::size_t>(nq));
   res.best_max.resize(static_cast<std::size_t>(nq));

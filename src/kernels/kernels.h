@@ -55,6 +55,10 @@ struct GridSearchConfig {
   /// Threads for the fast kernels: 0 = QOBS_NUM_THREADS or the hardware concurrency.
   /// Results never depend on it.
   int num_threads = 0;
+  /// Let the fast search decide groups of up to 256 elements one group per vector lane
+  /// (the batch kernel) where it applies. Results never depend on it; the tests and
+  /// benchmarks turn it off to run the one-group path on the same input.
+  bool batch_groups = true;
 };
 
 /// The shrink factors p_i evaluated, in order (R6.6.5 / R6.8.6).
@@ -64,6 +68,12 @@ struct GridSearchResult {
   std::vector<float> best_min;  ///< per qparam element, on the observed dtype's grid
   std::vector<float> best_max;
   int64_t candidates_evaluated = 0;  ///< before the patience rule stopped the search
+  /// How the fast path got there (diagnostics for tests and benchmarks; the scalar
+  /// reference leaves them 0): groups decided by the batch kernel (one group per vector
+  /// lane), and candidate errors evaluated exactly because a certified interval could
+  /// not decide a comparison.
+  int64_t groups_batched = 0;
+  int64_t exact_evaluations = 0;
 };
 
 /// The MSE grid search of R6.6 (or R6.8 with cfg.imatrix) over a flattened view.

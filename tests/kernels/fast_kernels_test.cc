@@ -148,10 +148,16 @@ void expect_search_matches(const std::string& what, const FlatView& flat, const 
   const GridSearchResult ref = ref::grid_search(flat, sargs, cfg, w);
   for (SimdLevel level : available_simd_levels())
     for (int threads : {1, 2, 3}) {
-      const GridSearchResult fast = fast::grid_search(flat, sargs, cfg, w, level, threads);
-      const std::string d = diff(ref, fast);
-      EXPECT_EQ(d, "") << what << " level=" << to_string(level) << " threads=" << threads;
-      if (!d.empty()) return;
+      // the batch kernel where it applies, then the one-group path on the same input
+      for (bool batch : {true, false}) {
+        cfg.batch_groups = batch;
+        const GridSearchResult fast = fast::grid_search(flat, sargs, cfg, w, level, threads);
+        const std::string d = diff(ref, fast);
+        EXPECT_EQ(d, "") << what << " level=" << to_string(level) << " threads=" << threads << " batch=" << batch;
+        if (!d.empty()) return;
+        if (!batch) EXPECT_EQ(fast.groups_batched, 0);
+        if (fast.groups_batched == 0) break;  // the batch kernel does not apply: one run is enough
+      }
     }
 }
 
@@ -325,6 +331,87 @@ TEST(FastGridSearch, EarlyStoppingAndPatienceAcrossGroups) {
       im.patience = patience;
       expect_search_matches("imatrix patience", flat, a, im);
     }
+}
+
+TEST(FastGridSearch, BatchKernelMatchesReferenceOnManyGroups) {
+  // Groups of up to kPolyBatchMaxLen f32 elements, unweighted, with a non-integer norm
+  // are decided one group per vector lane (PolyBatchT): full batches, a short last
+  // batch, lanes whose comparisons fall back to exact errors (equal and zero groups,
+  // subnormal scales), and batches the kernel refuses (|range| >= 2^100) and hands to
+  // the one-group path. Every result must equal the reference's.
+  struct Case {
+    std::string name;
+    QuantizationArgs args;
+    int64_t cols, group;
+  };
+  const std::vector<Case> cases = {
+      {"nvfp4_g16", make_args(4, QuantType::kFloat, true, Strategy::kTensorGroup, 16, DType::kF8E4M3), 64, 16},
+      {"int4_sym_g16", make_args(4, QuantType::kInt, true, Strategy::kGroup, 16), 48, 16},
+      {"int4_asym_g32", make_args(4, QuantType::kInt, false, Strategy::kGroup, 32), 96, 32},
+      {"int2_asym_g8", make_args(2, QuantType::kInt, false, Strategy::kGroup, 8), 40, 8},
+      {"int8_sym_channel256", make_args(8, QuantType::kInt, true, Strategy::kChannel), 256, 256},
+      {"int3_asym_channel255", make_args(3, QuantType::kInt, false, Strategy::kChannel), 255, 255},
+      {"int4_sym_group1", make_args(4, QuantType::kInt, true, Strategy::kGroup, 1), 8, 1},
+  };
+  const std::vector<SimdLevel> levels = available_simd_levels();
+  const SimdLevel best = levels.back();
+  int64_t batched = 0, exact = 0;
+  for (const Case& c : cases)
+    for (Pattern p : {Pattern::kNormal, Pattern::kZeroGroups, Pattern::kEqualGroups, Pattern::kHugeRange,
+                      Pattern::kSubnormal, Pattern::kSignedZeros, Pattern::kPositive})
+      for (int64_t rows : {3, 37}) {
+        const uint32_t seed = static_cast<uint32_t>(rows + c.cols);
+        const Tensor t = Tensor::from_floats(DType::kF32, {rows, c.cols}, make_data(rows * c.cols, p, seed, c.group));
+        const FlatView flat = flatten_for_calibration(t.view(), "weight", c.args);
+        const QuantizationArgs sargs = search_args(c.args);
+        const std::string what = c.name + " rows=" + std::to_string(rows) + " pattern=" +
+                                 std::to_string(static_cast<int>(p));
+        for (double norm : {2.4, 1.7}) {
+          GridSearchConfig cfg = mse_cfg();
+          cfg.norm = norm;
+          expect_search_matches(what + " mse norm=" + std::to_string(norm), flat, sargs, cfg);
+        }
+        if (c.args.is_fp4()) {
+          GridSearchConfig cfg = nvfp4_cfg();
+          expect_search_matches(what + " nvfp4_expanded", flat, sargs, cfg);
+          cfg.norm = 3.3;
+          expect_search_matches(what + " nvfp4_expanded norm=3.3", flat, sargs, cfg);
+        }
+        const GridSearchResult r = fast::grid_search(flat, sargs, mse_cfg(), nullptr, best, 2);
+        batched += r.groups_batched;
+        exact += r.exact_evaluations;
+      }
+  if (best != SimdLevel::kScalar) {
+    EXPECT_GT(batched, 0) << "the batch kernel never ran";
+    EXPECT_GT(exact, 0) << "no comparison needed the exact fallback";
+  }
+}
+
+TEST(FastGridSearch, BatchKernelFp4RoundingEqualsTheIntervalTable) {
+  // fp4_round_nonneg rounds by adding and subtracting 2^22 x the binade; it must agree
+  // with the R2.3.1 table on every float near each grid point and tie, and on a sample
+  // of the rest of [0, 6].
+  std::vector<float> xs;
+  auto from_bits = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  for (float b : {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f, 5.0f, 6.0f})
+    for (int64_t d = -4096; d <= 4096; ++d) {
+      const int64_t u = static_cast<int64_t>(float_bits(b)) + d;
+      if (u < 0) continue;
+      const float f = from_bits(static_cast<uint32_t>(u));
+      if (f <= 6.0f) xs.push_back(f);
+    }
+  for (uint32_t u = 0; u <= float_bits(6.0f); u += 4099) xs.push_back(from_bits(u));
+  for (SimdLevel level : available_simd_levels()) {
+    if (level == SimdLevel::kScalar) continue;
+    std::vector<float> out(xs.size());
+    detail::fp4_round_nonneg_simd(level, xs.data(), static_cast<int64_t>(xs.size()), out.data());
+    for (std::size_t i = 0; i < xs.size(); ++i)
+      ASSERT_EQ(float_bits(out[i]), float_bits(fp4_round(xs[i]))) << xs[i] << " at " << to_string(level);
+  }
 }
 
 TEST(FastGridSearch, BlockBoundaryOfCanonicalSum) {

@@ -50,3 +50,15 @@ HWY_INLINE VF fp4_round(VF c) {
   m = hn::IfThenElse(hn::Gt(a, hn::Set(df, 5.0f)), hn::Set(df, 6.0f), m);
   return hn::CopySign(m, c);  // the sign of a zero never reaches an error term
 }
+
+/// fp4_round for 0 <= c <= 6, in five ops: the FP4 values are the multiples of 1/2
+/// below 2, of 1 in [2, 4) and of 2 from 4, and the table's closed ends are ties to
+/// even, so adding and subtracting 2^22 times c's binade (at least 1) rounds RNE to
+/// exactly that step.
+HWY_INLINE VF fp4_round_nonneg(VF c) {
+  const DF df;
+  const DU du;
+  const VF binade = hn::BitCast(df, hn::And(hn::BitCast(du, c), hn::Set(du, 0x7F800000u)));
+  const VF big = hn::Mul(hn::Max(binade, hn::Set(df, 1.0f)), hn::Set(df, 0x1p22f));
+  return hn::Sub(hn::Add(c, big), big);
+}

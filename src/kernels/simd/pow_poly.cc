@@ -42,16 +42,29 @@ double interpolation_bound(double p, int d) {
 
 }  // namespace
 
-PolySumBound poly_sum_bound(const PowPoly& P, int64_t n, int64_t block) {
+namespace {
+
+/// The bound of both summation shapes; lane_rel bounds the f32 lane sums' rounding.
+PolySumBound sum_bound(const PowPoly& P, int64_t n, double lane_rel) {
   const double nd = static_cast<double>(n);
-  // the kernel keeps 2 x 8 f32 lane sums per block: at most block / 16 + 1 additions
-  // each, every one within 2^-24 of the partial sum (terms are non-negative)
-  const double lanes = (static_cast<double>(std::min(n, block)) / 16.0 + 2.0) * 0x1p-24;
   PolySumBound b;
-  b.rel = P.rel_err + P.scale_pow_rel_err + lanes + 0x1p-23 + 0x1p-24 + nd * 0x1p-52 + 0x1p-40;
+  b.rel = P.rel_err + P.scale_pow_rel_err + lane_rel + 0x1p-23 + 0x1p-24 + nd * 0x1p-52 + 0x1p-40;
   b.abs_units = nd * P.floor_term;
   b.abs = nd * 0x1p-149;
   return b;
+}
+
+}  // namespace
+
+PolySumBound poly_sum_bound(const PowPoly& P, int64_t n, int64_t block) {
+  // the kernel keeps 2 x 8 f32 lane sums per block: at most block / 16 + 1 additions
+  // each, every one within 2^-24 of the partial sum (terms are non-negative)
+  return sum_bound(P, n, (static_cast<double>(std::min(n, block)) / 16.0 + 2.0) * 0x1p-24);
+}
+
+PolySumBound poly_sum_bound_sequential(const PowPoly& P, int64_t n) {
+  // (1 + u)^(n-1) - 1 <= (n - 1) u (1 + 2^-20) for n <= 2^16; n u covers it
+  return sum_bound(P, n, static_cast<double>(std::max<int64_t>(n, 1)) * 0x1p-24);
 }
 
 bool make_pow_poly(double p, int k_lo, PowPoly* out) {
@@ -79,6 +92,7 @@ bool make_pow_poly(double p, int k_lo, PowPoly* out) {
     P.floor = std::ldexp(1.0f, k_lo);
     P.limit = std::ldexp(1.0f, k_lo + 16);
     for (int k = k_lo; k < k_lo + 16; ++k) P.table[(k + 127) & 15] = static_cast<float>(std::exp2(p * k));
+    for (int j = 0; j < 16; ++j) P.rel_table[j] = static_cast<float>(std::exp2(p * (j - 8)));
     // term = fl(T * fl(P(m))), T = 2^(p k) (1 + u24); and a margin of two roundings of
     // r, (1 + u24)^(2p), on top of poly_r_error (which already counts q - y's)
     const double r_rel = std::pow(1.0 + u24, 2.0 * p) - 1.0;

@@ -23,6 +23,9 @@ struct PowPoly {
   /// table[(k + 127) & 15] = 2^(p k) (rounded to f32) for k in [k_lo, k_lo + 15].
   alignas(64) float table[16] = {};
   int k_lo = 0;
+  /// rel_table[j] = 2^(p (j - 8)) (rounded to f32): s^p relative to a reference scale,
+  /// for scales from 8 binades below it to 7 above (the batch kernel's bookkeeping).
+  alignas(64) float rel_table[16] = {};
   float floor = 0;  ///< 2^k_lo: smaller |r| are raised to it (bounded by floor_term)
   float limit = 0;  ///< 2^(k_lo + 16): a |r| at or above leaves the table (sum -> +inf)
   double p = 0;
@@ -67,6 +70,10 @@ struct PolySumBound {
   double abs;        ///< the reference's f32 terms that underflow
 };
 PolySumBound poly_sum_bound(const PowPoly& P, int64_t n, int64_t block);
+/// The same bound when each group's n terms are added one after another into a single
+/// f32 sum (the batch kernel, one group per lane): n - 1 additions of non-negative
+/// terms, each within 2^-24 of its partial sum.
+PolySumBound poly_sum_bound_sequential(const PowPoly& P, int64_t n);
 
 /// The kernel takes r = q - y (y = x / s (+ z) as rounded for the quantization) where
 /// the reference's term is |e / s|^p with e = fl(fl(d s) - x): one subtraction instead

@@ -10,6 +10,7 @@
 #if QOBS_HAVE_FAST_KERNELS
 #include "kernels/fused_search.h"
 #include "kernels/parallel/thread_pool.h"
+#include "kernels/qparams_fast.h"
 #include "kernels/simd/simd_level.h"
 #endif
 
@@ -54,6 +55,11 @@ int64_t first_all_ones_exponent(const Bits* p, int64_t begin, int64_t end) {
 
 ScaleZeroPoint calculate_qparams(const Tensor& min_vals, const Tensor& max_vals, const QuantizationArgs& args,
                                  const Tensor* global_scale, NumericMode mode, int num_threads) {
+#if QOBS_HAVE_FAST_KERNELS
+  if (auto fast = fast::calculate_qparams_f32(min_vals, max_vals, args, global_scale, mode, active_simd_level(),
+                                              num_threads))
+    return std::move(*fast);
+#endif
   auto job = qobs::detail::QParamsJob::prepare(min_vals, max_vals, args, global_scale, mode);
   const int64_t n = job.size();
 #if QOBS_HAVE_FAST_KERNELS

@@ -7,6 +7,7 @@ list(APPEND QOBS_KERNEL_SOURCES
      kernels/simd/search_simd.cc
      kernels/simd/qdq_simd.cc
      kernels/qdq_fast.cc
+     kernels/qparams_fast.cc
      kernels/simd/pow_poly.cc
      kernels/parallel/thread_pool.cc
      kernels/fused_search.cc)

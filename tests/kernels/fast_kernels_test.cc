@@ -21,6 +21,7 @@
 #include "kernels/fused_search.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel/thread_pool.h"
+#include "kernels/qparams_fast.h"
 #include "kernels/search_select.h"
 #include "kernels/simd/libm_powf.h"
 #include "kernels/simd/search_simd.h"
@@ -580,6 +581,76 @@ TEST(ThreadedQParams, EqualCalculateQParamsForAnyThreadCount) {
           << p.name << " " << threads;
     }
   }
+}
+
+TEST(VectorQParams, EqualScalarR41BitForBitAtEveryLevel) {
+  // fast::calculate_qparams_f32 (the SIMD R4.1 of the common plans) against the scalar
+  // qobs::calculate_qparams, on statistics that reach every branch: zero ranges (eps,
+  // Q23's zero point), one-signed ranges, signed zeros, subnormal and huge values,
+  // equal min and max, and lengths around the vector widths and the 8192-element tasks.
+  std::mt19937 rng(41);
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  auto stats = [&](int64_t n, std::vector<float>& lo, std::vector<float>& hi) {
+    lo.resize(static_cast<std::size_t>(n));
+    hi.resize(static_cast<std::size_t>(n));
+    const float special[] = {0.0f, -0.0f, 1e-42f, -1e-42f, 3e38f, -3e38f, 0.5f, -0.25f, 1e-30f};
+    for (int64_t i = 0; i < n; ++i) {
+      float a = nd(rng), b = nd(rng);
+      switch (i % 11) {
+        case 0: a = b = 0.0f; break;                                   // zero range
+        case 1: a = std::fabs(a), b = std::fabs(b); break;             // positive only
+        case 2: a = -std::fabs(a), b = -std::fabs(b); break;           // negative only
+        case 3: a = special[i % 9], b = special[(i / 9) % 9]; break;   // the edges
+        case 4: b = a; break;                                          // min == max
+        default: break;
+      }
+      lo[static_cast<std::size_t>(i)] = std::min(a, b);
+      hi[static_cast<std::size_t>(i)] = std::max(a, b);
+    }
+  };
+  struct Plan {
+    std::string name;
+    QuantizationArgs args;
+  };
+  std::vector<Plan> plans;
+  for (int bits : {2, 3, 4, 8})
+    for (bool sym : {true, false})
+      plans.push_back({"int" + std::to_string(bits) + (sym ? "_sym" : "_asym"),
+                       make_args(bits, QuantType::kInt, sym, Strategy::kChannel)});
+  QuantizationArgs u8 = make_args(8, QuantType::kInt, false, Strategy::kChannel);
+  u8.zp_dtype = DType::kU8;
+  plans.push_back({"int8_asym_u8zp", u8});
+  plans.push_back({"fp8_sym", make_args(8, QuantType::kFloat, true, Strategy::kChannel)});
+  std::vector<float> lo, hi;
+  int64_t fast_runs = 0;
+  for (int64_t n : {1, 7, 8, 9, 17, 8192 + 13})
+    for (const Plan& p : plans) {
+      stats(n, lo, hi);
+      const Tensor mn = Tensor::from_floats(DType::kF32, {n}, lo), mx = Tensor::from_floats(DType::kF32, {n}, hi);
+      const ScaleZeroPoint ref = qobs::calculate_qparams(mn, mx, p.args, nullptr, NumericMode::kParity);
+      for (SimdLevel level : available_simd_levels())
+        for (int threads : {1, 2}) {
+          const auto got = fast::calculate_qparams_f32(mn, mx, p.args, nullptr, NumericMode::kParity, level, threads);
+          if (!got) continue;  // a plan or level the vector path leaves to the scalar one
+          ++fast_runs;
+          ASSERT_EQ(got->scale.shape(), ref.scale.shape()) << p.name;
+          ASSERT_EQ(got->scale.dtype(), ref.scale.dtype()) << p.name;
+          ASSERT_EQ(got->zero_point.dtype(), ref.zero_point.dtype()) << p.name;
+          EXPECT_EQ(0, std::memcmp(got->scale.data(), ref.scale.data(), ref.scale.nbytes()))
+              << p.name << " n=" << n << " " << to_string(level);
+          EXPECT_EQ(0, std::memcmp(got->zero_point.data(), ref.zero_point.data(), ref.zero_point.nbytes()))
+              << p.name << " n=" << n << " " << to_string(level);
+        }
+    }
+  if (available_simd_levels().back() != SimdLevel::kScalar) EXPECT_GT(fast_runs, 0);
+  // non-finite statistics stay the scalar path's error (R4.1)
+  lo.assign(9, 0.0f);
+  hi.assign(9, 1.0f);
+  hi[5] = INFINITY;
+  const Tensor mn = Tensor::from_floats(DType::kF32, {9}, lo), mx = Tensor::from_floats(DType::kF32, {9}, hi);
+  const QuantizationArgs a = make_args(4, QuantType::kInt, true, Strategy::kChannel);
+  EXPECT_FALSE(fast::calculate_qparams_f32(mn, mx, a, nullptr, NumericMode::kParity, available_simd_levels().back(), 1));
+  EXPECT_THROW(calculate_qparams(mn, mx, a, nullptr, NumericMode::kParity, 1), InvalidArgument);
 }
 
 }  // namespace

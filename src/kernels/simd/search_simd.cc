@@ -393,6 +393,59 @@ struct PolySumsKernel {
 
 void PolySums(const PolySumArgs& A) { poly_dispatch<PolySumsKernel>(A, A.has_zp); }
 
+/// R4.1 lane-wise for f32 statistics under a ShrunkQParams-usable plan: the same f32
+/// operations, in the same order, as ShrunkQParams::compute (tested bit for bit against
+/// compute_qparams_elem). z stays 0 for symmetric plans.
+template <bool kZp>
+HWY_INLINE void shrunk_qparams_lanes(const qobs::detail::ShrunkQParams& Q, VF cm, VF cM, VF& s, VF& z) {
+  const DF df;
+  const VF zero = hn::Zero(df);
+  const VF mn = hn::IfThenElse(hn::Lt(cm, zero), cm, zero), mx = hn::IfThenElse(hn::Gt(cM, zero), cM, zero);
+  z = zero;
+  if constexpr (!kZp) {
+    const VF am = hn::Abs(mn), aM = hn::Abs(mx);
+    s = hn::Div(hn::IfThenElse(hn::Gt(am, aM), am, aM), hn::Set(df, Q.half_range));
+    s = hn::IfThenElse(hn::Eq(s, zero), hn::Set(df, Q.eps), s);
+  } else {
+    s = hn::Div(hn::Sub(mx, mn), hn::Set(df, Q.range));
+    z = hn::Sub(hn::Set(df, Q.q_min), hn::Div(mn, s));
+    const auto zero_range = hn::IsNaN(z);  // 0 / 0: the zero point is 0 (Q23)
+    z = hn::IfThenElse(hn::Gt(z, hn::Set(df, Q.q_min)), z, hn::Set(df, Q.q_min));
+    z = hn::IfThenElse(hn::Lt(z, hn::Set(df, Q.q_max)), z, hn::Set(df, Q.q_max));
+    s = hn::IfThenElse(hn::Eq(s, zero), hn::Set(df, Q.eps), s);
+    z = hn::IfThenElse(hn::Gt(z, hn::Set(df, Q.zp_lo)), z, hn::Set(df, Q.zp_lo));
+    z = hn::IfThenElse(hn::Lt(z, hn::Set(df, Q.zp_hi)), z, hn::Set(df, Q.zp_hi));
+    z = hn::IfThenZeroElse(zero_range, hn::Round(z));  // RNE to the integer zero-point dtype
+  }
+}
+
+template <bool kZp>
+void ShrunkQParamsT(const qobs::detail::ShrunkQParams& Q, const float* lo, const float* hi, int64_t n, float* scale,
+                    float* zp) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  VF s, z;
+  int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    shrunk_qparams_lanes<kZp>(Q, hn::LoadU(df, lo + j), hn::LoadU(df, hi + j), s, z);
+    hn::StoreU(s, df, scale + j);
+    hn::StoreU(z, df, zp + j);
+  }
+  if (j < n) {
+    const auto m = hn::FirstN(df, static_cast<size_t>(n - j));
+    // dead lanes compute on zeros (a zero range: eps, no NaN escapes) and are not stored
+    shrunk_qparams_lanes<kZp>(Q, hn::MaskedLoad(m, df, lo + j), hn::MaskedLoad(m, df, hi + j), s, z);
+    hn::BlendedStore(s, m, df, scale + j);
+    hn::BlendedStore(z, m, df, zp + j);
+  }
+}
+
+void ShrunkQParamsN(const qobs::detail::ShrunkQParams& Q, const float* lo, const float* hi, int64_t n, float* scale,
+                    float* zp) {
+  if (Q.symmetric) ShrunkQParamsT<false>(Q, lo, hi, n, scale, zp);
+  else ShrunkQParamsT<true>(Q, lo, hi, n, scale, zp);
+}
+
 /// The batch kernel (PolyBatchArgs): one group per lane, so a candidate's scale, sum,
 /// interval and decision are lane-wise and nothing is reduced across lanes. The
 /// per-candidate bookkeeping of the one-group path (qparams, s^p, the bound, the
@@ -411,27 +464,10 @@ HWY_NOINLINE void PolyBatchT(const PolyBatchArgs& A) {
   VF c[kDeg + 1];
   for (int d = 0; d <= kDeg; ++d) c[d] = hn::Set(df, P.coef[d]);
   const VF m0 = hn::LoadU(df, A.m0), M0 = hn::LoadU(df, A.M0), xmax = hn::LoadU(df, A.xmax);
-  // R6.6.6 steps 1-2 lane-wise, the same f32 operations as ShrunkQParams::compute
+  // R6.6.6 steps 1-2 lane-wise
   auto candidate_qparams = [&](int64_t i, VF& s, VF& z) HWY_ATTR {
     const VF p = hn::Set(df, A.shrink[i]);
-    const VF cm = hn::Mul(m0, p), cM = hn::Mul(M0, p);
-    const VF mn = hn::IfThenElse(hn::Lt(cm, zero), cm, zero), mx = hn::IfThenElse(hn::Gt(cM, zero), cM, zero);
-    z = zero;
-    if constexpr (!kZp) {
-      const VF am = hn::Abs(mn), aM = hn::Abs(mx);
-      s = hn::Div(hn::IfThenElse(hn::Gt(am, aM), am, aM), hn::Set(df, Q.half_range));
-      s = hn::IfThenElse(hn::Eq(s, zero), hn::Set(df, Q.eps), s);
-    } else {
-      s = hn::Div(hn::Sub(mx, mn), hn::Set(df, Q.range));
-      z = hn::Sub(hn::Set(df, Q.q_min), hn::Div(mn, s));
-      const auto zero_range = hn::IsNaN(z);  // 0 / 0: the zero point is 0 (Q23)
-      z = hn::IfThenElse(hn::Gt(z, hn::Set(df, Q.q_min)), z, hn::Set(df, Q.q_min));
-      z = hn::IfThenElse(hn::Lt(z, hn::Set(df, Q.q_max)), z, hn::Set(df, Q.q_max));
-      s = hn::IfThenElse(hn::Eq(s, zero), hn::Set(df, Q.eps), s);
-      z = hn::IfThenElse(hn::Gt(z, hn::Set(df, Q.zp_lo)), z, hn::Set(df, Q.zp_lo));
-      z = hn::IfThenElse(hn::Lt(z, hn::Set(df, Q.zp_hi)), z, hn::Set(df, Q.zp_hi));
-      z = hn::IfThenZeroElse(zero_range, hn::Round(z));  // RNE to the integer zero-point dtype
-    }
+    shrunk_qparams_lanes<kZp>(Q, hn::Mul(m0, p), hn::Mul(M0, p), s, z);
   };
   // The bookkeeping runs in f32, each lane in units of its own C = s_0^p (rounded to
   // the binade: 2^(p k0), k0 the exponent of the first candidate's scale): a lane's
@@ -839,6 +875,10 @@ namespace qobs::kernels::detail {
 void block_errors_simd(SimdLevel level, const BlockKernelArgs& args) { QOBS_SIMD_DISPATCH(BlockErrors(args)); }
 void poly_sums_simd(SimdLevel level, const PolySumArgs& args) { QOBS_SIMD_DISPATCH(PolySums(args)); }
 int poly_batch_lanes(SimdLevel level) { QOBS_SIMD_DISPATCH(PolyBatchLanes()); }
+void shrunk_qparams_simd(SimdLevel level, const qobs::detail::ShrunkQParams& q, const float* lo, const float* hi,
+                         int64_t n, float* scale, float* zp) {
+  QOBS_SIMD_DISPATCH(ShrunkQParamsN(q, lo, hi, n, scale, zp));
+}
 bool batch_transpose_simd(SimdLevel level, const float* const* groups, int64_t n, bool abs_values, float* xt,
                           float* lo, float* hi) {
   QOBS_SIMD_DISPATCH(BatchTranspose(groups, n, abs_values, xt, lo, hi));

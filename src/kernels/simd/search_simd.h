@@ -105,6 +105,12 @@ struct PolyBatchArgs {
   uint32_t* improved = nullptr;
 };
 
+/// R4.1 for n f32 (min, max) pairs under a ShrunkQParams-usable plan (q.usable): the
+/// scales and the zero points (integer values, as floats; 0 when symmetric), bit for
+/// bit compute_qparams_elem's.
+void shrunk_qparams_simd(SimdLevel level, const qobs::detail::ShrunkQParams& q, const float* lo, const float* hi,
+                         int64_t n, float* scale, float* zp);
+
 /// Groups per batch of poly_batch_simd at `level` (the float lanes).
 int poly_batch_lanes(SimdLevel level);
 void poly_batch_simd(SimdLevel level, const PolyBatchArgs& args);

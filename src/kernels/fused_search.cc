@@ -30,18 +30,26 @@ namespace {
 
 static_assert(kSumBlock == qobs::detail::kErrorSumBlock, "SIMD and reference blocks must agree");
 
-/// True when the values of every qparam element are len consecutive storage elements
-/// (one observation, group axes row-major contiguous).
-bool group_contiguous(const FlatView& f) {
-  if (f.layout.num_obs() != 1) return false;
-  int64_t expect = 1;
-  for (std::size_t d = f.layout.group_axes.size(); d-- > 0;) {
-    const Axis& a = f.layout.group_axes[d];
-    if (a.size == 1) continue;
-    if (a.stride != expect) return false;
-    expect *= a.size;
+/// True when `axes` (last fastest) step through storage row-major, the innermost one
+/// with stride `inner`: each stride is the product of the later sizes times `inner`.
+bool row_major_from(const std::vector<Axis>& axes, int64_t inner) {
+  int64_t expect = inner;
+  for (std::size_t d = axes.size(); d-- > 0;) {
+    if (axes[d].size == 1) continue;
+    if (axes[d].stride != expect) return false;
+    expect *= axes[d].size;
   }
   return true;
+}
+
+/// True when the values of every qparam element are len consecutive storage elements
+/// (one observation, group axes row-major contiguous).
+bool group_contiguous(const FlatView& f) { return f.layout.num_obs() == 1 && row_major_from(f.layout.group_axes, 1); }
+
+/// True when group q starts q * len elements after group 0 (contiguous groups laid end
+/// to end, as tensor_group / group / channel views of a row-major weight are).
+bool groups_end_to_end(const FlatView& f) {
+  return group_contiguous(f) && row_major_from(f.layout.qparam_axes, f.layout.group_len());
 }
 
 /// The len values of qparam element q as floats: in place for contiguous f32, else
@@ -622,12 +630,28 @@ void minmax(const FlatView& flat, float* mins, float* maxs, SimdLevel level, int
     return;
   }
   const int64_t target_tasks = threads == 1 ? 1 : threads * 8;
-  const int64_t per_task = std::max<int64_t>(1, (nq + target_tasks - 1) / target_tasks);
+  // Small f32 groups laid end to end (NVFP4's 16, MXFP4's 32): eight per pass
+  // (minmax_groups_simd), tasks of whole passes.
+  const bool eight_at_once = level != SimdLevel::kScalar && flat.dtype == DType::kF32 && len % 8 == 0 &&
+                             len <= 64 && groups_end_to_end(flat);
+  const int64_t unit = eight_at_once ? 8 : 1;
+  const int64_t per_task = (std::max<int64_t>(1, (nq + target_tasks - 1) / target_tasks) + unit - 1) / unit * unit;
   const int64_t num_tasks = (nq + per_task - 1) / per_task;
   std::vector<std::vector<float>> bufs(static_cast<std::size_t>(threads));
   parallel_for(num_tasks, threads, [&](int64_t task, int worker) {
     const int64_t q_end = std::min(nq, (task + 1) * per_task);
-    for (int64_t q = task * per_task; q < q_end; ++q) {
+    int64_t q = task * per_task;
+    if (eight_at_once) {
+      const int64_t whole = (q_end - q) / 8 * 8;
+      const float* x = static_cast<const float*>(flat.data) + flat.group_offset(q);
+      // NaN: the per-group loop below redoes the task with the reference's propagation
+      if (whole > 0 && minmax_groups_simd(level, x, whole, len, mins + q, maxs + q)) {
+        for (int64_t g = q; g < q + whole; ++g)
+          if (mins[g] == 0.0f || maxs[g] == 0.0f) settle_zero_signs(x + (g - q) * len, len, mins + g, maxs + g);
+        q += whole;
+      }
+    }
+    for (; q < q_end; ++q) {
       const float* x = load_group(flat, contiguous, q, len, level, bufs[static_cast<std::size_t>(worker)]);
       double l, h;
       group_minmax(x, len, level, &l, &h);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "kernels/parallel/thread_pool.h"
@@ -31,16 +32,19 @@ bool integer_zp_dtype(DType dt) {
 std::optional<ScaleZeroPoint> calculate_qparams_f32(const Tensor& min_vals, const Tensor& max_vals,
                                                     const QuantizationArgs& args_in, const Tensor* global_scale,
                                                     NumericMode mode, SimdLevel level, int num_threads) {
-  if (global_scale || level == SimdLevel::kScalar) return std::nullopt;
+  if (level == SimdLevel::kScalar) return std::nullopt;
   if (min_vals.dtype() != DType::kF32 || max_vals.dtype() != DType::kF32) return std::nullopt;
   // shapes: a mismatch is the scalar path's error; 0-dimensional statistics take its
   // step-9 reshape
   if (min_vals.shape() != max_vals.shape() || min_vals.shape().empty()) return std::nullopt;
   const QuantizationArgs args = args_in.strategy ? args_in : args_in.validated();
-  const qobs::detail::QParamPlan plan = qobs::detail::QParamPlan::make(args, DType::kF32, std::nullopt, mode);
+  const qobs::detail::QParamPlan plan =
+      qobs::detail::QParamPlan::make(args, DType::kF32, qobs::detail::global_scale_value(global_scale), mode);
   const qobs::detail::ShrunkQParams q = qobs::detail::ShrunkQParams::make(plan);
-  if (!q.usable || plan.scale_dt != DType::kF32) return std::nullopt;
-  if (!integer_zp_dtype(plan.zp_dtype) && !(plan.symmetric && plan.zp_dtype == DType::kF32)) return std::nullopt;
+  if (!q.usable) return std::nullopt;
+  // a symmetric plan's zero points are +0: all-zero bytes in every float dtype
+  const bool zero_zp = plan.symmetric && is_floating(plan.zp_dtype);
+  if (!integer_zp_dtype(plan.zp_dtype) && !zero_zp) return std::nullopt;
   const int64_t n = min_vals.numel();
   // a non-finite statistic: the scalar path names it (R4.1)
   if (first_non_finite(min_vals.view(), num_threads) >= 0 || first_non_finite(max_vals.view(), num_threads) >= 0)
@@ -58,13 +62,18 @@ std::optional<ScaleZeroPoint> calculate_qparams_f32(const Tensor& min_vals, cons
     std::vector<float>& z = zbufs[static_cast<std::size_t>(worker)];
     z.resize(static_cast<std::size_t>(kChunk));
     detail::shrunk_qparams_simd(level, q, lo + b, hi + b, len, scale + b, z.data());
+    if (zero_zp) {
+      const std::size_t es = dtype_size(plan.zp_dtype);
+      std::memset(static_cast<unsigned char*>(out.zero_point.data()) + static_cast<std::size_t>(b) * es, 0,
+                  static_cast<std::size_t>(len) * es);
+      return;
+    }
     switch (plan.zp_dtype) {
       case DType::kI8: return store_zero_points(z.data(), len, out.zero_point.data_as<int8_t>() + b);
       case DType::kU8: return store_zero_points(z.data(), len, out.zero_point.data_as<uint8_t>() + b);
       case DType::kI16: return store_zero_points(z.data(), len, out.zero_point.data_as<int16_t>() + b);
       case DType::kI32: return store_zero_points(z.data(), len, out.zero_point.data_as<int32_t>() + b);
-      case DType::kI64: return store_zero_points(z.data(), len, out.zero_point.data_as<int64_t>() + b);
-      default: return store_zero_points(z.data(), len, out.zero_point.data_as<float>() + b);
+      default: return store_zero_points(z.data(), len, out.zero_point.data_as<int64_t>() + b);  // kI64
     }
   });
   return out;

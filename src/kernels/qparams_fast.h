@@ -9,8 +9,9 @@
 
 namespace qobs::kernels::fast {
 
-/// calculate_qparams for f32 statistics without a global scale, scale_dtype or MX
-/// scales, with an integer zero-point dtype or a symmetric plan (ShrunkQParams::usable),
+/// calculate_qparams for f32 statistics, not MX, with at most an FP8 E4M3 scale_dtype and
+/// a global scale (NVFP4), an integer zero-point dtype or a symmetric plan
+/// (ShrunkQParams::usable),
 /// at `level` (not kScalar) on `num_threads`: bit for bit the scalar R4.1. nullopt when
 /// the call is outside that set, or has something to report (mismatched shapes,
 /// non-finite statistics): the scalar path then handles it, errors included.

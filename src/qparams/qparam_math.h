@@ -147,22 +147,30 @@ inline ElemQParams compute_qparams_elem(double mn, double mx, const QParamPlan& 
 }
 
 /// compute_qparams_elem for the S shrunk ranges (m0 p_i, M0 p_i) of one grid-search
-/// group, in the plan most searches meet: f32 statistics, no global scale, no
-/// scale_dtype, not MX, an integer zero-point dtype. The same f32 operations in the
-/// same order (steps 1, 3, 7, 8), written without branches or double round trips: the
-/// general function's per-candidate branches cost a third of the fused search's time.
-/// Tested against compute_qparams_elem value for value (fast_kernels_test.cc).
+/// group, and (shrink 1) for the common plans of calculate_qparams: f32 statistics, not
+/// MX, no scale_dtype other than FP8 E4M3, an integer zero-point dtype unless symmetric.
+/// The same f32 operations in the same order (steps 1, 3, 4, 5, 7, 8), written without
+/// branches or double round trips: the general function's per-candidate branches cost a
+/// third of the fused search's time. The vector kernels have the same steps lane-wise
+/// (shrunk_qparams_lanes). Tested against compute_qparams_elem value for value.
 struct ShrunkQParams {
   bool usable = false;
   bool symmetric = true;
   float half_range = 0, range = 0, q_min = 0, q_max = 0, eps = 0;
   float zp_lo = 0, zp_hi = 0;  ///< the zero-point dtype's range
+  bool has_global = false;     ///< step 4: scale = global_scale * scale (NVFP4)
+  float global_scale = 1;
+  bool fp8_scale = false;  ///< step 5: scale rounded to FP8 E4M3 (clamped to 448)
 
   static ShrunkQParams make(const QParamPlan& p) {
     ShrunkQParams q;
-    // symmetric zero points are exactly 0 in any zero-point dtype (FP4's is a float)
-    q.usable = p.stat_dt == DType::kF32 && !p.has_global && !p.scale_dtype && !p.mx &&
-               (!p.zp_target.floating || p.symmetric);
+    // symmetric zero points are exactly 0 in any zero-point dtype (FP4's is a float);
+    // with a global scale the scales are f32 too (scale_dt)
+    q.usable = p.stat_dt == DType::kF32 && !p.mx && (!p.scale_dtype || *p.scale_dtype == DType::kF8E4M3) &&
+               (!p.zp_target.floating || p.symmetric) && p.scale_dt == DType::kF32;
+    q.has_global = p.has_global;
+    q.global_scale = static_cast<float>(p.global_scale);
+    q.fp8_scale = p.scale_dtype.has_value();
     q.symmetric = p.symmetric;
     q.half_range = static_cast<float>(p.half_range);
     q.range = static_cast<float>(p.range);
@@ -194,6 +202,8 @@ struct ShrunkQParams {
         z = z > q_min ? z : q_min;
         z = z < q_max ? z : q_max;
       }
+      if (has_global) s = global_scale * s;
+      if (fp8_scale) s = round_to_float_dtype(DType::kF8E4M3, s < 448.0f ? s : 448.0f);
       s = s == 0.0f ? eps : s;
       // step 8: RNE to the integer zero-point dtype (|z| < 2^23 after the clamps)
       z = z > zp_lo ? z : zp_lo;

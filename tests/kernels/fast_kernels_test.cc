@@ -213,6 +213,27 @@ TEST(LibmPowf, ApproximationStaysFourTimesInsideItsBound) {
 
 // ---- min-max ---------------------------------------------------------------------
 
+/// fast::minmax at every level and thread count against ref::minmax, bit for bit (NaN
+/// results compare as NaN).
+void expect_minmax_matches(const FlatView& flat, const std::string& what) {
+  const int64_t nq = flat.layout.num_qparams();
+  std::vector<float> rmin(nq), rmax(nq);
+  ref::minmax(flat, rmin.data(), rmax.data());
+  for (SimdLevel level : available_simd_levels())
+    for (int threads : {1, 2, 3}) {
+      std::vector<float> fmin(nq), fmax(nq);
+      fast::minmax(flat, fmin.data(), fmax.data(), level, threads);
+      for (int64_t q = 0; q < nq; ++q) {
+        const std::string at =
+            what + " q=" + std::to_string(q) + " " + std::string(to_string(level)) + " t" + std::to_string(threads);
+        ASSERT_EQ(std::isnan(rmin[q]), std::isnan(fmin[q])) << at;
+        ASSERT_EQ(std::isnan(rmax[q]), std::isnan(fmax[q])) << at;
+        if (!std::isnan(rmin[q])) ASSERT_EQ(float_bits(rmin[q]), float_bits(fmin[q])) << at;
+        if (!std::isnan(rmax[q])) ASSERT_EQ(float_bits(rmax[q]), float_bits(fmax[q])) << at;
+      }
+    }
+}
+
 TEST(FastMinMax, MatchesReferenceEverywhere) {
   const QuantizationArgs tensor = make_args(8, QuantType::kInt, true, Strategy::kTensor);
   const QuantizationArgs channel = make_args(8, QuantType::kInt, true, Strategy::kChannel);
@@ -221,22 +242,38 @@ TEST(FastMinMax, MatchesReferenceEverywhere) {
       for (Pattern p : {Pattern::kNormal, Pattern::kSignedZeros, Pattern::kPositive, Pattern::kZeroGroups}) {
         const std::vector<float> v = make_data(3 * n, p, static_cast<uint32_t>(n), n);
         const Tensor t = Tensor::from_floats(dt, {3, n}, v);
-        for (const QuantizationArgs* a : {&tensor, &channel}) {
-          const FlatView flat = flatten_for_calibration(t.view(), "weight", *a);
-          const int64_t nq = flat.layout.num_qparams();
-          std::vector<float> rmin(nq), rmax(nq);
-          ref::minmax(flat, rmin.data(), rmax.data());
-          for (SimdLevel level : available_simd_levels())
-            for (int threads : {1, 2, 3}) {
-              std::vector<float> fmin(nq), fmax(nq);
-              fast::minmax(flat, fmin.data(), fmax.data(), level, threads);
-              for (int64_t q = 0; q < nq; ++q) {
-                ASSERT_EQ(float_bits(rmin[q]), float_bits(fmin[q])) << n << " " << to_string(level) << " t" << threads;
-                ASSERT_EQ(float_bits(rmax[q]), float_bits(fmax[q])) << n << " " << to_string(level) << " t" << threads;
-              }
-            }
-        }
+        for (const QuantizationArgs* a : {&tensor, &channel})
+          expect_minmax_matches(flatten_for_calibration(t.view(), "weight", *a),
+                                std::string(dtype_name(dt)) + " n=" + std::to_string(n));
       }
+}
+
+TEST(FastMinMax, SmallGroupsEightAtATime) {
+  // f32 groups of 8..64 elements laid end to end go through minmax_groups_simd, eight
+  // groups per pass: many groups (full passes, a task's remainder, a short tail), zero
+  // signs, and NaN / Inf anywhere.
+  struct Case {
+    QuantizationArgs args;
+    int64_t cols, group;
+  };
+  const std::vector<Case> cases = {
+      {make_args(4, QuantType::kFloat, true, Strategy::kTensorGroup, 16, DType::kF8E4M3), 64, 16},
+      {make_args(4, QuantType::kInt, true, Strategy::kGroup, 8), 40, 8},
+      {make_args(4, QuantType::kFloat, true, Strategy::kGroup, 32, DType::kU8), 96, 32},
+      {make_args(8, QuantType::kInt, true, Strategy::kChannel), 64, 64},
+      {make_args(8, QuantType::kInt, true, Strategy::kChannel), 24, 24},
+  };
+  for (const Case& c : cases)
+    for (Pattern p : {Pattern::kNormal, Pattern::kSignedZeros, Pattern::kZeroGroups, Pattern::kPositive})
+      for (int64_t rows : {1, 37, 130})
+        for (int poison = 0; poison < 3; ++poison) {
+          std::vector<float> v = make_data(rows * c.cols, p, static_cast<uint32_t>(rows + c.cols), c.group);
+          if (poison == 1) v[v.size() / 3] = NAN;
+          if (poison == 2) v[v.size() - 1] = -INFINITY;
+          const Tensor t = Tensor::from_floats(DType::kF32, {rows, c.cols}, v);
+          expect_minmax_matches(flatten_for_calibration(t.view(), "weight", c.args),
+                                "rows=" + std::to_string(rows) + " poison=" + std::to_string(poison));
+        }
 }
 
 TEST(FastMinMax, NanAndInfPropagateLikeReference) {
@@ -611,6 +648,7 @@ TEST(VectorQParams, EqualScalarR41BitForBitAtEveryLevel) {
   struct Plan {
     std::string name;
     QuantizationArgs args;
+    const Tensor* g = nullptr;
   };
   std::vector<Plan> plans;
   for (int bits : {2, 3, 4, 8})
@@ -621,16 +659,22 @@ TEST(VectorQParams, EqualScalarR41BitForBitAtEveryLevel) {
   u8.zp_dtype = DType::kU8;
   plans.push_back({"int8_asym_u8zp", u8});
   plans.push_back({"fp8_sym", make_args(8, QuantType::kFloat, true, Strategy::kChannel)});
+  // NVFP4: global scale x scale, rounded to FP8 E4M3 (a large global scale saturates at 448)
+  const Tensor g_typical = Tensor::from_values(DType::kF32, {1}, {448.0 * 6.0 / 0.3});
+  const Tensor g_large = Tensor::from_values(DType::kF32, {1}, {3e7});
+  const QuantizationArgs nvfp4 = make_args(4, QuantType::kFloat, true, Strategy::kTensorGroup, 16, DType::kF8E4M3);
+  plans.push_back({"nvfp4", nvfp4, &g_typical});
+  plans.push_back({"nvfp4_saturating", nvfp4, &g_large});
   std::vector<float> lo, hi;
   int64_t fast_runs = 0;
   for (int64_t n : {1, 7, 8, 9, 17, 8192 + 13})
     for (const Plan& p : plans) {
       stats(n, lo, hi);
       const Tensor mn = Tensor::from_floats(DType::kF32, {n}, lo), mx = Tensor::from_floats(DType::kF32, {n}, hi);
-      const ScaleZeroPoint ref = qobs::calculate_qparams(mn, mx, p.args, nullptr, NumericMode::kParity);
+      const ScaleZeroPoint ref = qobs::calculate_qparams(mn, mx, p.args, p.g, NumericMode::kParity);
       for (SimdLevel level : available_simd_levels())
         for (int threads : {1, 2}) {
-          const auto got = fast::calculate_qparams_f32(mn, mx, p.args, nullptr, NumericMode::kParity, level, threads);
+          const auto got = fast::calculate_qparams_f32(mn, mx, p.args, p.g, NumericMode::kParity, level, threads);
           if (!got) continue;  // a plan or level the vector path leaves to the scalar one
           ++fast_runs;
           ASSERT_EQ(got->scale.shape(), ref.scale.shape()) << p.name;

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -31,18 +32,28 @@ TEST(ShrunkQParams, EqualsComputeQParamsElemForEveryCandidate) {
     if (k % 11 == 0) b = -std::fabs(b);  // negative-only ranges
     ranges.emplace_back(std::min(a, b), std::max(a, b));
   }
+  // the grid search's plans, and calculate_qparams's NVFP4 plan: a global scale (R4.2
+  // values, and one large enough to saturate FP8 at 448) and FP8 E4M3 scales
+  struct Extra {
+    std::optional<double> global;
+    bool fp8_scales;
+  };
   for (int bits : {2, 3, 4, 8, -4})  // -4: FP4 (symmetric, float zero-point dtype)
     for (bool sym : {true, false})
-      for (bool chunked : {false, true}) {
+      for (bool chunked : {false, true})
+        for (const Extra& extra : {Extra{std::nullopt, false}, Extra{1.0, true}, Extra{2688.0 / 0.37, true},
+                                   Extra{3e6, true}, Extra{17.0, false}}) {
         if (bits < 0 && !sym) continue;
+        if (extra.global && chunked) continue;  // calculate_qparams plans: shrink 1 matters, chunking not
         QuantizationArgs args;
         args.num_bits = bits < 0 ? -bits : bits;
         args.type = bits < 0 ? QuantType::kFloat : QuantType::kInt;
         args.symmetric = sym;
-        args.strategy = Strategy::kGroup;
+        args.strategy = extra.global ? Strategy::kTensorGroup : Strategy::kGroup;
         args.group_size = 16;
+        if (extra.fp8_scales) args.scale_dtype = DType::kF8E4M3;
         args = args.validated();
-        const QParamPlan plan = QParamPlan::make(args, DType::kF32, std::nullopt, NumericMode::kParity);
+        const QParamPlan plan = QParamPlan::make(args, DType::kF32, extra.global, NumericMode::kParity);
         const ShrunkQParams sq = ShrunkQParams::make(plan);
         ASSERT_TRUE(sq.usable);
         kernels::GridSearchConfig cfg;
@@ -57,30 +68,41 @@ TEST(ShrunkQParams, EqualsComputeQParamsElemForEveryCandidate) {
           for (std::size_t i = 0; i < shrink.size(); ++i) {
             const ElemQParams ref = compute_qparams_elem(a.mul(m0, shrink[i]), a.mul(M0, shrink[i]), plan);
             ASSERT_EQ(float_bits(sc[i]), float_bits(static_cast<float>(ref.scale)))
-                << "bits=" << bits << " sym=" << sym << " range [" << m0 << ", " << M0 << "] i=" << i;
+                << "bits=" << bits << " sym=" << sym << " global=" << extra.global.value_or(0) << " range [" << m0
+                << ", " << M0 << "] i=" << i;
             ASSERT_EQ(float_bits(zp[i]), float_bits(static_cast<float>(ref.zero_point)))
-                << "bits=" << bits << " sym=" << sym << " range [" << m0 << ", " << M0 << "] i=" << i;
+                << "bits=" << bits << " sym=" << sym << " global=" << extra.global.value_or(0) << " range [" << m0
+                << ", " << M0 << "] i=" << i;
           }
         }
       }
 }
 
-TEST(ShrunkQParams, OnlyTheCommonPlanIsCovered) {
-  QuantizationArgs args;
-  args.num_bits = 4;
-  args.strategy = Strategy::kTensorGroup;
-  args.group_size = 16;
-  args.type = QuantType::kFloat;
-  args.scale_dtype = DType::kF8E4M3;
-  args = args.validated();
-  EXPECT_FALSE(ShrunkQParams::make(QParamPlan::make(args, DType::kF32, std::nullopt, NumericMode::kParity)).usable);
+TEST(ShrunkQParams, OnlyTheCommonPlansAreCovered) {
+  auto fp4 = [](Strategy st, int64_t group, DType scale_dtype) {
+    QuantizationArgs a;
+    a.num_bits = 4;
+    a.strategy = st;
+    a.group_size = group;
+    a.type = QuantType::kFloat;
+    a.scale_dtype = scale_dtype;
+    return a.validated();
+  };
+  const QuantizationArgs nvfp4 = fp4(Strategy::kTensorGroup, 16, DType::kF8E4M3);
+  EXPECT_TRUE(ShrunkQParams::make(QParamPlan::make(nvfp4, DType::kF32, 2688.0, NumericMode::kParity)).usable);
+  const QuantizationArgs mxfp4 = fp4(Strategy::kGroup, 32, DType::kU8);
+  EXPECT_FALSE(ShrunkQParams::make(QParamPlan::make(mxfp4, DType::kF32, std::nullopt, NumericMode::kParity)).usable);
   QuantizationArgs i4;
   i4.num_bits = 4;
   i4.strategy = Strategy::kChannel;
   i4 = i4.validated();
   EXPECT_FALSE(ShrunkQParams::make(QParamPlan::make(i4, DType::kBF16, std::nullopt, NumericMode::kParity)).usable);
-  EXPECT_FALSE(ShrunkQParams::make(QParamPlan::make(i4, DType::kF32, 2.0, NumericMode::kParity)).usable);
+  EXPECT_TRUE(ShrunkQParams::make(QParamPlan::make(i4, DType::kF32, 2.0, NumericMode::kParity)).usable);
   EXPECT_TRUE(ShrunkQParams::make(QParamPlan::make(i4, DType::kF32, std::nullopt, NumericMode::kWide)).usable);
+  QuantizationArgs bf16_scales = i4;
+  bf16_scales.scale_dtype = DType::kBF16;
+  EXPECT_FALSE(
+      ShrunkQParams::make(QParamPlan::make(bf16_scales, DType::kF32, std::nullopt, NumericMode::kParity)).usable);
 }
 
 }  // namespace

@@ -405,18 +405,19 @@ HWY_INLINE void shrunk_qparams_lanes(const qobs::detail::ShrunkQParams& Q, VF cm
   if constexpr (!kZp) {
     const VF am = hn::Abs(mn), aM = hn::Abs(mx);
     s = hn::Div(hn::IfThenElse(hn::Gt(am, aM), am, aM), hn::Set(df, Q.half_range));
-    s = hn::IfThenElse(hn::Eq(s, zero), hn::Set(df, Q.eps), s);
   } else {
     s = hn::Div(hn::Sub(mx, mn), hn::Set(df, Q.range));
     z = hn::Sub(hn::Set(df, Q.q_min), hn::Div(mn, s));
     const auto zero_range = hn::IsNaN(z);  // 0 / 0: the zero point is 0 (Q23)
     z = hn::IfThenElse(hn::Gt(z, hn::Set(df, Q.q_min)), z, hn::Set(df, Q.q_min));
     z = hn::IfThenElse(hn::Lt(z, hn::Set(df, Q.q_max)), z, hn::Set(df, Q.q_max));
-    s = hn::IfThenElse(hn::Eq(s, zero), hn::Set(df, Q.eps), s);
     z = hn::IfThenElse(hn::Gt(z, hn::Set(df, Q.zp_lo)), z, hn::Set(df, Q.zp_lo));
     z = hn::IfThenElse(hn::Lt(z, hn::Set(df, Q.zp_hi)), z, hn::Set(df, Q.zp_hi));
     z = hn::IfThenZeroElse(zero_range, hn::Round(z));  // RNE to the integer zero-point dtype
   }
+  if (Q.has_global) s = hn::Mul(hn::Set(df, Q.global_scale), s);
+  if (Q.fp8_scale) s = fp8_round(hn::Min(s, hn::Set(df, 448.0f)));
+  s = hn::IfThenElse(hn::Eq(s, zero), hn::Set(df, Q.eps), s);
 }
 
 template <bool kZp>
@@ -664,12 +665,66 @@ struct PolyBatchKernel {
 
 void PolyBatch(const PolyBatchArgs& A) { poly_dispatch<PolyBatchKernel>(A, !A.qparams.symmetric); }
 
+using D8 = hn::FixedTag<float, 8>;  // 256-bit vectors, on AVX-512 too
+using V8 = hn::Vec<D8>;
+
+/// col[k] lane l = row[l] lane k: pairs of floats, pairs of pairs (as doubles), then
+/// 128-bit halves.
+HWY_INLINE void transpose8x8(D8 d8, const V8* row, V8* col) {
+  const hn::Repartition<double, D8> d8d;
+  V8 t[8], u[8];
+  for (int k = 0; k < 4; ++k) {
+    t[2 * k] = hn::InterleaveLower(d8, row[2 * k], row[2 * k + 1]);
+    t[2 * k + 1] = hn::InterleaveUpper(d8, row[2 * k], row[2 * k + 1]);
+  }
+  for (int k = 0; k < 2; ++k)
+    for (int h = 0; h < 2; ++h) {
+      const auto a = hn::BitCast(d8d, t[4 * k + h]), b = hn::BitCast(d8d, t[4 * k + 2 + h]);
+      u[4 * k + 2 * h] = hn::BitCast(d8, hn::InterleaveLower(d8d, a, b));
+      u[4 * k + 2 * h + 1] = hn::BitCast(d8, hn::InterleaveUpper(d8d, a, b));
+    }
+  // u[0..3]: elements 0-3 of rows 0-3 (low half) and 4-7 (high half); u[4..7] rows 4-7
+  for (int k = 0; k < 4; ++k) {
+    col[k] = hn::ConcatLowerLower(d8, u[4 + k], u[k]);
+    col[k + 4] = hn::ConcatUpperUpper(d8, u[4 + k], u[k]);
+  }
+}
+
+/// MinMaxGroups: num_groups (a multiple of 8) consecutive groups of len (a multiple of
+/// 8) floats; per group min and max, eight groups per pass, reduced by a transpose.
+bool MinMaxGroups(const float* x, int64_t num_groups, int64_t len, float* mins, float* maxs) {
+  const D8 d8;
+  auto nan = hn::FirstN(d8, 0);
+  for (int64_t g0 = 0; g0 < num_groups; g0 += 8) {
+    V8 lo[8], hi[8];
+    for (int l = 0; l < 8; ++l) {
+      const float* p = x + (g0 + l) * len;
+      lo[l] = hi[l] = hn::LoadU(d8, p);
+      nan = hn::Or(nan, hn::IsNaN(lo[l]));
+      for (int64_t j = 8; j < len; j += 8) {
+        const V8 r = hn::LoadU(d8, p + j);
+        lo[l] = hn::Min(lo[l], r);
+        hi[l] = hn::Max(hi[l], r);
+        nan = hn::Or(nan, hn::IsNaN(r));
+      }
+    }
+    V8 clo[8], chi[8];
+    transpose8x8(d8, lo, clo);
+    transpose8x8(d8, hi, chi);
+    for (int k = 1; k < 8; ++k) {
+      clo[0] = hn::Min(clo[0], clo[k]);
+      chi[0] = hn::Max(chi[0], chi[k]);
+    }
+    hn::StoreU(clo[0], d8, mins + g0);
+    hn::StoreU(chi[0], d8, maxs + g0);
+  }
+  return hn::AllFalse(d8, nan);
+}
+
 /// BatchTranspose: 8 x 8 blocks (256-bit vectors on either target; AVX-512 does its 16
 /// lanes as two blocks of 8 groups) with each group's min / max on the way.
 bool BatchTranspose(const float* const* groups, int64_t n, bool abs_values, float* xt, float* lo_out, float* hi_out) {
-  const hn::FixedTag<float, 8> d8;
-  const hn::Repartition<double, decltype(d8)> d8d;
-  using V8 = hn::Vec<decltype(d8)>;
+  const D8 d8;
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   const int64_t n_main = n - n % 8;
   auto nan = hn::FirstN(d8, 0);
@@ -687,23 +742,9 @@ bool BatchTranspose(const float* const* groups, int64_t n, bool abs_values, floa
         nan = hn::Or(nan, hn::IsNaN(r[l]));
         if (abs_values) r[l] = hn::AndNot(sign, r[l]);
       }
-      // rows -> columns: pairs of floats, pairs of pairs (as doubles), then halves
-      V8 t[8], u[8];
-      for (int k = 0; k < 4; ++k) {
-        t[2 * k] = hn::InterleaveLower(d8, r[2 * k], r[2 * k + 1]);
-        t[2 * k + 1] = hn::InterleaveUpper(d8, r[2 * k], r[2 * k + 1]);
-      }
-      for (int k = 0; k < 2; ++k)
-        for (int h = 0; h < 2; ++h) {
-          const auto a = hn::BitCast(d8d, t[4 * k + h]), b = hn::BitCast(d8d, t[4 * k + 2 + h]);
-          u[4 * k + 2 * h] = hn::BitCast(d8, hn::InterleaveLower(d8d, a, b));
-          u[4 * k + 2 * h + 1] = hn::BitCast(d8, hn::InterleaveUpper(d8d, a, b));
-        }
-      // u[0..3]: columns 0-3 of groups 0-3 (low half) / 4-7 (high half); u[4..7] groups 4-7
-      for (int k = 0; k < 4; ++k) {
-        hn::StoreU(hn::ConcatLowerLower(d8, u[4 + k], u[k]), d8, xt + (j0 + k) * N + lb);
-        hn::StoreU(hn::ConcatUpperUpper(d8, u[4 + k], u[k]), d8, xt + (j0 + 4 + k) * N + lb);
-      }
+      V8 col[8];
+      transpose8x8(d8, r, col);
+      for (int k = 0; k < 8; ++k) hn::StoreU(col[k], d8, xt + (j0 + k) * N + lb);
     }
     for (int l = 0; l < 8; ++l) {
       float vlo = hn::GetLane(hn::MinOfLanes(d8, lo[l])), vhi = hn::GetLane(hn::MaxOfLanes(d8, hi[l]));
@@ -886,6 +927,9 @@ bool batch_transpose_simd(SimdLevel level, const float* const* groups, int64_t n
 void poly_batch_simd(SimdLevel level, const PolyBatchArgs& args) { QOBS_SIMD_DISPATCH(PolyBatch(args)); }
 void fp4_round_nonneg_simd(SimdLevel level, const float* x, int64_t n, float* out) {
   QOBS_SIMD_DISPATCH(Fp4RoundNonneg(x, n, out));
+}
+bool minmax_groups_simd(SimdLevel level, const float* x, int64_t num_groups, int64_t len, float* mins, float* maxs) {
+  QOBS_SIMD_DISPATCH(MinMaxGroups(x, num_groups, len, mins, maxs));
 }
 void minmax_simd(SimdLevel level, const float* x, int64_t n, float* lo, float* hi) {
   QOBS_SIMD_DISPATCH(MinMax(x, n, lo, hi));

@@ -91,6 +91,17 @@ def same_bytes(prefix_a, prefix_b, suffix):
         return fa.read() == fb.read()
 
 
+def differing_bytes(prefix_a, prefix_b, suffix):
+    """(bytes that differ, total) of one output, for the report when they are not equal."""
+    pa, pb = prefix_a + "." + suffix, prefix_b + "." + suffix
+    if not (os.path.exists(pa) and os.path.exists(pb)):
+        return None
+    a, b = np.fromfile(pa, dtype=np.uint8), np.fromfile(pb, dtype=np.uint8)
+    if a.size != b.size:
+        return None
+    return int(np.count_nonzero(a != b)), int(a.size)
+
+
 def run_json(cmd):
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -149,9 +160,19 @@ def main():
                       "--rows", str(a.rows), "--cols", str(a.cols), "--dtype", a.dtype, "--input", wpath,
                       "--threads", str(a.threads), "--repeat", str(a.ref_repeat), "--out", rout] + imp)
         same = all(same_bytes(qout, rout, s) for s in ("scale", "zp", "gscale"))
+        verdict = "yes"
+        if not same:
+            parts = []
+            for s in ("scale", "zp", "gscale"):
+                d = differing_bytes(qout, rout, s)
+                if d is None and not same_bytes(qout, rout, s):
+                    parts.append(f"{s}: missing or resized")
+                elif d and d[0]:
+                    parts.append(f"{s}: {d[0]} of {d[1]} bytes differ")
+            verdict = "NO (" + "; ".join(parts) + ")"
         ratio = r["seconds"] / q["seconds"] if q["seconds"] > 0 else float("inf")
         print(f"{observer:<20} {scheme:<10} {q['seconds']:>9.3f} {r['seconds']:>9.3f} {ratio:>7.1f}x "
-              f"{q['peak_rss_mb']:>8.0f} {r['peak_rss_mb']:>8.0f}  {'yes' if same else 'NO'}", flush=True)
+              f"{q['peak_rss_mb']:>8.0f} {r['peak_rss_mb']:>8.0f}  {verdict}", flush=True)
 
 
 if __name__ == "__main__":

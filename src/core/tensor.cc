@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <type_traits>
 
 #include "core/check.h"
 #include "core/element.h"
@@ -75,6 +76,20 @@ void store_all(void* base, DType dt, const Src* v, std::size_t n) {
   auto typed = [&](auto* p, auto conv) {
     for (std::size_t i = 0; i < n; ++i) p[i] = conv(static_cast<double>(v[i]));
   };
+  if constexpr (std::is_same_v<Src, float>) {
+    // f32 sources round to bf16 / f16 by bit arithmetic (the same RNE as the double
+    // converters, tested for every binade; NaN keeps the double path's canonical form)
+    if (dt == DType::kBF16) {
+      auto* p = static_cast<uint16_t*>(base);
+      for (std::size_t i = 0; i < n; ++i) p[i] = v[i] != v[i] ? double_to_bf16(v[i]) : float_to_bf16(v[i]);
+      return;
+    }
+    if (dt == DType::kF16) {
+      auto* p = static_cast<uint16_t*>(base);
+      for (std::size_t i = 0; i < n; ++i) p[i] = v[i] != v[i] ? double_to_f16(v[i]) : float_to_f16(v[i]);
+      return;
+    }
+  }
   switch (dt) {
     case DType::kF64: return typed(static_cast<double*>(base), [](double x) { return x; });
     case DType::kF32: return typed(static_cast<float*>(base), [](double x) { return static_cast<float>(x); });

@@ -56,8 +56,8 @@ int64_t first_all_ones_exponent(const Bits* p, int64_t begin, int64_t end) {
 ScaleZeroPoint calculate_qparams(const Tensor& min_vals, const Tensor& max_vals, const QuantizationArgs& args,
                                  const Tensor* global_scale, NumericMode mode, int num_threads) {
 #if QOBS_HAVE_FAST_KERNELS
-  if (auto fast = fast::calculate_qparams_f32(min_vals, max_vals, args, global_scale, mode, active_simd_level(),
-                                              num_threads))
+  if (auto fast = fast::calculate_qparams_simd(min_vals, max_vals, args, global_scale, mode, active_simd_level(),
+                                               num_threads))
     return std::move(*fast);
 #endif
   auto job = qobs::detail::QParamsJob::prepare(min_vals, max_vals, args, global_scale, mode);

@@ -630,10 +630,11 @@ void minmax(const FlatView& flat, float* mins, float* maxs, SimdLevel level, int
     return;
   }
   const int64_t target_tasks = threads == 1 ? 1 : threads * 8;
-  // Small f32 groups laid end to end (NVFP4's 16, MXFP4's 32): eight per pass
+  // Small groups laid end to end (NVFP4's 16, MXFP4's 32): eight per pass
   // (minmax_groups_simd), tasks of whole passes.
-  const bool eight_at_once = level != SimdLevel::kScalar && flat.dtype == DType::kF32 && len % 8 == 0 &&
-                             len <= 64 && groups_end_to_end(flat);
+  const bool vec_dtype = flat.dtype == DType::kF32 || flat.dtype == DType::kBF16 || flat.dtype == DType::kF16;
+  const bool eight_at_once =
+      level != SimdLevel::kScalar && vec_dtype && len % 8 == 0 && len <= 64 && groups_end_to_end(flat);
   const int64_t unit = eight_at_once ? 8 : 1;
   const int64_t per_task = (std::max<int64_t>(1, (nq + target_tasks - 1) / target_tasks) + unit - 1) / unit * unit;
   const int64_t num_tasks = (nq + per_task - 1) / per_task;
@@ -643,11 +644,16 @@ void minmax(const FlatView& flat, float* mins, float* maxs, SimdLevel level, int
     int64_t q = task * per_task;
     if (eight_at_once) {
       const int64_t whole = (q_end - q) / 8 * 8;
-      const float* x = static_cast<const float*>(flat.data) + flat.group_offset(q);
+      const std::size_t es = dtype_size(flat.dtype);
+      const auto* x = static_cast<const unsigned char*>(flat.data) + static_cast<std::size_t>(flat.group_offset(q)) * es;
       // NaN: the per-group loop below redoes the task with the reference's propagation
-      if (whole > 0 && minmax_groups_simd(level, x, whole, len, mins + q, maxs + q)) {
+      if (whole > 0 && minmax_groups_simd(level, x, flat.dtype, whole, len, mins + q, maxs + q)) {
         for (int64_t g = q; g < q + whole; ++g)
-          if (mins[g] == 0.0f || maxs[g] == 0.0f) settle_zero_signs(x + (g - q) * len, len, mins + g, maxs + g);
+          if (mins[g] == 0.0f || maxs[g] == 0.0f) {
+            // the zero's sign, from the group's values as floats
+            const float* v = load_group(flat, contiguous, g, len, level, bufs[static_cast<std::size_t>(worker)]);
+            settle_zero_signs(v, len, mins + g, maxs + g);
+          }
         q += whole;
       }
     }

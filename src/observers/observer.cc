@@ -140,36 +140,49 @@ std::vector<std::shared_ptr<Observer>> Observer::fused_statistics_members() {
 
 namespace {
 
-/// max (or min) of a statistics tensor, NaN-propagating (torch.max / torch.min): a
-/// typed loop for f32, the common statistics dtype (one NVFP4 weight has a million).
+/// max (or min) of n values as floats, NaN-propagating, in eight independent lanes that
+/// the compiler turns into vector max / min.
+template <typename Load>
+double nan_extreme_of(int64_t n, bool want_max, Load value) {
+  const float init = want_max ? -INFINITY : INFINITY;
+  float m[8] = {init, init, init, init, init, init, init, init};
+  int nan[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) {
+      const float v = value(i + l);
+      m[l] = want_max ? std::max(m[l], v) : std::min(m[l], v);
+      nan[l] |= v != v;
+    }
+  for (; i < n; ++i) {
+    const float v = value(i);
+    m[0] = want_max ? std::max(m[0], v) : std::min(m[0], v);
+    nan[0] |= v != v;
+  }
+  float r = m[0];
+  for (int l = 0; l < 8; ++l) {
+    if (nan[l]) return NAN;
+    r = want_max ? std::max(r, m[l]) : std::min(r, m[l]);
+  }
+  return r;
+}
+
+/// max (or min) of a statistics tensor, NaN-propagating (torch.max / torch.min): typed
+/// loops for the float statistics dtypes (one NVFP4 weight has a million).
 double nan_extreme(const Tensor& t, bool want_max) {
   const int64_t n = t.numel();
-  if (t.dtype() == DType::kF32) {
-    // eight independent lanes, which the compiler turns into vector max / min
-    const float* p = t.data_as<float>();
-    const float init = want_max ? -INFINITY : INFINITY;
-    float m[8] = {init, init, init, init, init, init, init, init};
-    int nan[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-      for (int l = 0; l < 8; ++l) {
-        m[l] = want_max ? std::max(m[l], p[i + l]) : std::min(m[l], p[i + l]);
-        nan[l] |= p[i + l] != p[i + l];
-      }
-    for (; i < n; ++i) {
-      m[0] = want_max ? std::max(m[0], p[i]) : std::min(m[0], p[i]);
-      nan[0] |= p[i] != p[i];
+  switch (t.dtype()) {
+    case DType::kF32: return nan_extreme_of(n, want_max, [p = t.data_as<float>()](int64_t i) { return p[i]; });
+    case DType::kBF16:
+      return nan_extreme_of(n, want_max, [p = t.data_as<uint16_t>()](int64_t i) { return bf16_to_float(p[i]); });
+    case DType::kF16:
+      return nan_extreme_of(n, want_max, [p = t.data_as<uint16_t>()](int64_t i) { return f16_to_float(p[i]); });
+    default: {
+      double m = want_max ? -INFINITY : INFINITY;
+      for (int64_t i = 0; i < n; ++i) m = want_max ? detail::nan_max(m, t.get(i)) : detail::nan_min(m, t.get(i));
+      return m;
     }
-    float r = m[0];
-    for (int l = 0; l < 8; ++l) {
-      if (nan[l]) return NAN;
-      r = want_max ? std::max(r, m[l]) : std::min(r, m[l]);
-    }
-    return r;
   }
-  double m = want_max ? -INFINITY : INFINITY;
-  for (int64_t i = 0; i < n; ++i) m = want_max ? detail::nan_max(m, t.get(i)) : detail::nan_min(m, t.get(i));
-  return m;
 }
 
 }  // namespace

@@ -147,12 +147,14 @@ inline ElemQParams compute_qparams_elem(double mn, double mx, const QParamPlan& 
 }
 
 /// compute_qparams_elem for the S shrunk ranges (m0 p_i, M0 p_i) of one grid-search
-/// group, and (shrink 1) for the common plans of calculate_qparams: f32 statistics, not
-/// MX, no scale_dtype other than FP8 E4M3, an integer zero-point dtype unless symmetric.
-/// The same f32 operations in the same order (steps 1, 3, 4, 5, 7, 8), written without
-/// branches or double round trips: the general function's per-candidate branches cost a
-/// third of the fused search's time. The vector kernels have the same steps lane-wise
-/// (shrunk_qparams_lanes). Tested against compute_qparams_elem value for value.
+/// group, and (shrink 1) for the common plans of calculate_qparams: f32 / bf16 / f16
+/// statistics, not MX, no scale_dtype other than FP8 E4M3, an integer zero-point dtype
+/// unless symmetric. The same f32 operations in the same order (steps 1, 3, 4, 5, 7,
+/// 8), each rounded to a 16-bit statistics dtype in parity mode (R0.4b), written
+/// without branches or double round trips: the general function's per-candidate
+/// branches cost a third of the fused search's time. The vector kernels have the same
+/// steps lane-wise (shrunk_qparams_lanes). Tested against compute_qparams_elem value
+/// for value.
 struct ShrunkQParams {
   bool usable = false;
   bool symmetric = true;
@@ -161,13 +163,17 @@ struct ShrunkQParams {
   bool has_global = false;     ///< step 4: scale = global_scale * scale (NVFP4)
   float global_scale = 1;
   bool fp8_scale = false;  ///< step 5: scale rounded to FP8 E4M3 (clamped to 448)
+  /// the statistics' ops round to this dtype (bf16 / f16 in parity mode, else f32)
+  DType stat_round = DType::kF32;
 
   static ShrunkQParams make(const QParamPlan& p) {
     ShrunkQParams q;
     // symmetric zero points are exactly 0 in any zero-point dtype (FP4's is a float);
-    // with a global scale the scales are f32 too (scale_dt)
-    q.usable = p.stat_dt == DType::kF32 && !p.mx && (!p.scale_dtype || *p.scale_dtype == DType::kF8E4M3) &&
-               (!p.zp_target.floating || p.symmetric) && p.scale_dt == DType::kF32;
+    // scales stay in the statistics' dtype, or f32 with a global scale (scale_dt)
+    const bool stat_ok = p.stat_dt == DType::kF32 || p.stat_dt == DType::kBF16 || p.stat_dt == DType::kF16;
+    q.usable = stat_ok && !p.mx && (!p.scale_dtype || *p.scale_dtype == DType::kF8E4M3) &&
+               (!p.zp_target.floating || p.symmetric);
+    q.stat_round = p.mode == NumericMode::kParity && stat_ok ? p.stat_dt : DType::kF32;
     q.has_global = p.has_global;
     q.global_scale = static_cast<float>(p.global_scale);
     q.fp8_scale = p.scale_dtype.has_value();
@@ -186,18 +192,20 @@ struct ShrunkQParams {
   /// zero point's rounding below assumes an integer dtype; a float one occurs only with
   /// symmetric plans, whose zero point is 0 either way.)
   void compute(float m0, float M0, const float* shrink, int64_t n, float* scale, float* zp) const {
+    // Arith::narrow of the statistics' dtype
+    auto rnd = [this](float v) { return stat_round == DType::kF32 ? v : round_to_float_dtype(stat_round, v); };
     for (int64_t i = 0; i < n; ++i) {
-      // R6.6.6 step 1 (Arith::mul in f32), R4.1 step 1 as nan_min / nan_max
-      const float cm = m0 * shrink[i], cM = M0 * shrink[i];
+      // R6.6.6 step 1 (Arith::mul), R4.1 step 1 as nan_min / nan_max
+      const float cm = rnd(m0 * shrink[i]), cM = rnd(M0 * shrink[i]);
       const float mn = cm < 0.0f ? cm : 0.0f, mx = cM > 0.0f ? cM : 0.0f;
       float s, z = 0.0f;
       bool zero_range = false;
       if (symmetric) {
         const float am = std::fabs(mn), aM = std::fabs(mx);
-        s = (am > aM ? am : aM) / half_range;
+        s = rnd((am > aM ? am : aM) / half_range);
       } else {
-        s = (mx - mn) / range;
-        z = q_min - mn / s;
+        s = rnd(rnd(mx - mn) / range);
+        z = rnd(q_min - rnd(mn / s));
         zero_range = z != z;  // 0 / 0 for a zero range: the zero point is defined as 0 (Q23)
         z = z > q_min ? z : q_min;
         z = z < q_max ? z : q_max;

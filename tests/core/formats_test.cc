@@ -310,4 +310,20 @@ TEST(Formats, R1_2_2_DtypeNames) {
 }
 
 }  // namespace
+TEST(Formats, FloatAndDoubleRoundingTo16BitAgree) {
+  // Tensor::from_floats rounds f32 to bf16 / f16 with the float converters, from_values
+  // with the double ones: the same RNE on every finite float and infinity (sampled across
+  // every binade, with both neighbours of each tie pattern).
+  for (uint64_t u = 0; u <= 0xFFFFFFFFull; u += 4093) {
+    for (uint32_t d : {0u, 1u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFu, 0x1000u, 0x1001u}) {
+      const uint32_t bits = (static_cast<uint32_t>(u) & ~0xFFFFu) | (d & 0xFFFFu);
+      float f;
+      std::memcpy(&f, &bits, 4);
+      if (std::isnan(f)) continue;
+      ASSERT_EQ(float_to_bf16(f), double_to_bf16(f)) << f;
+      ASSERT_EQ(float_to_f16(f), double_to_f16(f)) << f;
+    }
+  }
+}
+
 }  // namespace qobs

@@ -249,9 +249,9 @@ TEST(FastMinMax, MatchesReferenceEverywhere) {
 }
 
 TEST(FastMinMax, SmallGroupsEightAtATime) {
-  // f32 groups of 8..64 elements laid end to end go through minmax_groups_simd, eight
-  // groups per pass: many groups (full passes, a task's remainder, a short tail), zero
-  // signs, and NaN / Inf anywhere.
+  // f32 / bf16 / f16 groups of 8..64 elements laid end to end go through
+  // minmax_groups_simd, eight groups per pass: many groups (full passes, a task's
+  // remainder, a short tail), zero signs, and NaN / Inf anywhere.
   struct Case {
     QuantizationArgs args;
     int64_t cols, group;
@@ -263,17 +263,19 @@ TEST(FastMinMax, SmallGroupsEightAtATime) {
       {make_args(8, QuantType::kInt, true, Strategy::kChannel), 64, 64},
       {make_args(8, QuantType::kInt, true, Strategy::kChannel), 24, 24},
   };
-  for (const Case& c : cases)
-    for (Pattern p : {Pattern::kNormal, Pattern::kSignedZeros, Pattern::kZeroGroups, Pattern::kPositive})
-      for (int64_t rows : {1, 37, 130})
-        for (int poison = 0; poison < 3; ++poison) {
-          std::vector<float> v = make_data(rows * c.cols, p, static_cast<uint32_t>(rows + c.cols), c.group);
-          if (poison == 1) v[v.size() / 3] = NAN;
-          if (poison == 2) v[v.size() - 1] = -INFINITY;
-          const Tensor t = Tensor::from_floats(DType::kF32, {rows, c.cols}, v);
-          expect_minmax_matches(flatten_for_calibration(t.view(), "weight", c.args),
-                                "rows=" + std::to_string(rows) + " poison=" + std::to_string(poison));
-        }
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+    for (const Case& c : cases)
+      for (Pattern p : {Pattern::kNormal, Pattern::kSignedZeros, Pattern::kZeroGroups, Pattern::kPositive})
+        for (int64_t rows : {1, 37, 130})
+          for (int poison = 0; poison < 3; ++poison) {
+            std::vector<float> v = make_data(rows * c.cols, p, static_cast<uint32_t>(rows + c.cols), c.group);
+            if (poison == 1) v[v.size() / 3] = NAN;
+            if (poison == 2) v[v.size() - 1] = -INFINITY;
+            const Tensor t = Tensor::from_floats(dt, {rows, c.cols}, v);
+            expect_minmax_matches(flatten_for_calibration(t.view(), "weight", c.args),
+                                  std::string(dtype_name(dt)) + " rows=" + std::to_string(rows) +
+                                      " poison=" + std::to_string(poison));
+          }
 }
 
 TEST(FastMinMax, NanAndInfPropagateLikeReference) {
@@ -665,25 +667,34 @@ TEST(VectorQParams, EqualScalarR41BitForBitAtEveryLevel) {
   const QuantizationArgs nvfp4 = make_args(4, QuantType::kFloat, true, Strategy::kTensorGroup, 16, DType::kF8E4M3);
   plans.push_back({"nvfp4", nvfp4, &g_typical});
   plans.push_back({"nvfp4_saturating", nvfp4, &g_large});
+  // statistics in f32, and in bf16 / f16 (rounded per op in parity mode, not in wide)
+  struct Stats {
+    DType dt;
+    NumericMode mode;
+  };
   std::vector<float> lo, hi;
   int64_t fast_runs = 0;
+  for (const Stats& st : {Stats{DType::kF32, NumericMode::kParity}, Stats{DType::kBF16, NumericMode::kParity},
+                          Stats{DType::kF16, NumericMode::kParity}, Stats{DType::kBF16, NumericMode::kWide}})
   for (int64_t n : {1, 7, 8, 9, 17, 8192 + 13})
     for (const Plan& p : plans) {
       stats(n, lo, hi);
-      const Tensor mn = Tensor::from_floats(DType::kF32, {n}, lo), mx = Tensor::from_floats(DType::kF32, {n}, hi);
-      const ScaleZeroPoint ref = qobs::calculate_qparams(mn, mx, p.args, p.g, NumericMode::kParity);
+      for (std::size_t i = 0; i < lo.size(); ++i)  // keep f16 statistics finite
+        if (st.dt == DType::kF16) lo[i] = std::clamp(lo[i], -6e4f, 6e4f), hi[i] = std::clamp(hi[i], -6e4f, 6e4f);
+      const Tensor mn = Tensor::from_floats(st.dt, {n}, lo), mx = Tensor::from_floats(st.dt, {n}, hi);
+      const ScaleZeroPoint ref = qobs::calculate_qparams(mn, mx, p.args, p.g, st.mode);
       for (SimdLevel level : available_simd_levels())
         for (int threads : {1, 2}) {
-          const auto got = fast::calculate_qparams_f32(mn, mx, p.args, p.g, NumericMode::kParity, level, threads);
+          const auto got = fast::calculate_qparams_simd(mn, mx, p.args, p.g, st.mode, level, threads);
           if (!got) continue;  // a plan or level the vector path leaves to the scalar one
           ++fast_runs;
           ASSERT_EQ(got->scale.shape(), ref.scale.shape()) << p.name;
           ASSERT_EQ(got->scale.dtype(), ref.scale.dtype()) << p.name;
           ASSERT_EQ(got->zero_point.dtype(), ref.zero_point.dtype()) << p.name;
           EXPECT_EQ(0, std::memcmp(got->scale.data(), ref.scale.data(), ref.scale.nbytes()))
-              << p.name << " n=" << n << " " << to_string(level);
+              << p.name << " " << dtype_name(st.dt) << " n=" << n << " " << to_string(level);
           EXPECT_EQ(0, std::memcmp(got->zero_point.data(), ref.zero_point.data(), ref.zero_point.nbytes()))
-              << p.name << " n=" << n << " " << to_string(level);
+              << p.name << " " << dtype_name(st.dt) << " n=" << n << " " << to_string(level);
         }
     }
   if (available_simd_levels().back() != SimdLevel::kScalar) EXPECT_GT(fast_runs, 0);
@@ -693,7 +704,7 @@ TEST(VectorQParams, EqualScalarR41BitForBitAtEveryLevel) {
   hi[5] = INFINITY;
   const Tensor mn = Tensor::from_floats(DType::kF32, {9}, lo), mx = Tensor::from_floats(DType::kF32, {9}, hi);
   const QuantizationArgs a = make_args(4, QuantType::kInt, true, Strategy::kChannel);
-  EXPECT_FALSE(fast::calculate_qparams_f32(mn, mx, a, nullptr, NumericMode::kParity, available_simd_levels().back(), 1));
+  EXPECT_FALSE(fast::calculate_qparams_simd(mn, mx, a, nullptr, NumericMode::kParity, available_simd_levels().back(), 1));
   EXPECT_THROW(calculate_qparams(mn, mx, a, nullptr, NumericMode::kParity, 1), InvalidArgument);
 }
 

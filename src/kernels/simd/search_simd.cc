@@ -400,14 +400,18 @@ template <bool kZp>
 HWY_INLINE void shrunk_qparams_lanes(const qobs::detail::ShrunkQParams& Q, VF cm, VF cM, VF& s, VF& z) {
   const DF df;
   const VF zero = hn::Zero(df);
+  // Arith::narrow of the statistics' dtype (bf16 / f16 in parity mode)
+  const Narrow nr = Q.stat_round == DType::kBF16  ? Narrow::kBF16
+                    : Q.stat_round == DType::kF16 ? Narrow::kF16
+                                                  : Narrow::kNone;
   const VF mn = hn::IfThenElse(hn::Lt(cm, zero), cm, zero), mx = hn::IfThenElse(hn::Gt(cM, zero), cM, zero);
   z = zero;
   if constexpr (!kZp) {
     const VF am = hn::Abs(mn), aM = hn::Abs(mx);
-    s = hn::Div(hn::IfThenElse(hn::Gt(am, aM), am, aM), hn::Set(df, Q.half_range));
+    s = narrow_to(nr, hn::Div(hn::IfThenElse(hn::Gt(am, aM), am, aM), hn::Set(df, Q.half_range)));
   } else {
-    s = hn::Div(hn::Sub(mx, mn), hn::Set(df, Q.range));
-    z = hn::Sub(hn::Set(df, Q.q_min), hn::Div(mn, s));
+    s = narrow_to(nr, hn::Div(narrow_to(nr, hn::Sub(mx, mn)), hn::Set(df, Q.range)));
+    z = narrow_to(nr, hn::Sub(hn::Set(df, Q.q_min), narrow_to(nr, hn::Div(mn, s))));
     const auto zero_range = hn::IsNaN(z);  // 0 / 0: the zero point is 0 (Q23)
     z = hn::IfThenElse(hn::Gt(z, hn::Set(df, Q.q_min)), z, hn::Set(df, Q.q_min));
     z = hn::IfThenElse(hn::Lt(z, hn::Set(df, Q.q_max)), z, hn::Set(df, Q.q_max));
@@ -690,19 +694,34 @@ HWY_INLINE void transpose8x8(D8 d8, const V8* row, V8* col) {
   }
 }
 
+/// Eight f32 / bf16 / f16 values at p, as floats (16-bit ones widen exactly).
+template <typename T>
+HWY_INLINE V8 load8(const T* p, bool bf16) {
+  const D8 d8;
+  if constexpr (sizeof(T) == 4) {
+    return hn::LoadU(d8, p);
+  } else {
+    const hn::Rebind<uint16_t, D8> d16;
+    const auto raw = hn::LoadU(d16, p);
+    if (bf16) return hn::BitCast(d8, hn::ShiftLeft<16>(hn::PromoteTo(hn::RebindToUnsigned<D8>(), raw)));
+    return hn::PromoteTo(d8, hn::BitCast(hn::Rebind<hwy::float16_t, D8>(), raw));
+  }
+}
+
 /// MinMaxGroups: num_groups (a multiple of 8) consecutive groups of len (a multiple of
-/// 8) floats; per group min and max, eight groups per pass, reduced by a transpose.
-bool MinMaxGroups(const float* x, int64_t num_groups, int64_t len, float* mins, float* maxs) {
+/// 8) values; per group min and max, eight groups per pass, reduced by a transpose.
+template <typename T>
+bool MinMaxGroupsT(const T* x, bool bf16, int64_t num_groups, int64_t len, float* mins, float* maxs) {
   const D8 d8;
   auto nan = hn::FirstN(d8, 0);
   for (int64_t g0 = 0; g0 < num_groups; g0 += 8) {
     V8 lo[8], hi[8];
     for (int l = 0; l < 8; ++l) {
-      const float* p = x + (g0 + l) * len;
-      lo[l] = hi[l] = hn::LoadU(d8, p);
+      const T* p = x + (g0 + l) * len;
+      lo[l] = hi[l] = load8(p, bf16);
       nan = hn::Or(nan, hn::IsNaN(lo[l]));
       for (int64_t j = 8; j < len; j += 8) {
-        const V8 r = hn::LoadU(d8, p + j);
+        const V8 r = load8(p + j, bf16);
         lo[l] = hn::Min(lo[l], r);
         hi[l] = hn::Max(hi[l], r);
         nan = hn::Or(nan, hn::IsNaN(r));
@@ -719,6 +738,11 @@ bool MinMaxGroups(const float* x, int64_t num_groups, int64_t len, float* mins, 
     hn::StoreU(chi[0], d8, maxs + g0);
   }
   return hn::AllFalse(d8, nan);
+}
+
+bool MinMaxGroups(const void* x, DType dt, int64_t num_groups, int64_t len, float* mins, float* maxs) {
+  if (dt == DType::kF32) return MinMaxGroupsT(static_cast<const float*>(x), false, num_groups, len, mins, maxs);
+  return MinMaxGroupsT(static_cast<const uint16_t*>(x), dt == DType::kBF16, num_groups, len, mins, maxs);
 }
 
 /// BatchTranspose: 8 x 8 blocks (256-bit vectors on either target; AVX-512 does its 16
@@ -928,8 +952,9 @@ void poly_batch_simd(SimdLevel level, const PolyBatchArgs& args) { QOBS_SIMD_DIS
 void fp4_round_nonneg_simd(SimdLevel level, const float* x, int64_t n, float* out) {
   QOBS_SIMD_DISPATCH(Fp4RoundNonneg(x, n, out));
 }
-bool minmax_groups_simd(SimdLevel level, const float* x, int64_t num_groups, int64_t len, float* mins, float* maxs) {
-  QOBS_SIMD_DISPATCH(MinMaxGroups(x, num_groups, len, mins, maxs));
+bool minmax_groups_simd(SimdLevel level, const void* x, DType dt, int64_t num_groups, int64_t len, float* mins,
+                        float* maxs) {
+  QOBS_SIMD_DISPATCH(MinMaxGroups(x, dt, num_groups, len, mins, maxs));
 }
 void minmax_simd(SimdLevel level, const float* x, int64_t n, float* lo, float* hi) {
   QOBS_SIMD_DISPATCH(MinMax(x, n, lo, hi));

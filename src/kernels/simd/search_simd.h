@@ -7,6 +7,7 @@
 #include "kernels/simd/libm_powf.h"
 #include "kernels/simd/pow_poly.h"
 #include "kernels/simd/simd_level.h"
+#include "qobs/dtype.h"
 #include "qparams/qparam_math.h"
 
 namespace qobs::kernels::detail {
@@ -129,9 +130,10 @@ void poly_sums_simd(SimdLevel level, const PolySumArgs& args);
 /// NaN-propagating min and max of n floats (n >= 1).
 void minmax_simd(SimdLevel level, const float* x, int64_t n, float* lo, float* hi);
 /// Min and max of each of num_groups (a multiple of 8) consecutive groups of len (a
-/// multiple of 8) floats, eight groups per pass. The sign of a zero result is
-/// unspecified (the caller settles it); false when some value is NaN.
-bool minmax_groups_simd(SimdLevel level, const float* x, int64_t num_groups, int64_t len, float* mins, float* maxs);
+/// multiple of 8) f32 / bf16 / f16 values (dt), eight groups per pass. The sign of a
+/// zero result is unspecified (the caller settles it); false when some value is NaN.
+bool minmax_groups_simd(SimdLevel level, const void* x, DType dt, int64_t num_groups, int64_t len, float* mins,
+                        float* maxs);
 /// Exact widening of n bf16 (is_bf16) or f16 bit patterns to float.
 void widen_simd(SimdLevel level, const uint16_t* src, int64_t n, bool is_bf16, float* dst);
 /// |x|^y for n non-negative finite x with the libm replay, vectorized (tests).

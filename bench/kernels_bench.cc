@@ -38,7 +38,7 @@ const qobs::Tensor& weight(int64_t rows, int64_t cols, DType dt) {
 }
 
 int64_t candidates(const std::string& observer) {
-  if (observer == "memoryless_mse") return 20;
+  if (observer == "memoryless_mse" || observer == "mse") return 20;
   if (observer == "nvfp4_expanded_mse") return 111;
   if (observer == "imatrix_mse") return 20;  // 21 evaluated unless early stopping
   return 0;
@@ -178,9 +178,15 @@ void register_all() {
               ->UseRealTime()
               ->Iterations(5);
         }
+      // every observer of the registry, on the formats it is used with
       for (const Obs& o : {Obs{"memoryless_minmax", "int4_g128", 0}, Obs{"memoryless_minmax", "nvfp4", 0},
-                           Obs{"memoryless_mse", "int4_g128", 2}, Obs{"nvfp4_expanded_mse", "nvfp4", 1},
-                           Obs{"imatrix_mse", "int4_g128", 2}}) {
+                           Obs{"memoryless_minmax", "int8_channel", 0}, Obs{"memoryless_minmax", "fp8_channel", 0},
+                           Obs{"static_minmax", "int4_g128", 0}, Obs{"static_minmax", "nvfp4", 0},
+                           Obs{"minmax", "int4_g128", 0}, Obs{"minmax", "fp8_channel", 0},
+                           Obs{"memoryless_mse", "int4_g128", 2}, Obs{"memoryless_mse", "nvfp4", 1},
+                           Obs{"memoryless_mse", "int8_channel", 1}, Obs{"memoryless_mse", "fp8_channel", 1},
+                           Obs{"mse", "int4_g128", 2}, Obs{"nvfp4_expanded_mse", "nvfp4", 1},
+                           Obs{"imatrix_mse", "int4_g128", 2}, Obs{"imatrix_mse", "int8_channel", 1}}) {
         auto* b = benchmark::RegisterBenchmark((std::string(o.name) + "/" + o.scheme + "/" + d + "/" + sh).c_str(),
                                                BM_Observer, std::string(o.name), std::string(o.scheme), dt, s.rows,
                                                s.cols);

@@ -505,14 +505,21 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
     // kPowApproxRelErr (its exponent scaling) + libm powf's <= 1 ulp + the final f32
     // rounding of the sum, with room to spare
     P.approx_rel = kPowApproxRelErr * std::max(1.0, static_cast<double>(k.norm) / 2.4) + 0x1p-20;
-    // Unclamped elements have |r| <= 1/2 (INT) or <= 1 (FP4, steps up to 2); the table
-    // window [2^-12, 16) leaves room for the clamped ones of any shrink down to ~1/3 of
-    // the range. FP8's top binade has steps of 32: |r| up to 16 would leave the table.
+    // Unclamped elements have |r| <= 1/2 (INT) or <= 1 (FP4, steps up to 2); the ones
+    // the smallest candidate range clamps reach about Q (1 / (expand p_min) - 1). The
+    // table window [2^k_lo, 2^(k_lo + 16)) starts at 2^-12 and moves up as far as those
+    // need (INT8 at p_min = 0.81: |r| up to ~31, window [2^-10, 64)). A residual outside
+    // the window only sends its candidate to the exact path: the choice never changes a
+    // result. FP8's top binade has steps of 32: |r| up to 16 would leave the table.
+    const double q_abs = std::max(std::fabs(P.dplan.q_min), std::fabs(P.dplan.q_max));
+    const double p_eff = P.shrink.empty() ? 1.0 : cfg.expand * P.shrink.back();
+    const double r_est = 1.0 + q_abs * std::max(0.0, 1.0 / p_eff - 1.0);
+    const int k_lo = -12 + std::max(0, static_cast<int>(std::ceil(std::log2(std::min(r_est, 0x1p20)))) - 3);
     P.use_poly = P.approx &&
                  (k.grid == qobs::detail::GridKind::kInt ||
                   (k.grid == qobs::detail::GridKind::kFp4 && !k.has_zp)) &&
                  k.data_narrow == Narrow::kNone &&
-                 dt == DType::kF32 && make_pow_poly(k.norm, -12, &P.poly);
+                 dt == DType::kF32 && make_pow_poly(k.norm, k_lo, &P.poly);
     if (P.use_poly) {
       P.poly_bound = poly_sum_bound(P.poly, len, kSumBlock);
       P.q_abs_max = std::max(std::fabs(P.dplan.q_min), std::fabs(P.dplan.q_max));

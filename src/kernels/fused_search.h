@@ -9,8 +9,10 @@ namespace qobs::kernels::fast {
 
 /// Fused grid search: each group is loaded once and every candidate is evaluated on
 /// it while it is in L1 (SimdLevel::kScalar runs the reference's per-element arithmetic
-/// in the same fused loop). Bit-identical to ref::grid_search. Extra memory: per thread
-/// one group (f32) and O(S) scratch, plus O(num_qparams * S / 64) improvement bits.
+/// in the same fused loop); small f32 groups are decided one per vector lane
+/// (PolyBatchT, cfg.batch_groups). Bit-identical to ref::grid_search. Extra memory: per
+/// thread one group (f32) or one batch of groups transposed, and O(S) scratch, plus
+/// O(num_qparams * S / 64) improvement bits.
 GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,
                              const FlatView* weights, SimdLevel level, int num_threads);
 

@@ -23,6 +23,17 @@ using Shape = std::vector<int64_t>;
 int64_t shape_numel(const Shape& shape);
 /// Row-major contiguous strides (in elements) of a shape.
 Shape contiguous_strides(const Shape& shape);
+/// Storage offset (in elements) of row-major flat index `flat` of `shape` laid out
+/// with `strides` (0 for a broadcast dimension).
+inline int64_t strided_offset(const Shape& shape, const Shape& strides, int64_t flat) {
+  int64_t off = 0;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    const int64_t idx = flat % shape[d];
+    flat /= shape[d];
+    off += idx * strides[d];
+  }
+  return off;
+}
 /// "(4, 6)" style rendering used in error messages.
 std::string shape_str(const Shape& shape);
 

@@ -133,14 +133,7 @@ bool TensorView::is_contiguous() const {
 }
 
 int64_t TensorView::offset_of(int64_t flat) const {
-  if (strides.empty()) return flat;
-  int64_t off = 0;
-  for (std::size_t d = shape.size(); d-- > 0;) {
-    const int64_t idx = flat % shape[d];
-    flat /= shape[d];
-    off += idx * strides[d];
-  }
-  return off;
+  return strides.empty() ? flat : strided_offset(shape, strides, flat);
 }
 
 double TensorView::get(int64_t flat) const { return load(data, dtype, offset_of(flat)); }

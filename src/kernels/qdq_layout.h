@@ -20,15 +20,7 @@ struct Broadcaster {
   Shape in_strides;  // per out dim; 0 where broadcast
 
   Broadcaster(const Shape& out, const Shape& in, const char* what);
-  int64_t offset(int64_t flat) const {
-    int64_t off = 0;
-    for (std::size_t d = out_shape.size(); d-- > 0;) {
-      const int64_t idx = flat % out_shape[d];
-      flat /= out_shape[d];
-      off += idx * in_strides[d];
-    }
-    return off;
-  }
+  int64_t offset(int64_t flat) const { return strided_offset(out_shape, in_strides, flat); }
 };
 
 struct QdqCall {

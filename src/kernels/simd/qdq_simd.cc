@@ -8,9 +8,7 @@
 // as Arith does. clamp is NaN-propagating in the reference but not in vector Min / Max,
 // and NaN encodings differ between the two, so a run that meets a non-finite x or a
 // NaN quotient reports it and the caller redoes it with the scalar steps.
-#ifndef HWY_DISABLED_TARGETS
-#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SSE4 | HWY_AVX3_DL)
-#endif
+#include "kernels/simd/simd_targets.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/simd/qdq_simd.cc"
@@ -29,10 +27,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
-using DF = hn::ScalableTag<float>;
-using DU = hn::RebindToUnsigned<DF>;
-using DI = hn::RebindToSigned<DF>;
-using VF = hn::Vec<DF>;
+#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, VF, ...
 
 #include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round, fp4_round
 
@@ -203,21 +198,11 @@ bool QdqRun(const QdqRunArgs& A) {
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include "core/check.h"
+#include "kernels/simd/simd_dispatch.h"  // QOBS_SIMD_DISPATCH
 
 namespace qobs::kernels::detail {
 
-bool qdq_run_simd(SimdLevel level, const QdqRunArgs& args) {
-  // explicit per-level choice, as in search_simd.cc: the caller's level, not Highway's
-  // own CPU detection
-#if HWY_TARGETS & HWY_AVX3
-  if (level == SimdLevel::kAvx512) return N_AVX3::QdqRun(args);
-#endif
-#if HWY_TARGETS & HWY_AVX2
-  if (level == SimdLevel::kAvx2) return N_AVX2::QdqRun(args);
-#endif
-  QOBS_THROW(PreconditionError, "SIMD level ", to_string(level), " is not compiled into this binary");
-}
+bool qdq_run_simd(SimdLevel level, const QdqRunArgs& args) { QOBS_SIMD_DISPATCH(QdqRun(args)); }
 
 }  // namespace qobs::kernels::detail
 #endif  // HWY_ONCE

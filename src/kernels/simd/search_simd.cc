@@ -8,9 +8,7 @@
 // once, RNE, exactly as Arith::narrow does. Error terms are accumulated in double in
 // the canonical order of ErrorModel: 8 lane sums per block (term j goes to lane j % 8),
 // block = ((l0+l4) + (l1+l5)) + ((l2+l6) + (l3+l7)).
-#ifndef HWY_DISABLED_TARGETS
-#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SSE4 | HWY_AVX3_DL)
-#endif
+#include "kernels/simd/simd_targets.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/simd/search_simd.cc"
@@ -32,15 +30,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // assumes 8 or 16 float lanes); the baseline pass Highway always adds stays empty.
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
-using DF = hn::ScalableTag<float>;
-using DU = hn::RebindToUnsigned<DF>;
-using DI = hn::RebindToSigned<DF>;
-using DH = hn::Half<DF>;                   // half a float vector
-using DD = hn::Repartition<double, DF>;    // doubles: Lanes(DF) / 2
-using DI64 = hn::RebindToSigned<DD>;
-using DU64 = hn::RebindToUnsigned<DD>;
-using VF = hn::Vec<DF>;
-using VD = hn::Vec<DD>;
+#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, DH, DD, VF, VD, ...
 
 #include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round, fp4_round
 
@@ -914,28 +904,9 @@ void PowReplay(const float* x, int64_t n, float y, const PowfTables& t, float* o
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include "core/check.h"
+#include "kernels/simd/simd_dispatch.h"  // QOBS_SIMD_DISPATCH
 
 namespace qobs::kernels::detail {
-
-// Explicit per-level tables instead of HWY_DYNAMIC_DISPATCH: the level is chosen by
-// the caller (QOBS_SIMD / ScopedSimdLevel), not by Highway's own CPU detection.
-#if HWY_TARGETS & HWY_AVX3
-#define QOBS_CASE_AVX512(call) \
-  if (level == SimdLevel::kAvx512) return N_AVX3::call;
-#else
-#define QOBS_CASE_AVX512(call)
-#endif
-#if HWY_TARGETS & HWY_AVX2
-#define QOBS_CASE_AVX2(call) \
-  if (level == SimdLevel::kAvx2) return N_AVX2::call;
-#else
-#define QOBS_CASE_AVX2(call)
-#endif
-#define QOBS_SIMD_DISPATCH(call)                                                             \
-  QOBS_CASE_AVX512(call)                                                                     \
-  QOBS_CASE_AVX2(call)                                                                       \
-  QOBS_THROW(PreconditionError, "SIMD level ", to_string(level), " is not compiled into this binary")
 
 void block_errors_simd(SimdLevel level, const BlockKernelArgs& args) { QOBS_SIMD_DISPATCH(BlockErrors(args)); }
 void poly_sums_simd(SimdLevel level, const PolySumArgs& args) { QOBS_SIMD_DISPATCH(PolySums(args)); }

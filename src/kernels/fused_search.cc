@@ -511,9 +511,9 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
     // need (INT8 at p_min = 0.81: |r| up to ~31, window [2^-10, 64)). A residual outside
     // the window only sends its candidate to the exact path: the choice never changes a
     // result. FP8's top binade has steps of 32: |r| up to 16 would leave the table.
-    const double q_abs = std::max(std::fabs(P.dplan.q_min), std::fabs(P.dplan.q_max));
+    P.q_abs_max = std::max(std::fabs(P.dplan.q_min), std::fabs(P.dplan.q_max));
     const double p_eff = P.shrink.empty() ? 1.0 : cfg.expand * P.shrink.back();
-    const double r_est = 1.0 + q_abs * std::max(0.0, 1.0 / p_eff - 1.0);
+    const double r_est = 1.0 + P.q_abs_max * std::max(0.0, 1.0 / p_eff - 1.0);
     const int k_lo = -12 + std::max(0, static_cast<int>(std::ceil(std::log2(std::min(r_est, 0x1p20)))) - 3);
     P.use_poly = P.approx &&
                  (k.grid == qobs::detail::GridKind::kInt ||
@@ -522,7 +522,6 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
                  dt == DType::kF32 && make_pow_poly(k.norm, k_lo, &P.poly);
     if (P.use_poly) {
       P.poly_bound = poly_sum_bound(P.poly, len, kSumBlock);
-      P.q_abs_max = std::max(std::fabs(P.dplan.q_min), std::fabs(P.dplan.q_max));
       // Small groups: one group per lane, so that the per-candidate work (qparams, the
       // bound, the comparison) is vectorized too instead of being paid per group.
       if (P.shrunk.usable && P.contiguous && len <= kPolyBatchMaxLen && cfg.batch_groups) {

@@ -132,7 +132,7 @@ def main() -> int:
         for d in diffs:
             print("   ", d)
         # MSE searches may pick a different grid step where two candidates' errors tie
-        # up to summation order (SPEC A2); min-max observers must agree exactly.
+        # up to summation order (A2, docs/RULES.md); min-max observers must agree exactly.
         if diffs and "mse" not in observer:
             failed = True
         if total == 0:

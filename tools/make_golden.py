@@ -649,7 +649,7 @@ class ObserverCases:
             cid = self.uid(f"{observer}.input.group.int4_sym.{DT_SHORT[dt]}.student_t.6x32.2d_Q15")
             self.run(cid, observer, "input", make_args("int4_sym", "group", 16), {}, xs,
                      note="Q15: 2-D activation with group strategy")
-        # spec R6.5.2 example (minmax c = 0.1) and R6.7.4 example (memoryless_mse)
+        # R6.5.2 example (minmax c = 0.1) and R6.7.4 example (memoryless_mse)
         seq = [torch.tensor([0.0, 0.0]), torch.tensor([-3.0, 1.0]), torch.tensor([-1.0, 3.0])]
         for observer, kw in [("minmax", {"averaging_constant": 0.1}), ("memoryless_mse", {}),
                              ("static_minmax", {}), ("mse", {"averaging_constant": 0.1})]:
@@ -1027,7 +1027,7 @@ def build_qparams():
                                **exc_record(ex)})
                 continue
             qcase(cid, args, mn, mx)
-    # worked examples (SPEC R4.4)
+    # worked examples (R4.4)
     qcase("qparams.R4.4.1.int8_sym.f32", make_args("int8_sym", "tensor"),
           torch.tensor([-3.0]), torch.tensor([1.0]))
     for fmt in ["int8_sym", "int8_asym"]:

@@ -8,7 +8,7 @@ For each scheme it runs `qobs quantize`, then
   3. compares sentence embeddings (all-MiniLM-L6-v2, mean pooling) or last hidden states
      (tiny random Llama) with the unquantized model by cosine similarity,
   4. for the Llama model, checks that fused siblings (q/k/v, gate/up) share one global
-     scale for tensor_group schemes (SPEC R6.10),
+     scale for tensor_group schemes (R6.10),
   5. when llm-compressor is installed: quantizes the same models with its data-free
      oneshot (QuantizationModifier, same preset, ignore lm_head) and requires every tensor
      of the two checkpoints to be byte-identical and the quantization_configs equal.

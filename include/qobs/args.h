@@ -1,4 +1,4 @@
-// QuantizationArgs, QuantizationScheme, presets and QuantizationConfig (SPEC §1).
+// QuantizationArgs, QuantizationScheme, presets and QuantizationConfig (RULES §1).
 #pragma once
 
 #include <array>
@@ -42,7 +42,7 @@ using ObserverKwargs = std::map<std::string, KwargValue>;
 /// Reads a numeric kwarg as double (bool/int/double accepted); InvalidArgument otherwise.
 double kwarg_as_double(const std::string& name, const KwargValue& v);
 
-/// All fields and defaults of SPEC R1.2. Construct the plain struct, then call
+/// All fields and defaults of R1.2. Construct the plain struct, then call
 /// validated() to run the checks and the inference of R1.2.1/R1.3.1 in order.
 struct QuantizationArgs {
   int num_bits = 8;
@@ -86,7 +86,7 @@ struct QuantizationArgs {
 /// Parses a block_structure given as "AxB" (R1.2.2); InvalidArgument with "positive".
 std::array<int64_t, 2> parse_block_structure(std::string_view text);
 
-/// SPEC R1.4.
+/// R1.4.
 struct QuantizationScheme {
   std::vector<std::string> targets;
   std::optional<QuantizationArgs> weights;

@@ -1,4 +1,4 @@
-// Element types (SPEC R0.3) and their names as the reference spells them.
+// Element types (R0.3) and their names as the reference spells them.
 #pragma once
 
 #include <cstddef>

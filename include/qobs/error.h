@@ -1,4 +1,4 @@
-// qobs error types (SPEC R0.5).
+// qobs error types (R0.5).
 //
 // One exception class per failure kind of the reference. Each derives from the
 // standard exception that a binding layer maps to the matching Python type without a

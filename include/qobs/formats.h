@@ -1,4 +1,4 @@
-// Number formats and element-level rounding primitives (SPEC §2).
+// Number formats and element-level rounding primitives (RULES §2).
 //
 // Spec cards (R2.2, R2.3, R2.4):
 //   bf16      1-8-7, bias 127, Inf/NaN (IEEE), subnormals kept, max 3.3895e38.
@@ -53,7 +53,7 @@ uint16_t double_to_bf16(double v);
 /// Code -> value (NaN for 0x7F / 0xFF).
 float fp8_e4m3_to_float(uint8_t code);
 /// Value -> code, round to nearest even on the exact value. Values beyond 448 (Inf
-/// included) saturate to +-448 as the installed reference's CPU cast does (SPEC R2.2.1
+/// included) saturate to +-448 as the installed reference's CPU cast does (R2.2.1
 /// describes NaN; every quantization path clamps to +-448 first, so both agree there).
 uint8_t fp8_e4m3_from_double(double v);
 

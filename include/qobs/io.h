@@ -1,4 +1,4 @@
-// safetensors reading and writing (SPEC R8.8) and Hugging Face checkpoint folders.
+// safetensors reading and writing (R8.8) and Hugging Face checkpoint folders.
 //
 // The reader maps a file read-only and validates every header field before any tensor
 // is touched: header length against the file size, the JSON itself, dtype names,

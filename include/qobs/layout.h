@@ -1,4 +1,4 @@
-// flatten_for_calibration (SPEC §3): the view of an observed tensor as
+// flatten_for_calibration (RULES §3): the view of an observed tensor as
 // (num_observations, *qparam_shape, group_len) that every observer reduces over
 // dims (0, -1).
 #pragma once

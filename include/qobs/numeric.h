@@ -1,4 +1,4 @@
-// Numeric modes (SPEC R0.4).
+// Numeric modes (R0.4).
 #pragma once
 
 namespace qobs {

@@ -1,4 +1,4 @@
-// Observers (SPEC §6): two-phase calibration (observe any number of times, then
+// Observers (RULES §6): two-phase calibration (observe any number of times, then
 // get_qparams), the registry, fusion of sibling weights, mergeable statistics, and the
 // generation-2 compatibility adapter (§7).
 #pragma once

@@ -1,5 +1,5 @@
 // Bit-level packing of quantized weights for the compressed-tensors checkpoint format
-// (SPEC §8.3 pack-quantized, §8.5 nvfp4-pack-quantized, §8.6 MX E8M0 scales).
+// (RULES §8.3 pack-quantized, §8.5 nvfp4-pack-quantized, §8.6 MX E8M0 scales).
 //
 // Every function is a pure transformation of one tensor; none of them quantizes. The
 // values handed in must already be on the quantized grid (quantize() of qparams.h), and

@@ -1,5 +1,5 @@
 // Checkpoint conversion: a Hugging Face safetensors checkpoint in, a compressed-tensors
-// checkpoint out (SPEC §8), weight-only calibration with the observers of §6. Shared by
+// checkpoint out (RULES §8), weight-only calibration with the observers of §6. Shared by
 // the `qobs` command-line tool and the Python package.
 #pragma once
 
@@ -113,7 +113,7 @@ TargetPlan plan_targets(const Checkpoint& checkpoint, const std::vector<std::str
 std::string inspect_checkpoint(const std::string& path, bool list_tensors = false);
 
 /// The weight of `module` as a loader reconstructs it from a compressed-tensors
-/// checkpoint (SPEC §8.3-8.6 decoding): unpack, decode the stored scale (fp8 or E8M0 into
+/// checkpoint (RULES §8.3-8.6 decoding): unpack, decode the stored scale (fp8 or E8M0 into
 /// `model_dtype`), then dequantize() with the scheme's args (R5.1.3, Q21: args are
 /// passed, never inferred from shapes). Result dtype: model_dtype.
 Tensor load_dequantized_weight(const Checkpoint& checkpoint, std::string_view module, const QuantizationArgs& args,

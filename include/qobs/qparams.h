@@ -1,4 +1,4 @@
-// Quantization-parameter math (SPEC §4) and quantize / dequantize / fake-quantize (§5).
+// Quantization-parameter math (RULES §4) and quantize / dequantize / fake-quantize (§5).
 #pragma once
 
 #include <optional>

@@ -1,4 +1,4 @@
-"""QuantizationArgs, QuantizationScheme and the preset schemes (SPEC section 1).
+"""QuantizationArgs, QuantizationScheme and the preset schemes (RULES section 1).
 
 The names, keywords and enum spellings are compressed-tensors'. Validation and
 inference (R1.2, R1.3) run in the C++ core; this module only gives the results the

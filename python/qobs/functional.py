@@ -1,9 +1,9 @@
-"""qparam math, fake quantization and flattening (SPEC sections 3-5).
+"""qparam math, fake quantization and flattening (RULES sections 3-5).
 
 Reference-compatible signatures over the C++ core. Arguments may be numpy arrays or
 CPU torch tensors; results are torch tensors when any tensor argument is a torch
 tensor, numpy arrays otherwise (see qobs._tensors for bfloat16/float8 under numpy).
-``mode="wide"`` selects the core's wide numeric mode (SPEC Note R0.4); the default
+``mode="wide"`` selects the core's wide numeric mode (R0.4); the default
 "parity" reproduces the reference.
 """
 

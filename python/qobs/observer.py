@@ -1,4 +1,4 @@
-"""Observers (SPEC section 6) with llm-compressor's Python interface.
+"""Observers (RULES section 6) with llm-compressor's Python interface.
 
 ``Observer.load_from_registry(name, base_name=..., args=..., **observer_kwargs)``
 creates a C++ observer; calling it on a tensor accumulates statistics and returns the

@@ -324,7 +324,7 @@ std::optional<QuantizationArgs> opt_args(py::handle v) {
 }
 
 /// The error translator: qobs's exception kinds to the Python types the reference
-/// raises (SPEC R0.5). Order matters: TypeError and ShapeError derive from
+/// raises (R0.5). Order matters: TypeError and ShapeError derive from
 /// std::invalid_argument and must be matched before the generic ValueError case.
 void translate(std::exception_ptr p) {
   try {

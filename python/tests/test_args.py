@@ -1,4 +1,4 @@
-"""QuantizationArgs keywords, inference and presets (SPEC section 1) through Python."""
+"""QuantizationArgs keywords, inference and presets (RULES section 1) through Python."""
 
 import json
 

@@ -7,7 +7,7 @@ cases run without torch and results keep their dtypes; comparisons are bitwise
 
 Tolerance policy (the C++ golden test's, issue 2): min-max observers, qparam math,
 fake quantization and flattening must match bit for bit. MSE observers may pick a
-different grid step where two candidates' errors tie up to summation order (SPEC A2);
+different grid step where two candidates' errors tie up to summation order (A2);
 at most 0.1% of qparam elements may differ, and cases whose statistics match must
 match in every qparam. (The C++ test re-evaluates each disagreement to prove it is
 a tie; that needs internals the package does not expose.)
@@ -198,7 +198,7 @@ _EXPECTED = {
 
 def _skip_error_case(case):
     cid = case["id"]
-    # SPEC R1.1.4 (normative) keeps actorder True/"group"/"dynamic" as aliases; the
+    # R1.1.4 (normative) keeps actorder True/"group"/"dynamic" as aliases; the
     # installed reference removed them.
     if cid.startswith("args.actorder_") and cid != "args.actorder_unknown":
         return True
@@ -206,7 +206,7 @@ def _skip_error_case(case):
     # no-op and qobs returns the defined result.
     if cid == "qparams.int8_asym.scale_dtype=bfloat16.f16":
         return True
-    # Q26: qobs treats consumed importance as "no data" (a SPEC Note) instead of the
+    # Q26: qobs treats consumed importance as "no data" (docs/RULES.md) instead of the
     # reference's AttributeError; fusion cases need modules (covered in
     # test_statistics_fusion.py).
     return "sequence" in case["inputs"] or case["kind"] == "fusion"

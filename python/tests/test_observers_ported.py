@@ -45,7 +45,7 @@ def test_min_max_observer_integer_input(torch, symmetric, expected_scale, expect
 @pytest.mark.parametrize("symmetric,expected_scale,expected_zero_point",
                          [(True, np.float32(1 / 127.5), 0), (False, np.float32(1 / 255), -128)])
 def test_min_max_observer_numpy_exact(symmetric, expected_scale, expected_zero_point):
-    # SPEC R4.4 example 2
+    # R4.4.2 (worked example 2 of R4.4)
     args = QuantizationArgs(num_bits=8, symmetric=symmetric, observer="minmax")
     q = Observer.load_from_registry("minmax", base_name="weight", args=args)(np.ones(5, np.float32)).get_qparams()
     assert q["scale"][0] == expected_scale and q["zero_point"][0] == expected_zero_point

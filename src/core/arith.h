@@ -1,4 +1,4 @@
-// Emulation of the reference's element-wise arithmetic (SPEC R0.4).
+// Emulation of the reference's element-wise arithmetic (R0.4).
 //
 // Values are carried as double but always lie on the grid of the dtype they belong to.
 // An operation on f32/bf16/f16 operands is evaluated in f32 (the operands widen exactly)

@@ -1,5 +1,5 @@
 // QOBS_CHECK: validate user input at the library boundary (STYLE habit 3/4).
-// Messages name the tensor or option, the offending value and the SPEC rule.
+// Messages name the tensor or option, the offending value and the rule id (docs/RULES.md).
 #pragma once
 
 #include <sstream>

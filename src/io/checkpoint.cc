@@ -1,5 +1,5 @@
 // Hugging Face checkpoint folders: a single model.safetensors or shards listed in
-// model.safetensors.index.json (SPEC R8.8.2).
+// model.safetensors.index.json (R8.8.2).
 #include <algorithm>
 #include <filesystem>
 #include <fstream>

@@ -1,4 +1,4 @@
-// safetensors reader and writer (SPEC R8.8.1). See include/qobs/io.h for the contract.
+// safetensors reader and writer (R8.8.1). See include/qobs/io.h for the contract.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>

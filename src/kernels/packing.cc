@@ -1,4 +1,4 @@
-// The public row packing of qobs/packing.h (SPEC §8.3.1, §8.5.1) and its threaded fast
+// The public row packing of qobs/packing.h (R8.3.1, R8.5.1) and its threaded fast
 // path. Rows are independent bit streams, so blocks of rows go to parallel_for and the
 // result never depends on the split. Widths that divide 32 (1, 2, 4, 8 bits) never
 // straddle a word and are packed a whole word at a time (loops the compiler vectorizes);

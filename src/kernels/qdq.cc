@@ -1,4 +1,4 @@
-// The public quantize / dequantize / fake_quantize (qobs/qparams.h, SPEC §5) and the
+// The public quantize / dequantize / fake_quantize (qobs/qparams.h, RULES §5) and the
 // choice of implementation, made once per call (STYLE habit 8): the threaded fast path
 // at the active SIMD level, or the scalar reference when the fast kernels are not
 // built (QOBS_FAST_KERNELS=OFF).

@@ -34,7 +34,7 @@ inline constexpr int64_t kErrorSumBlock = 4096;
 
 /// How one candidate's error is accumulated (R6.6.6 step 4, R6.8.6).
 ///
-/// Canonical summation order (SPEC R0.4e leaves it unspecified; qobs fixes one so that
+/// Canonical summation order (R0.4e leaves it unspecified; qobs fixes one so that
 /// every implementation -- this reference, the fused scalar path, AVX2, AVX-512, any
 /// thread count -- gives the same bits): the terms of one (qparam, candidate) pair, in
 /// flat (obs, group) index order j, are cut into blocks of kErrorSumBlock; inside a

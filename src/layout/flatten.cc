@@ -1,4 +1,4 @@
-// SPEC §3 flatten_for_calibration as index maps over the caller's memory. A copy is made
+// RULES §3 flatten_for_calibration as index maps over the caller's memory. A copy is made
 // only when the reference's reshape cannot be expressed with strides: block padding
 // (R3.5), g_idx column reordering (R7.2.4), and activation dims that must be merged
 // but are not contiguous with each other.

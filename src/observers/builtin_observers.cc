@@ -1,4 +1,4 @@
-// The seven observers of the reference registry (SPEC §6.4-6.8).
+// The seven observers of the reference registry (RULES §6.4-6.8).
 #include "observers/builtin_observers.h"
 
 #include <cmath>

@@ -1,4 +1,4 @@
-// One module's weight -> compressed-tensors tensors (SPEC §8.2-8.6, table §8.9).
+// One module's weight -> compressed-tensors tensors (RULES §8.2-8.6, table R8.9).
 #include "pipeline/compress.h"
 
 #include "core/check.h"

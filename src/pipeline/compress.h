@@ -1,4 +1,4 @@
-// One module's weight -> its compressed-tensors state (SPEC §8.2-8.6): the private core
+// One module's weight -> its compressed-tensors state (RULES §8.2-8.6): the private core
 // of quantize_checkpoint, exposed to the tests.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Decoding compressed-tensors weights back to dense ones, as a loader does (SPEC
+// Decoding compressed-tensors weights back to dense ones, as a loader does (RULES
 // §8.3-8.6). Used by `qobs dequantize`, the round-trip tests and the transformers check.
 #include <nlohmann/json.hpp>
 

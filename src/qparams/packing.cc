@@ -1,4 +1,4 @@
-// Packing for the compressed-tensors formats (SPEC §8.3, §8.5, §8.6).
+// Packing for the compressed-tensors formats (RULES §8.3, §8.5, §8.6).
 #include "qobs/packing.h"
 
 #include <algorithm>

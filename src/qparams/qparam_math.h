@@ -1,6 +1,6 @@
 // Element-level qparam and fake-quantization arithmetic, header-inline so that the
 // reference kernels and the fused fast kernels evaluate exactly the same sequence of
-// rounded operations (STYLE habit 7). Every step cites SPEC §4/§5.
+// rounded operations (STYLE habit 7). Every step cites RULES §4/§5.
 #pragma once
 
 #include <cmath>

@@ -1,4 +1,4 @@
-// SPEC §4 (calculate_qparams, generate_gparam, dynamic scales). The per-element
+// RULES §4 (calculate_qparams, generate_gparam, dynamic scales). The per-element
 // arithmetic lives in qparam_math.h; quantize / dequantize / fake_quantize (§5) are
 // kernels (kernels/qdq.cc) so that they can use the SIMD and thread-pool fast paths.
 #include "qobs/qparams.h"

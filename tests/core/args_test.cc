@@ -1,4 +1,4 @@
-// SPEC §1 QuantizationArgs, schemes, presets and configs, and R8.1.2 format inference.
+// RULES §1 QuantizationArgs, schemes, presets and configs, and R8.1.2 format inference.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>

@@ -1,6 +1,6 @@
-// SPEC §2 number formats: FP8 E4M3, FP4 E2M1, bf16 / f16 conversions, round_to_power_2
+// RULES §2 number formats: FP8 E4M3, FP4 E2M1, bf16 / f16 conversions, round_to_power_2
 // and the zero-scale eps table. Every test names the rule it checks; expected values
-// are the SPEC's literals or follow from the format definitions.
+// are the literals of docs/RULES.md or follow from the format definitions.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,7 +15,7 @@
 namespace qobs {
 namespace {
 
-/// R2.2 definition of an E4M3FN code, written from the SPEC text.
+/// R2.2 definition of an E4M3FN code, written from the rule text.
 double fp8_definition(uint8_t code) {
   const int s = code >> 7, e = (code >> 3) & 0xF, m = code & 7;
   double mag = e == 0 ? (m / 8.0) * std::ldexp(1.0, -6) : (1.0 + m / 8.0) * std::ldexp(1.0, e - 7);

@@ -1,4 +1,4 @@
-// Packing for compressed-tensors (SPEC §8.3, §8.5, §8.6) against the SPEC's literal
+// Packing for compressed-tensors (RULES §8.3, §8.5, §8.6) against the rules' literal
 // examples, plus round trips over every code and bit width.
 #include "qobs/packing.h"
 
@@ -143,7 +143,7 @@ TEST(Packing, R8_6_2_E8M0Example) {
   const Tensor codes = encode_e8m0(Tensor::from_values(DType::kBF16, {1, 2}, {0.25, 0.5}));
   EXPECT_EQ(codes.dtype(), DType::kU8);
   EXPECT_EQ(bytes_of(codes), (std::vector<uint8_t>{125, 126}));
-  // decoder of the SPEC example: packed [0.5, 1, 1.5, 2], group size 2
+  // decoder of the R8.6.2 example: packed [0.5, 1, 1.5, 2], group size 2
   const Tensor s = decode_e8m0(codes, DType::kF32);
   const std::vector<double> q = {0.5, 1, 1.5, 2};
   const std::vector<double> expect = {0.125, 0.25, 0.75, 1.0};

@@ -1,4 +1,4 @@
-// safetensors reader/writer (SPEC R8.8): round trips, alignment, and hostile headers.
+// safetensors reader/writer (R8.8): round trips, alignment, and hostile headers.
 #include <gtest/gtest.h>
 #include <unistd.h>
 

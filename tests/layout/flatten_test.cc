@@ -1,4 +1,4 @@
-// SPEC §3 flatten_for_calibration: shapes for weights, activations and attention
+// RULES §3 flatten_for_calibration: shapes for weights, activations and attention
 // states, block padding (R3.5), Q15, and g_idx reordering (R7.2.4).
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // Golden tests against the reference (llm-compressor + compressed-tensors), generated
 // by tools/make_golden.py into tests/golden/observers.json.
 //
-// Tolerance policy (issue 2, SPEC A2):
+// Tolerance policy (A2):
 // - zero points, scales and global scales: bit-identical (dtype, shape, bytes) whenever
 //   the chosen statistics are identical; scales derive from min/max deterministically;
 // - min/max statistics of MSE observers (the chosen grid step): identical for >= 99.9% of

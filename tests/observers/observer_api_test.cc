@@ -1,4 +1,4 @@
-// SPEC §6 / §7 observer API: registry (R6.2), two-phase contract (R6.1), EMA and MSE
+// RULES §6 / §7 observer API: registry (R6.2), two-phase contract (R6.1), EMA and MSE
 // examples (R6.5.2, R6.7.4), imatrix hooks (R6.8.3), fusion and cooperative deletion
 // (R6.10), DDP statistics (R6.11.1), mergeable / serializable statistics, the
 // generation-2 adapter (R7.4.1), kwarg validation (R6.7.2, R6.8.1, docs/DEVIATIONS.md)

@@ -1,5 +1,5 @@
 // llm-compressor's own observer test suite (tests/llmcompressor/observers/*.py), ported
-// to C++. Each test names the reference file and test it ports and the SPEC rule it
+// to C++. Each test names the reference file and test it ports and the rule (RULES) it
 // exercises. Expected values are the reference tests' literals; values marked
 // "installed reference" were printed by llmcompressor 0.14.0.1 / compressed-tensors
 // 0.19.0 (/work/refenv) on the same inputs (the torch-seeded Linear weights below are
@@ -15,7 +15,7 @@
 // Ported files: test_min_max.py, test_mse.py, test_imatrix.py, test_distributed.py,
 // test_fusion_handler.py, test_fused_observers.py (fused global scale),
 // test_observer_compile.py (compiled == qobs's chunked search), test_mse_vs_minmax.py.
-// - test_fouroversix.py is not ported: `fouroversix` is not an observer of SPEC R6.2.2.
+// - test_fouroversix.py is not ported: `fouroversix` is not an observer of R6.2.2.
 //   test_helpers.py / test_fused_observers.py need a HF model and oneshot; their observer
 //   behaviour (token counting aside) is ported as the fused global-scale cases below.
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // quantize_checkpoint end to end on small synthetic checkpoints: every scheme is
 // written, read back, unpacked and dequantized, and must equal fake_quantize() of the
-// original weight with the stored qparams bit for bit (SPEC R8.2.5); plus the config
+// original weight with the stored qparams bit for bit (R8.2.5); plus the config
 // (R8.7), sharding (R8.8.2), fusion (R6.10), Q17 and the error paths.
 #include <gtest/gtest.h>
 #include <unistd.h>

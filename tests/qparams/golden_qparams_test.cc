@@ -131,8 +131,8 @@ TEST(GoldenErrors, InvalidInputsRaise) {
       const std::string id = e["id"];
       SCOPED_TRACE(id);
       const json& in = e["inputs"];
-      // The installed reference removed actorder true/"group"/"dynamic"; SPEC R1.1.4
-      // (normative) accepts them as aliases. qobs follows the SPEC.
+      // The installed reference removed actorder true/"group"/"dynamic"; R1.1.4
+      // (normative) accepts them as aliases. qobs follows the rule.
       if (id.rfind("args.actorder_", 0) == 0 && id != "args.actorder_unknown") continue;
       // The reference crashes clamping f16 statistics to bf16's range; qobs computes the
       // defined result (the clamp is a no-op) instead.

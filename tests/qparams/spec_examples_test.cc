@@ -1,6 +1,6 @@
-// SPEC §4 / §5 worked examples: R4.4 examples 1-5 (parity mode; example 3 also in
+// RULES §4 / §5 worked examples: R4.4 examples 1-5 (parity mode; example 3 also in
 // wide mode), R4.2 global-scale examples, R4.1 zero-scale replacement, R4.3 dynamic
-// scale shapes and the R5.4.1 block example. Expected values are the SPEC's literals.
+// scale shapes and the R5.4.1 block example. Expected values are the RULES literals.
 #include <gtest/gtest.h>
 
 #include <cmath>

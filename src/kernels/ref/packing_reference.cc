@@ -1,4 +1,4 @@
-// Scalar references of the row packing (SPEC §8.3.1, §8.5.1): one row (or element)
+// Scalar references of the row packing (R8.3.1, R8.5.1): one row (or element)
 // after another, the executable specification of the threaded versions in
 // kernels/packing.cc.
 #include "kernels/kernels.h"

@@ -1,4 +1,4 @@
-// The scalar reference of quantize / dequantize / fake_quantize (SPEC §5): the
+// The scalar reference of quantize / dequantize / fake_quantize (RULES §5): the
 // argument resolution shared with the fast path, and the element-by-element loops
 // through Tensor::get / set that are the executable specification.
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Scalar reference kernels: the obvious loops, written to mirror SPEC R6.3 and R6.6 /
+// Scalar reference kernels: the obvious loops, written to mirror R6.3 and R6.6 /
 // R6.8 line by line. Fast paths must reproduce these bit for bit.
 #include <cmath>
 #include <limits>

@@ -3,7 +3,7 @@
 // The scalar twin is qdq_element (kernels/qdq_layout.h) over qparam_math.h, and the
 // tests compare both bit for bit at every level.
 //
-// Numerics (SPEC R0.4, R5.1): every lane holds an f32 container of a value on its
+// Numerics (R0.4, R5.1): every lane holds an f32 container of a value on its
 // dtype's grid; each element-wise op is rounded once, RNE, to its dtype by narrow_to,
 // as Arith does. clamp is NaN-propagating in the reference but not in vector Min / Max,
 // and NaN encodings differ between the two, so a run that meets a non-finite x or a

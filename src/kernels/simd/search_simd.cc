@@ -3,7 +3,7 @@
 // the fused scalar path). Every function here has a scalar twin in fused_search.cc /
 // kernels/ref and is tested against it bit for bit at every level.
 //
-// Numerics (SPEC R0.4, qparam_math.h): all lanes hold f32 containers of values that lie
+// Numerics (R0.4, qparam_math.h): all lanes hold f32 containers of values that lie
 // on the data dtype's grid; after each element-wise op a bf16/f16 result is rounded
 // once, RNE, exactly as Arith::narrow does. Error terms are accumulated in double in
 // the canonical order of ErrorModel: 8 lane sums per block (term j goes to lane j % 8),

@@ -1,4 +1,4 @@
-// Google Benchmark suite (issue 3): every observer on LLM-sized weights, f32 and bf16,
+// Google Benchmark suite: every observer on LLM-sized weights, f32 and bf16,
 // plus a plain streaming read of the same tensor as the bandwidth yardstick for
 // min-max. Threads: QOBS_NUM_THREADS (default: hardware concurrency); level: QOBS_SIMD.
 //

@@ -1,4 +1,4 @@
-// fake_quantize and packing on a 4096x4096 weight (issue 3): the scalar reference
+// fake_quantize and packing on a 4096x4096 weight: the scalar reference
 // (kernels::ref, the element-by-element path the public functions used before) against
 // the dispatched fast path. Threads: QOBS_NUM_THREADS; level: QOBS_SIMD. Part of
 // qobs_bench (registered statically; kernels_bench.cc holds main).

@@ -5,7 +5,7 @@ Inputs are built as qobs.Tensor from the files' raw bytes, so bfloat16 and float
 cases run without torch and results keep their dtypes; comparisons are bitwise
 (dtype, shape, bytes).
 
-Tolerance policy (the C++ golden test's, issue 2): min-max observers, qparam math,
+Tolerance policy (the C++ golden test's): min-max observers, qparam math,
 fake quantization and flattening must match bit for bit. MSE observers may pick a
 different grid step where two candidates' errors tie up to summation order (A2);
 at most 0.1% of qparam elements may differ, and cases whose statistics match must

@@ -1,4 +1,4 @@
-"""qobs observers inside llm-compressor (issue 4 item 4). Skipped without llmcompressor.
+"""qobs observers inside llm-compressor. Skipped without llmcompressor.
 
 Each qobs_* observer is compared with llm-compressor's own observer of the same name
 on identical inputs: the qparams must be bit-identical (the MSE cases here have no

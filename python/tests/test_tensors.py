@@ -1,4 +1,4 @@
-"""Arrays across the boundary: zero copy, dtypes in and out, strides (issue 4 item 3)."""
+"""Arrays across the boundary: zero copy, dtypes in and out, strides."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-// Fused grid search (issue 3). The reference evaluates candidate by candidate over the
+// Fused grid search. The reference evaluates candidate by candidate over the
 // whole tensor and keeps an S x num_qparams error matrix; here each group is read once,
 // all S candidates are evaluated on it, and only one bit per (group, candidate) is kept:
 // "did this candidate strictly improve this group's best error". That bit depends only

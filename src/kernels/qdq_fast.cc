@@ -1,4 +1,4 @@
-// The fast quantize / dequantize / fake_quantize (issue 3): the call is resolved exactly
+// The fast quantize / dequantize / fake_quantize: the call is resolved exactly
 // as for the reference (resolve_qdq), then the tensor is walked as rows x cols along
 // its last axis, where the scale of element (r, c) is scale[row_off(r) + col_idx[c]].
 // Rows (or pieces of long rows) are threaded with parallel_for; every element is

@@ -1,5 +1,5 @@
 // The threaded, vectorized quantize / dequantize / fake_quantize and packing behind
-// kernels.h (qdq_fast.cc, packing_fast.cc). Bit-identical to the references in
+// kernels.h (qdq_fast.cc; packing in packing.cc). Bit-identical to the references in
 // kernels/ref at every level and thread count.
 #pragma once
 

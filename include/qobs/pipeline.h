@@ -3,9 +3,11 @@
 // the `qobs` command-line tool and the Python package.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,14 +21,16 @@ namespace qobs {
 /// Options of quantize_checkpoint (the flags of `qobs quantize`).
 struct QuantizeOptions {
   std::string model_path;  ///< checkpoint folder (or one .safetensors file)
-  std::string output_dir;  ///< must not exist unless overwrite; never the input folder
+  /// Must not exist unless overwrite. Never the input, an ancestor of it (replacing it
+  /// would delete the input) or a folder inside it (it would be copied into itself).
+  std::string output_dir;
   std::string scheme;      ///< preset name (R1.5), case-insensitive
   /// Weight observer (registry name); default: the preset's (R1.3.4). The name is stored
   /// in the config as given; calibration uses calibration_observer_name() (R6.9.1).
   std::optional<std::string> observer;
   ObserverKwargs observer_kwargs;    ///< merged into the weights' observer_kwargs
-  std::vector<std::string> targets;  ///< ECMAScript regexes searched in module names; empty = Linear layers
-  std::vector<std::string> ignore;   ///< regexes of modules to leave unquantized (lm_head always, unless targeted)
+  std::vector<std::string> targets;  ///< RE2 regexes searched in module names; empty = Linear layers
+  std::vector<std::string> ignore;   ///< RE2 regexes of modules to leave unquantized (lm_head always, unless targeted)
   int threads = 1;                   ///< layers calibrated concurrently (memory grows with it)
   bool overwrite = false;
   bool dry_run = false;   ///< calibrate and report, write no checkpoint
@@ -34,6 +38,17 @@ struct QuantizeOptions {
   /// Folder for qobs-report.json / .csv: default output_dir; for a dry run, no report
   /// files unless set.
   std::optional<std::string> report_dir;
+  /// Cooperative cancellation: when it reads true (set from another thread or a signal
+  /// handler; std::atomic<bool> is lock-free, so a handler may store to it), the run
+  /// stops before the next layer, removes its temporary folder and throws Interrupted.
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+/// quantize_checkpoint stopped because QuantizeOptions::cancel was set; nothing was
+/// written to the output folder.
+class Interrupted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 /// Figures for one quantized weight. rel_mse = sum((w - dq)^2) / sum(w^2) and
@@ -85,9 +100,12 @@ using ProgressCallback = std::function<void(const Progress&)>;
 
 /// Converts a checkpoint. Validates everything that can be validated before any work
 /// (scheme, observer, shapes, output folder), writes into a temporary folder beside
-/// output_dir and renames it into place only when complete; on failure the temporary
-/// folder is removed and the exception propagates (IoError for files, InvalidArgument
-/// for options and shapes, each naming the file or tensor).
+/// output_dir (`.<name>.qobs-tmp-<host>-<pid>`) and renames it into place only when
+/// complete; on failure the temporary folder is removed and the exception propagates
+/// (IoError for files, InvalidArgument for options and shapes, each naming the file or
+/// tensor; a path inside the temporary folder is reported as the output path). Before
+/// writing, it removes temporary folders that an earlier run on this host killed with
+/// SIGKILL left beside output_dir (their PID is dead); see docs/CLI.md.
 QuantizeReport quantize_checkpoint(const QuantizeOptions& options, const ProgressCallback& progress = {});
 
 /// The preset with the observer override and kwargs applied, validated. A preset that

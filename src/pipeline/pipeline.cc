@@ -1,12 +1,15 @@
 // quantize_checkpoint: scheme -> observers -> qparams -> compressed tensors -> files.
 #include "qobs/pipeline.h"
 
+#include <re2/re2.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cerrno>
 #include <cstring>
 #include <condition_variable>
 #include <exception>
@@ -15,7 +18,6 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -52,20 +54,23 @@ std::string last_component(const std::string& module) {
   return p == std::string::npos ? module : module.substr(p + 1);
 }
 
-std::vector<std::regex> compile(const std::vector<std::string>& patterns, const char* what) {
-  std::vector<std::regex> out;
+// RE2 rather than std::regex: std::regex backtracks recursively and overflows the stack
+// on long module names (a 50k-character name with `.*lm_head`); RE2 runs in linear time.
+std::vector<std::unique_ptr<RE2>> compile(const std::vector<std::string>& patterns, const char* what) {
+  RE2::Options opt;
+  opt.set_log_errors(false);  // library code never prints; the error goes into the exception
+  std::vector<std::unique_ptr<RE2>> out;
   for (const auto& p : patterns) {
-    try {
-      out.emplace_back(p, std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {
-      QOBS_THROW(InvalidArgument, what, " pattern '", p, "' is not a valid regular expression: ", e.what());
-    }
+    out.push_back(std::make_unique<RE2>(p, opt));
+    QOBS_CHECK(out.back()->ok(), InvalidArgument, what, " pattern '", p,
+               "' is not a valid RE2 regular expression (no backreferences or lookaround): ", out.back()->error());
   }
   return out;
 }
 
-bool any_match(const std::vector<std::regex>& res, const std::string& s) {
-  return std::any_of(res.begin(), res.end(), [&](const std::regex& r) { return std::regex_search(s, r); });
+// Searched anywhere in the name, as std::regex_search did.
+bool any_match(const std::vector<std::unique_ptr<RE2>>& res, const std::string& s) {
+  return std::any_of(res.begin(), res.end(), [&](const auto& r) { return RE2::PartialMatch(s, *r); });
 }
 
 struct Metrics {
@@ -150,6 +155,175 @@ bool is_other_weight_format(const std::string& name) {
   return ends_with(name, ".safetensors") || ends_with(name, ".bin") || ends_with(name, ".pt") || ends_with(name, ".pth") || ends_with(name, ".h5") ||
          ends_with(name, ".msgpack") || ends_with(name, ".ckpt") || ends_with(name, ".onnx") ||
          ends_with(name, ".gguf");
+}
+
+// One CSV field per RFC 4180: quoted when it holds a comma, quote or line break.
+std::string csv_field(const std::string& v) {
+  if (v.find_first_of(",\"\r\n") == std::string::npos) return v;
+  std::string q = "\"";
+  for (char c : v) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+void write_text(const fs::path& p, const std::string& text) {
+  std::ofstream f(p, std::ios::binary);
+  f << text;
+  f.flush();
+  QOBS_CHECK(f.good(), IoError, p.string(), ": write failed (disk full?)");
+}
+
+void create_report_dir(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  QOBS_CHECK(!ec, IoError, dir.string(), ": cannot create the report folder: ", ec.message());
+}
+
+// Path components without the empty one that a trailing '/' leaves.
+std::vector<fs::path> components(const fs::path& p) {
+  std::vector<fs::path> c;
+  for (const fs::path& part : p.lexically_normal())
+    if (!part.empty()) c.push_back(part);
+  return c;
+}
+
+// Whether `p` is `dir` or lies below it, by name (both absolute).
+bool is_within(const fs::path& p, const fs::path& dir) {
+  const auto pc = components(p), dc = components(dir);
+  return dc.size() <= pc.size() && std::equal(dc.begin(), dc.end(), pc.begin());
+}
+
+// Whether `p` is within `dir` by name or after resolving symlinks.
+bool is_within_either(const fs::path& p, const fs::path& dir) {
+  if (is_within(p, dir)) return true;
+  std::error_code e1, e2;
+  const fs::path rp = fs::weakly_canonical(p, e1), rd = fs::weakly_canonical(dir, e2);
+  return !e1 && !e2 && is_within(rp, rd);
+}
+
+// OUT may be neither the input, nor hold it (--overwrite would delete it), nor lie in it
+// (the copy of the input's other files would copy the output into itself).
+void check_output_relation(const fs::path& in, const fs::path& out) {
+  std::error_code ec;
+  QOBS_CHECK(!fs::equivalent(in, out, ec) && !(is_within_either(in, out) && is_within_either(out, in)),
+             InvalidArgument, "output folder ", out.string(), " is the input checkpoint ", in.string(),
+             "; choose another folder");
+  QOBS_CHECK(!is_within_either(in, out), InvalidArgument, "output folder ", out.string(),
+             " contains the input checkpoint ", in.string(),
+             " (replacing it would delete the input); choose a folder outside the input");
+  QOBS_CHECK(!is_within_either(out, in), InvalidArgument, "output folder ", out.string(),
+             " is inside the input checkpoint ", in.string(), " (it would be copied into itself); choose a folder "
+             "outside the input");
+}
+
+std::string host_name() {
+  char b[256] = {};
+  if (gethostname(b, sizeof b - 1) != 0 || b[0] == '\0') return "localhost";
+  std::string h(b);
+  for (char& c : h)
+    if (c == '/' || c == ' ') c = '_';  // keeps the folder name one path component
+  return h;
+}
+
+bool process_alive(long pid) { return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH; }
+
+constexpr const char* kTmpMarker = ".qobs-tmp-owner";
+
+std::string marker_text(const std::string& host, long pid) { return detail::concat("qobs-tmp ", host, " ", pid, "\n"); }
+
+std::string read_small_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::string s(256, '\0');
+  f.read(s.data(), static_cast<std::streamsize>(s.size()));
+  s.resize(static_cast<std::size_t>(f.gcount()));
+  return s;
+}
+
+// A run killed by SIGKILL cannot clean up: its `.OUT.qobs-tmp-<host>-<pid>` stays. Such
+// folders of this host whose process is dead are removed (the marker must agree, so a
+// user's folder that merely looks alike is kept); a `.OUT.qobs-old-<host>-<pid>` is the
+// previous complete OUT moved aside during publishing: put back when OUT is missing
+// (the kill fell between the two renames), else removed. Other hosts' folders (shared
+// file systems) and live PIDs are never touched.
+void remove_stale_siblings(const fs::path& out) {
+  const std::string host = host_name();
+  const std::string tmp_prefix = detail::concat(".", out.filename().string(), ".qobs-tmp-", host, "-");
+  const std::string old_prefix = detail::concat(".", out.filename().string(), ".qobs-old-", host, "-");
+  std::error_code ec;
+  std::vector<std::pair<fs::path, bool>> stale;  // path, is_old
+  for (auto it = fs::directory_iterator(out.parent_path(), ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    for (const std::string* prefix : {&tmp_prefix, &old_prefix}) {
+      if (name.rfind(*prefix, 0) != 0) continue;
+      const std::string digits = name.substr(prefix->size());
+      if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+      const long pid = std::stol(digits);
+      if (pid == static_cast<long>(getpid()) || process_alive(pid)) continue;
+      const bool is_old = prefix == &old_prefix;
+      if (!is_old && read_small_file(it->path() / kTmpMarker) != marker_text(host, pid)) continue;
+      stale.emplace_back(it->path(), is_old);
+    }
+  }
+  for (const auto& [p, is_old] : stale) {
+    std::error_code e;
+    if (is_old && !fs::exists(out, e)) fs::rename(p, out, e);
+    else fs::remove_all(p, e);
+  }
+}
+
+// Errors raised while writing name files of the temporary folder; the user knows only
+// OUT, so the message names the final path (and the temporary one once, for the record).
+[[noreturn]] void rethrow_naming_output(const fs::path& tmp, const fs::path& out) {
+  try {
+    throw;
+  } catch (const IoError& e) {
+    std::string m = e.what();
+    const std::string t = tmp.string();
+    if (tmp.empty() || m.find(t) == std::string::npos) throw;
+    for (auto p = m.find(t); p != std::string::npos; p = m.find(t, p + out.string().size()))
+      m.replace(p, t.size(), out.string());
+    throw IoError(detail::concat(m, " (while writing the temporary folder ", t, ")"));
+  }
+}
+
+// Copies every file of `in` except `skip(rel)` into `tmp`. Relative paths are built
+// from the names met while walking (never fs::relative, which resolves symlinks: in a
+// Hugging Face cache snapshot every file is a link to ../../blobs/<sha>, and resolving
+// it sent the copies outside the output). A link is followed for its content: a link to
+// a file becomes a regular file with the link's name; a linked folder is walked unless
+// it leads back to a folder being walked (a loop).
+void copy_other_files(const fs::path& in, const fs::path& tmp, const std::function<bool(const std::string&)>& skip,
+                      const std::function<void()>& check_cancel) {
+  std::vector<fs::path> walking;  // canonical folders from `in` down to the current one
+  const std::function<void(const fs::path&, const fs::path&)> walk = [&](const fs::path& dir, const fs::path& rel) {
+    std::error_code ec;
+    const fs::path real = fs::canonical(dir, ec);
+    if (ec || std::find(walking.begin(), walking.end(), real) != walking.end()) return;
+    walking.push_back(real);
+    std::vector<fs::directory_entry> entries;
+    for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+      entries.push_back(*it);
+    QOBS_CHECK(!ec, IoError, dir.string(), ": cannot list the folder: ", ec.message());
+    for (const fs::directory_entry& e : entries) {
+      check_cancel();
+      const fs::path r = rel / e.path().filename();
+      const std::string rs = r.generic_string();
+      std::error_code se;
+      const fs::file_status st = fs::status(e.path(), se);  // follows links
+      if (fs::is_directory(st)) {
+        if (rs != ".git" && rs != ".cache") walk(e.path(), r);
+        continue;
+      }
+      if (!fs::is_regular_file(st) || skip(rs)) continue;  // dangling links, sockets, ...
+      const fs::path dest = (tmp / r).lexically_normal();
+      QOBS_CHECK(is_within(dest, tmp) && dest != tmp.lexically_normal(), IoError, e.path().string(),
+                 ": copy destination ", dest.string(), " is outside the output folder");
+      fs::create_directories(dest.parent_path(), ec);
+      fs::copy_file(e.path(), dest, fs::copy_options::overwrite_existing, ec);
+      QOBS_CHECK(!ec, IoError, e.path().string(), ": cannot copy to the output: ", ec.message());
+    }
+    walking.pop_back();
+  };
+  walk(in, fs::path());
 }
 
 }  // namespace
@@ -263,9 +437,10 @@ std::string QuantizeReport::to_csv() const {
   for (const TensorReport& t : tensors) {
     std::string shape;
     for (std::size_t i = 0; i < t.shape.size(); ++i) shape += detail::concat(i ? "x" : "", t.shape[i]);
-    os << t.module << ',' << shape << ',' << t.dtype << ',' << scheme << ',' << t.observer << ','
-       << json_number(t.rel_mse) << ',' << json_number(t.sqnr_db) << ',' << json_number(t.seconds) << ','
-       << baseline_observer << ',' << (t.baseline_rel_mse ? json_number(*t.baseline_rel_mse) : "") << ','
+    os << csv_field(t.module) << ',' << shape << ',' << csv_field(t.dtype) << ',' << csv_field(scheme) << ','
+       << csv_field(t.observer) << ',' << json_number(t.rel_mse) << ',' << json_number(t.sqnr_db) << ','
+       << json_number(t.seconds) << ',' << csv_field(baseline_observer) << ','
+       << (t.baseline_rel_mse ? json_number(*t.baseline_rel_mse) : "") << ','
        << (t.baseline_sqnr_db ? json_number(*t.baseline_sqnr_db) : "") << '\n';
   }
   return os.str();
@@ -320,12 +495,13 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& o, const ProgressCallb
 
   std::error_code ec;
   // A dry run may have no output folder at all.
-  const fs::path out = o.output_dir.empty() ? fs::path() : fs::absolute(fs::path(o.output_dir)).lexically_normal();
+  fs::path out = o.output_dir.empty() ? fs::path() : fs::absolute(fs::path(o.output_dir)).lexically_normal();
+  // "out/" names the folder too; without this its temporary sibling would land inside it.
+  if (!out.empty() && !out.has_filename()) out = out.parent_path();
   if (!o.dry_run) {
     QOBS_CHECK(!o.output_dir.empty(), InvalidArgument, "no output folder given (-o OUT_DIR)");
-    const fs::path in = fs::absolute(fs::path(o.model_path)).lexically_normal();
-    QOBS_CHECK(!fs::equivalent(in, out, ec) && in != out, InvalidArgument, "output folder ", out.string(),
-               " is the input checkpoint; choose another folder");
+    check_output_relation(fs::absolute(fs::path(o.model_path)).lexically_normal(), out);
+    remove_stale_siblings(out);
     if (fs::exists(out, ec))
       QOBS_CHECK(o.overwrite, IoError, out.string(), ": output folder already exists (pass --overwrite to replace it)");
   }
@@ -408,13 +584,24 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& o, const ProgressCallb
   for (const ModuleInfo& m : modules)
     for (const auto& p : m.plan) specs[m.shard].push_back({m.module + "." + p.local, p.dtype, p.shape});
 
-  const fs::path tmp = out.parent_path() / detail::concat(".", out.filename().string(), ".qobs-tmp-", getpid());
+  const std::string host = host_name();
+  const fs::path tmp = o.dry_run ? fs::path()
+                                 : out.parent_path() / detail::concat(".", out.filename().string(), ".qobs-tmp-",
+                                                                      host, "-", getpid());
+  const auto check_cancel = [&] {
+    if (o.cancel && o.cancel->load())
+      QOBS_THROW(Interrupted, o.dry_run ? o.model_path : out.string(), ": interrupted before completion",
+                 o.dry_run ? "" : "; the partial output was removed and the output folder left as it was");
+  };
   std::vector<std::unique_ptr<SafetensorsWriter>> writers;
   try {
+    check_cancel();
     if (!o.dry_run) {
       remove_quietly(tmp);
       fs::create_directories(tmp, ec);
       QOBS_CHECK(!ec, IoError, tmp.string(), ": cannot create the temporary output folder: ", ec.message());
+      // Lets a later run tell this folder, if SIGKILL leaves it, from a user's folder.
+      write_text(tmp / kTmpMarker, marker_text(host, static_cast<long>(getpid())));
       for (std::size_t s = 0; s < ckpt.shards().size(); ++s)
         writers.push_back(std::make_unique<SafetensorsWriter>((tmp / ckpt.shard_names()[s]).string(), specs[s]));
     }
@@ -430,6 +617,7 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& o, const ProgressCallb
     bool stop = false;
 
     const auto run_job = [&](std::size_t j) {
+      check_cancel();
       const Job& job = jobs[j];
       std::vector<Tensor> scratch(job.members.size());
       std::vector<TensorView> views;
@@ -549,6 +737,7 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& o, const ProgressCallb
           ++consumed;
         }
         cv.notify_all();
+        check_cancel();
       }
     } catch (...) {
       join_all();
@@ -561,15 +750,16 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& o, const ProgressCallb
         if (replaced.count(t.name)) continue;
         ++report.copied_tensors;
         if (o.dry_run) continue;
+        check_cancel();
         writers[s]->write(t.name, ckpt.shards()[s].bytes(t));
         ckpt.shards()[s].release(t);
       }
     if (o.dry_run) {
       report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       if (o.report_dir) {
-        fs::create_directories(*o.report_dir, ec);
-        std::ofstream(fs::path(*o.report_dir) / "qobs-report.json") << report.to_json();
-        std::ofstream(fs::path(*o.report_dir) / "qobs-report.csv") << report.to_csv();
+        create_report_dir(*o.report_dir);
+        write_text(fs::path(*o.report_dir) / "qobs-report.json", report.to_json());
+        write_text(fs::path(*o.report_dir) / "qobs-report.csv", report.to_csv());
       }
       return report;
     }
@@ -579,12 +769,6 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& o, const ProgressCallb
     }
 
     // Index (sharded like the input, R8.8.2).
-    const auto write_text = [&](const fs::path& p, const std::string& text) {
-      std::ofstream f(p, std::ios::binary);
-      f << text;
-      f.flush();
-      QOBS_CHECK(f.good(), IoError, p.string(), ": write failed (disk full?)");
-    };
     if (ckpt.sharded()) {
       nlohmann::ordered_json idx;
       idx["metadata"] = {{"total_size", report.output_bytes}};
@@ -623,33 +807,25 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& o, const ProgressCallb
 
     // Every other file of the folder, copied unchanged.
     if (fs::is_directory(o.model_path, ec)) {
-      const fs::path in(o.model_path);
       std::set<std::string> own(ckpt.shard_names().begin(), ckpt.shard_names().end());
       own.insert("model.safetensors.index.json");
       own.insert("config.json");
-      for (auto it = fs::recursive_directory_iterator(in, ec); it != fs::recursive_directory_iterator(); ++it) {
-        const fs::path rel = fs::relative(it->path(), in, ec);
-        const std::string r = rel.generic_string();
-        if (it->is_directory()) {
-          if (r == ".git" || r == ".cache") it.disable_recursion_pending();
-          continue;
-        }
-        if (!it->is_regular_file() || own.count(r) || is_other_weight_format(r)) continue;
-        fs::create_directories((tmp / rel).parent_path(), ec);
-        fs::copy_file(it->path(), tmp / rel, fs::copy_options::overwrite_existing, ec);
-        QOBS_CHECK(!ec, IoError, it->path().string(), ": cannot copy to the output: ", ec.message());
-      }
+      copy_other_files(
+          fs::path(o.model_path), tmp,
+          [&](const std::string& rel) { return own.count(rel) > 0 || is_other_weight_format(rel); }, check_cancel);
     }
     report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     const fs::path rdir = o.report_dir ? fs::path(*o.report_dir) : tmp;
-    fs::create_directories(rdir, ec);
+    create_report_dir(rdir);
     write_text(rdir / "qobs-report.json", report.to_json());
     write_text(rdir / "qobs-report.csv", report.to_csv());
+    check_cancel();  // the last moment at which stopping leaves OUT untouched
 
     // Publish: the old folder (if any) is moved aside first, so OUT_DIR is always either
     // the old complete result or the new one.
     if (fs::exists(out, ec)) {
-      const fs::path old = out.parent_path() / detail::concat(".", out.filename().string(), ".qobs-old-", getpid());
+      const fs::path old =
+          out.parent_path() / detail::concat(".", out.filename().string(), ".qobs-old-", host, "-", getpid());
       remove_quietly(old);
       fs::rename(out, old, ec);
       QOBS_CHECK(!ec, IoError, out.string(), ": cannot move the existing folder aside: ", ec.message());
@@ -660,10 +836,12 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& o, const ProgressCallb
       fs::rename(tmp, out, ec);
       QOBS_CHECK(!ec, IoError, out.string(), ": cannot rename the finished output into place: ", ec.message());
     }
+    // Only after the rename: until then the marker identifies an abandoned folder.
+    fs::remove(out / kTmpMarker, ec);
   } catch (...) {
     writers.clear();
     if (!o.dry_run) remove_quietly(tmp);
-    throw;
+    rethrow_naming_output(tmp, out);
   }
   return report;
 }

@@ -1,14 +1,20 @@
 // The qobs executable: exit codes, messages and files. The binary is looked up beside
 // the test binary (<build>/cli/qobs); the tests skip when the CLI was not built.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "qobs/io.h"
 
@@ -27,8 +33,8 @@ struct Result {
   std::string out;  // stdout and stderr together
 };
 
-Result run(const std::string& args) {
-  const std::string cmd = cli_path().string() + " " + args + " 2>&1";
+Result run_shell(const std::string& command) {
+  const std::string cmd = command + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return {-1, ""};
   std::string out;
@@ -36,6 +42,42 @@ Result run(const std::string& args) {
   while (std::fgets(buf, sizeof buf, p)) out += buf;
   const int st = pclose(p);
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+Result run(const std::string& args) { return run_shell(cli_path().string() + " " + args); }
+
+// Starts the CLI in the background with the stop signals at their default action (the
+// test runner may ignore some, and ignored signals stay ignored across exec).
+pid_t spawn_cli(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<std::string> argv_s = {cli_path().string()};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  posix_spawnattr_t at;
+  posix_spawnattr_init(&at);
+  sigset_t def;
+  sigemptyset(&def);
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&def, s);
+  posix_spawnattr_setsigdefault(&at, &def);
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, argv[0], &fa, &at, argv.data(), environ) != 0) pid = -1;
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&at);
+  return pid;
+}
+
+// Names in `dir` that start with `prefix`.
+std::vector<std::string> entries_starting(const fs::path& dir, const std::string& prefix) {
+  std::vector<std::string> v;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) v.push_back(e.path().filename().string());
+  return v;
 }
 
 class Cli : public ::testing::Test {
@@ -134,6 +176,74 @@ TEST_F(Cli, ErrorsNameFileAndTensor) {
   EXPECT_NE(r.out.find(p("in/model.safetensors")), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("not valid JSON"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(p("x")));
+}
+
+// SIGTERM / SIGINT / SIGHUP mid-run used to leave `.OUT.qobs-tmp-PID` behind. Now the run
+// stops between layers, removes it and dies by the same signal; OUT is absent or, with
+// --overwrite, the previous result. Many layers and a slow search keep the run busy for
+// seconds; the signal is sent as soon as the temporary folder appears.
+TEST_F(Cli, StopSignalsRemoveTheTemporaryFolder) {
+  fs::create_directories(dir_ / "big");
+  std::mt19937 gen(7);
+  std::normal_distribution<double> n(0, 0.05);
+  std::vector<std::pair<std::string, Tensor>> t;
+  for (int l = 0; l < 200; ++l) {
+    std::vector<double> v(256 * 256);
+    for (auto& x : v) x = n(gen);
+    t.emplace_back("model.layers." + std::to_string(l) + ".mlp.up_proj.weight",
+                   Tensor::from_values(DType::kF32, {256, 256}, v));
+  }
+  write_safetensors((dir_ / "big" / "model.safetensors").string(), t);
+  for (const int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    const std::string name = std::string("out_") + std::to_string(sig);
+    const bool overwrite = sig == SIGINT;
+    if (overwrite) {
+      fs::create_directories(dir_ / name);
+      std::ofstream(dir_ / name / "previous.txt") << "previous";
+    }
+    // an exhaustive search (1000 grid steps, no early stop) makes each layer take a while
+    std::vector<std::string> args = {"quantize", p("big"), "-o", p(name), "--scheme", "W4A16", "--observer",
+                                     "memoryless_mse", "--observer-kwarg", "grid=1000", "--observer-kwarg",
+                                     "patience=1000", "--observer-kwarg", "maxshrink=0.9"};
+    if (overwrite) args.push_back("--overwrite");
+    const pid_t pid = spawn_cli(args, p(name + ".log"));
+    ASSERT_GT(pid, 0);
+    const std::string tmp_prefix = "." + name + ".qobs-tmp-";
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (entries_starting(dir_, tmp_prefix).empty() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_FALSE(entries_starting(dir_, tmp_prefix).empty()) << "no temporary folder appeared";
+    kill(pid, sig);
+    int st = 0;
+    ASSERT_EQ(waitpid(pid, &st, 0), pid);
+    std::ifstream logf(p(name + ".log"));
+    const std::string log((std::istreambuf_iterator<char>(logf)), std::istreambuf_iterator<char>());
+    ASSERT_TRUE(WIFSIGNALED(st)) << "signal " << sig << ": exit status " << st << "\n" << log;
+    EXPECT_EQ(WTERMSIG(st), sig);
+    EXPECT_NE(log.find("interrupted"), std::string::npos) << log;
+    EXPECT_TRUE(entries_starting(dir_, tmp_prefix).empty()) << "signal " << sig;
+    EXPECT_TRUE(entries_starting(dir_, "." + name + ".qobs-old-").empty()) << "signal " << sig;
+    if (overwrite) {
+      EXPECT_EQ(fs::directory_iterator(dir_ / name)->path().filename(), "previous.txt");
+      EXPECT_FALSE(fs::exists(dir_ / name / "model.safetensors"));
+    } else {
+      EXPECT_FALSE(fs::exists(dir_ / name)) << "signal " << sig;
+    }
+  }
+}
+
+// Writer errors named `.OUT.qobs-tmp-PID/model.safetensors`, a path the user never chose
+// and that no longer exists when the message is read.
+TEST_F(Cli, WriteErrorsNameTheOutputNotTheTemporaryFolder) {
+  // RLIMIT_FSIZE makes reserving the output file fail (SIGXFSZ ignored: EFBIG instead)
+  const Result r = run_shell("trap '' XFSZ; ulimit -f 4; exec " + cli_path().string() + " quantize " + p("in") +
+                             " -o " + p("out") + " --scheme W8A16 --quiet");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  const std::string head = r.out.substr(0, r.out.find(" (while writing the temporary folder"));
+  EXPECT_NE(head.find(p("out/model.safetensors") + ": "), std::string::npos) << r.out;
+  EXPECT_EQ(head.find(".qobs-tmp-"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(p("out")));
+  EXPECT_TRUE(entries_starting(dir_, ".out.qobs-").empty());
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 // The reader maps a file read-only and validates every header field before any tensor
 // is touched: header length against the file size, the JSON itself, dtype names,
 // shape x dtype size against the offsets span, offsets inside the data section, and no
-// two tensors overlapping. A lying header therefore can neither make the reader
+// two tensors overlapping, no key given twice, nothing nested deeper than a header can
+// be (the parse is linear in the header size). Only regular files are opened: a FIFO
+// or device is refused without blocking. A lying header therefore can neither make the reader
 // allocate more than the file holds nor read outside the mapping. Every failure is an
 // IoError whose message names the file and, where there is one, the tensor.
 //
@@ -41,8 +43,20 @@ struct TensorInfo {
 /// field is treated as corrupt rather than trusted with an allocation.
 inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
 
+/// Deepest nesting of objects and arrays accepted in config.json and
+/// model.safetensors.index.json (real configs nest fewer than 10 levels). Deeper files
+/// are refused when the checkpoint is opened, before they could exhaust the stack of a
+/// later step that walks them recursively (writing config.json, `qobs inspect`).
+inline constexpr int kMaxJsonDepth = 512;
+
 /// A validated, read-only safetensors file (memory-mapped, or a borrowed buffer).
 /// Copies share the mapping. Thread-safe for concurrent reads.
+///
+/// A mapped file truncated by another process while it is read does not crash the
+/// process (SIGBUS): the vanished pages read as zeros, and load(), release() and
+/// verify_unchanged() then throw IoError naming the file. A caller reading through
+/// bytes() or an in-place view() must call release() or verify_unchanged() after the
+/// read and before trusting what it computed from the bytes.
 class SafetensorsFile {
  public:
   /// Maps and validates `path`. IoError on any problem.
@@ -71,8 +85,13 @@ class SafetensorsFile {
   Tensor load(std::string_view name) const;
   /// Tells the kernel that the pages of `t` are not needed any more, so that a streaming
   /// pass over a large file keeps its resident set near one tensor (mapped files only;
-  /// later reads fault the pages back in).
+  /// later reads fault the pages back in). First calls verify_unchanged(), so a caller
+  /// that releases every tensor once done with it notices a truncation.
   void release(const TensorInfo& t) const;
+  /// IoError "<file>: the file changed size while being read (was N bytes, now M)"
+  /// when the mapped file's size changed since open() or a read found pages gone
+  /// (and saw zeros instead). No-op for buffers (from_buffer).
+  void verify_unchanged() const;
 
  private:
   struct Mapping;

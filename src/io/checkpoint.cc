@@ -2,11 +2,10 @@
 // model.safetensors.index.json (R8.8.2).
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/check.h"
+#include "io/input.h"
 #include "qobs/io.h"
 
 namespace qobs {
@@ -14,13 +13,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  QOBS_CHECK(in.good(), IoError, p.string(), ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  QOBS_CHECK(!in.bad(), IoError, p.string(), ": read error");
-  return ss.str();
+// A JSON file of the folder, checked in full now: a file that is not JSON or nests
+// deeper than kMaxJsonDepth fails at open, before any tensor is quantized, and never
+// reaches the recursive writers and printers that run later.
+nlohmann::json read_json(const fs::path& p) {
+  return detail::parse_json_limited(detail::read_regular_file(p.string()), p.string(), kMaxJsonDepth);
 }
 
 }  // namespace
@@ -39,12 +36,7 @@ Checkpoint Checkpoint::open(const std::string& path) {
     const fs::path index = p / "model.safetensors.index.json";
     if (fs::exists(index, ec)) {
       c.sharded_ = true;
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(read_text(index));
-      } catch (const nlohmann::json::exception& e) {
-        QOBS_THROW(IoError, index.string(), ": not valid JSON: ", e.what());
-      }
+      const nlohmann::json j = read_json(index);
       QOBS_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), IoError, index.string(),
                  ": missing weight_map object (R8.8.2)");
       for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
@@ -83,7 +75,10 @@ Checkpoint Checkpoint::open(const std::string& path) {
                  ": no *.safetensors file and no model.safetensors.index.json (only safetensors checkpoints are read)");
     }
     const fs::path cfg = p / "config.json";
-    if (fs::exists(cfg, ec)) c.config_json_ = read_text(cfg);
+    if (fs::exists(cfg, ec)) {
+      c.config_json_ = detail::read_regular_file(cfg.string());
+      if (!c.config_json_.empty()) detail::parse_json_limited(c.config_json_, cfg.string(), kMaxJsonDepth);
+    }
   }
   if (c.shards_.empty()) {
     for (const auto& f : c.shard_names_) c.shards_.push_back(SafetensorsFile::open((fs::path(c.dir_) / f).string()));

@@ -5,12 +5,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <csignal>
+#include <mutex>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "io/input.h"
 #include "qobs/io.h"
 
 namespace qobs {
@@ -31,46 +35,138 @@ std::optional<uint64_t> mul_checked(uint64_t a, uint64_t b) {
   return a * b;
 }
 
+// ---- truncation while mapped ---------------------------------------------------------
+//
+// A mapped file that another process truncates raises SIGBUS on the next read of a page
+// past the new end, which would kill the process mid-run. A process-wide handler turns
+// such a fault inside one of our mappings into a zero-filled page and a flag on that
+// mapping; the reader reports the change as an IoError at its next check
+// (verify_unchanged, load, release), before anything derived from the zeros is kept.
+// Faults anywhere else go to the handler that was installed before ours.
+
+struct MappingSlot {
+  // 0 free, 1 being (un)registered, 2 live: the handler trusts begin/end only when live.
+  std::atomic<int> state{0};
+  std::atomic<uintptr_t> begin{0};
+  std::atomic<uintptr_t> end{0};
+  std::atomic<bool> faulted{false};
+};
+static_assert(std::atomic<uintptr_t>::is_always_lock_free && std::atomic<int>::is_always_lock_free &&
+              std::atomic<bool>::is_always_lock_free);
+
+// Fixed storage: the handler may read it at any moment, so it can never move or grow.
+constexpr std::size_t kMaxMappings = 4096;
+MappingSlot g_slots[kMaxMappings];
+uintptr_t g_page_size = 4096;
+struct sigaction g_previous_bus {};
+
+void on_sigbus(int sig, siginfo_t* info, void* ctx) {
+  const int saved_errno = errno;
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(info->si_addr);
+  for (MappingSlot& s : g_slots) {
+    if (s.state.load(std::memory_order_acquire) != 2) continue;
+    if (addr < s.begin.load(std::memory_order_relaxed) || addr >= s.end.load(std::memory_order_relaxed)) continue;
+    void* page = reinterpret_cast<void*>(addr & ~(g_page_size - 1));
+    // mmap is a plain system call on Linux, safe here although POSIX does not list it.
+    if (mmap(page, g_page_size, PROT_READ, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) == MAP_FAILED) break;
+    s.faulted.store(true, std::memory_order_release);
+    errno = saved_errno;
+    return;  // the read is retried and sees zeros
+  }
+  errno = saved_errno;
+  if (g_previous_bus.sa_flags & SA_SIGINFO) {
+    if (g_previous_bus.sa_sigaction) g_previous_bus.sa_sigaction(sig, info, ctx);
+    return;
+  }
+  if (g_previous_bus.sa_handler != SIG_DFL && g_previous_bus.sa_handler != SIG_IGN) {
+    g_previous_bus.sa_handler(sig);
+    return;
+  }
+  // Default action: restore it; a fault re-executes the access and dies as it would
+  // have without us, a signal sent by kill() is raised again.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(sig, &dfl, nullptr);
+  if (info->si_code <= 0) raise(sig);
+}
+
+void install_sigbus_handler() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    g_page_size = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    struct sigaction sa {};
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &g_previous_bus);
+  });
+}
+
+// The slot index of a new live mapping [addr, addr + length).
+int register_mapping(const std::string& path, const void* addr, std::size_t length) {
+  install_sigbus_handler();
+  for (std::size_t i = 0; i < kMaxMappings; ++i) {
+    int expected = 0;
+    if (!g_slots[i].state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) continue;
+    g_slots[i].begin.store(reinterpret_cast<uintptr_t>(addr), std::memory_order_relaxed);
+    g_slots[i].end.store(reinterpret_cast<uintptr_t>(addr) + length, std::memory_order_relaxed);
+    g_slots[i].faulted.store(false, std::memory_order_relaxed);
+    g_slots[i].state.store(2, std::memory_order_release);
+    return static_cast<int>(i);
+  }
+  QOBS_THROW(IoError, path, ": more than ", kMaxMappings, " safetensors files are open at once");
+}
+
+void unregister_mapping(int slot) {
+  g_slots[slot].state.store(1, std::memory_order_release);
+  g_slots[slot].begin.store(0, std::memory_order_relaxed);
+  g_slots[slot].end.store(0, std::memory_order_relaxed);
+  g_slots[slot].state.store(0, std::memory_order_release);
+}
+
 }  // namespace
 
 struct SafetensorsFile::Mapping {
   void* addr = nullptr;
   std::size_t length = 0;
+  int fd = -1;     // kept open to notice a size change (verify_unchanged)
+  int slot = -1;   // in g_slots
   ~Mapping() {
+    if (slot >= 0) unregister_mapping(slot);
     if (addr && length) munmap(addr, length);
+    if (fd >= 0) ::close(fd);
   }
 };
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile f;
   f.path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  QOBS_CHECK(fd >= 0, IoError, path, ": cannot open: ", errno_text(errno));
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    const int e = errno;
-    ::close(fd);
-    QOBS_THROW(IoError, path, ": cannot stat: ", errno_text(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    QOBS_THROW(IoError, path, ": not a regular file");
-  }
-  f.file_size_ = static_cast<uint64_t>(st.st_size);
   f.mapping_ = std::make_shared<Mapping>();
+  f.mapping_->fd = detail::open_regular_file(path, &f.file_size_);
   if (f.file_size_ > 0) {
-    void* addr = mmap(nullptr, f.file_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    const int e = errno;
-    ::close(fd);
-    QOBS_CHECK(addr != MAP_FAILED, IoError, path, ": cannot map ", f.file_size_, " bytes: ", errno_text(e));
+    void* addr = mmap(nullptr, f.file_size_, PROT_READ, MAP_PRIVATE, f.mapping_->fd, 0);
+    QOBS_CHECK(addr != MAP_FAILED, IoError, path, ": cannot map ", f.file_size_, " bytes: ", errno_text(errno));
     f.mapping_->addr = addr;
     f.mapping_->length = f.file_size_;
+    f.mapping_->slot = register_mapping(path, addr, f.file_size_);
     f.base_ = static_cast<const uint8_t*>(addr);
-  } else {
-    ::close(fd);
   }
   f.parse();
+  f.verify_unchanged();  // the header itself may have been read as zeros
   return f;
+}
+
+void SafetensorsFile::verify_unchanged() const {
+  if (!mapping_ || mapping_->fd < 0) return;
+  struct stat st {};
+  const bool stat_ok = fstat(mapping_->fd, &st) == 0;
+  const bool faulted = mapping_->slot >= 0 && g_slots[mapping_->slot].faulted.load(std::memory_order_acquire);
+  if (stat_ok && !faulted && static_cast<uint64_t>(st.st_size) == file_size_) return;
+  QOBS_THROW(IoError, path_, ": the file changed size while being read (was ", file_size_, " bytes, now ",
+             stat_ok ? std::to_string(st.st_size) : std::string("unknown"), ")",
+             faulted ? "; data past its new end was read as zeros" : "",
+             ", so the tensors read from it cannot be trusted");
 }
 
 SafetensorsFile SafetensorsFile::from_buffer(std::span<const uint8_t> bytes, std::string name) {
@@ -96,26 +192,16 @@ void SafetensorsFile::parse() {
   data_size_ = file_size_ - data_start_;
 
   // A safetensors header is an object of objects holding arrays of numbers: nothing is
-  // nested deeper than 3. Rejecting deeper input while parsing keeps a hostile header
-  // from exhausting the stack or memory with deep nesting; duplicate keys at the top
-  // level are rejected because the JSON library would silently keep only the last.
-  std::map<std::string, int> seen;
-  std::string dup;
-  const auto cb = [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
-    if (depth > 3) throw IoError(p + ": header JSON nested deeper than a safetensors header can be");
-    if (ev == nlohmann::json::parse_event_t::key && depth == 1) {
-      const std::string k = parsed.get<std::string>();
-      if (++seen[k] > 1) throw IoError(p + ": tensor '" + k + "' appears twice in the header");
-    }
-    return true;
+  // nested deeper than 3, and deeper input is refused while parsing (no stack or memory
+  // spent on it). A repeated key would silently keep only the last value, so it is
+  // refused at every level: a tensor listed twice, or a field given twice in one entry.
+  const detail::DuplicateKeyMessage duplicate = [](const std::vector<std::string>& path, const std::string& key) {
+    if (path.empty()) return "tensor '" + key + "' appears twice in the header";
+    if (path[0] == "__metadata__") return "__metadata__ key '" + key + "' appears twice in the header";
+    return "tensor '" + path[0] + "': field '" + key + "' appears twice in its header entry";
   };
-  nlohmann::json header;
-  try {
-    const char* h = reinterpret_cast<const char*>(base_ + 8);
-    header = nlohmann::json::parse(h, h + n, cb);
-  } catch (const nlohmann::json::exception& e) {
-    QOBS_THROW(IoError, p, ": header is not valid JSON: ", e.what());
-  }
+  const std::string_view text(reinterpret_cast<const char*>(base_ + 8), n);
+  const nlohmann::json header = detail::parse_json_limited(text, p + ": header", 3, duplicate);
   QOBS_CHECK(header.is_object(), IoError, p, ": header is not a JSON object");
 
   for (auto it = header.begin(); it != header.end(); ++it) {
@@ -170,13 +256,16 @@ void SafetensorsFile::parse() {
   std::stable_sort(tensors_.begin(), tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
-  for (std::size_t i = 1; i < tensors_.size(); ++i) {
-    const TensorInfo& a = tensors_[i - 1];
-    const TensorInfo& b = tensors_[i];
-    // Zero-size tensors occupy no bytes and cannot overlap anything.
-    if (a.nbytes() == 0 || b.nbytes() == 0) continue;
-    QOBS_CHECK(b.begin >= a.end, IoError, p, ": tensors '", a.name, "' [", a.begin, ", ", a.end, ") and '", b.name,
-               "' [", b.begin, ", ", b.end, ") overlap");
+  // Zero-size tensors occupy no bytes (their offsets were checked against the data
+  // section above) and take no part; each non-empty range is compared with the previous
+  // non-empty one, so an empty tensor sorted between two overlapping ones cannot hide it.
+  const TensorInfo* prev = nullptr;
+  for (const TensorInfo& t : tensors_) {
+    if (t.nbytes() == 0) continue;
+    if (prev)
+      QOBS_CHECK(t.begin >= prev->end, IoError, p, ": tensors '", prev->name, "' [", prev->begin, ", ", prev->end,
+                 ") and '", t.name, "' [", t.begin, ", ", t.end, ") overlap");
+    prev = &t;
   }
   for (std::size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
 }
@@ -194,6 +283,7 @@ TensorView SafetensorsFile::view(const TensorInfo& t, Tensor& scratch) const {
   const std::span<const uint8_t> b = bytes(t);
   if (reinterpret_cast<std::uintptr_t>(b.data()) % dtype_size(t.dtype) == 0) return TensorView(b.data(), t.dtype, t.shape);
   scratch = Tensor::from_bytes(t.dtype, t.shape, b.data(), b.size());
+  verify_unchanged();
   return scratch.view();
 }
 
@@ -201,10 +291,13 @@ Tensor SafetensorsFile::load(std::string_view name) const {
   const TensorInfo* t = find(name);
   QOBS_CHECK(t != nullptr, IoError, path_, ": no tensor named '", name, "'");
   const std::span<const uint8_t> b = bytes(*t);
-  return Tensor::from_bytes(t->dtype, t->shape, b.data(), b.size());
+  Tensor copy = Tensor::from_bytes(t->dtype, t->shape, b.data(), b.size());
+  verify_unchanged();
+  return copy;
 }
 
 void SafetensorsFile::release(const TensorInfo& t) const {
+  verify_unchanged();  // the caller is done with t: whatever it read must have been the file's
   if (!mapping_ || !mapping_->addr || t.nbytes() == 0) return;
   // Only whole pages inside the tensor are dropped, so neighbours keep their pages.
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
@@ -293,7 +386,10 @@ void SafetensorsWriter::write(std::string_view name, std::span<const uint8_t> by
   while (done < s.nbytes) {
     const ssize_t w = pwrite(fd_, bytes.data() + done, s.nbytes - done, static_cast<off_t>(at + done));
     if (w < 0 && errno == EINTR) continue;
-    QOBS_CHECK(w > 0, IoError, path_, ": writing tensor '", name, "': ", errno_text(w < 0 ? errno : EIO));
+    const int e = w < 0 ? errno : EIO;
+    // EFAULT: the source bytes vanished, which for a mapped input means it was truncated.
+    QOBS_CHECK(w > 0, IoError, path_, ": writing tensor '", name, "': ", errno_text(e),
+               e == EFAULT ? " (its source bytes became unreadable: was the input file truncated?)" : "");
     done += static_cast<uint64_t>(w);
   }
   s.written = true;

@@ -8,7 +8,16 @@
 namespace qobs::detail {
 namespace {
 
-int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// ceil(a / b) for a >= 0, b > 0, without the overflow of (a + b - 1) / b near INT64_MAX.
+int64_t cdiv(int64_t a, int64_t b) { return a / b + (a % b != 0); }
+
+// a * b of shape arithmetic; InvalidArgument naming `label` instead of a signed overflow.
+int64_t mul_dims(int64_t a, int64_t b, std::string_view label, const Shape& w) {
+  int64_t r = 0;
+  QOBS_CHECK(!__builtin_mul_overflow(a, b, &r), InvalidArgument, label, ": weight shape ", shape_str(w),
+             " is too large to plan its packed tensors (", a, " x ", b, " overflows 64 bits)");
+  return r;
+}
 
 // R5.7.3 scale shape of a 2-D weight.
 Shape scale_shape(const QuantizationArgs& a, const Shape& w) {
@@ -49,6 +58,10 @@ std::vector<PlannedTensor> plan_compressed(const QuantizationArgs& a, const std:
   QOBS_CHECK(w.size() == 2, InvalidArgument, label, ": only 2-D weights are quantized, got shape ", shape_str(w));
   QOBS_CHECK(is_floating(weight_dtype) && weight_dtype != DType::kF8E4M3, InvalidArgument, label,
              ": weights must be f32, bf16, f16 or f64 to quantize, got ", dtype_name(weight_dtype));
+  // An empty weight has no statistics to calibrate from; the observer would fail later
+  // with a message that names no tensor.
+  QOBS_CHECK(w[0] > 0 && w[1] > 0, InvalidArgument, label, ": weight of shape ", shape_str(w),
+             " has no elements and cannot be quantized; exclude it with --ignore");
   const Strategy st = a.get_strategy();
   if (st == Strategy::kGroup || st == Strategy::kTensorGroup) {
     const int64_t gs = *a.group_size;
@@ -63,10 +76,10 @@ std::vector<PlannedTensor> plan_compressed(const QuantizationArgs& a, const std:
   if (packs_int(format)) {
     QOBS_CHECK(a.type == QuantType::kInt && a.num_bits >= 1 && a.num_bits <= 8, InvalidArgument, label,
                ": pack-quantized needs int weights of 1..8 bits (R8.3.6)");
-    out.push_back({"weight_packed", DType::kI32, {w[0], cdiv(w[1] * a.num_bits, 32)}});
+    out.push_back({"weight_packed", DType::kI32, {w[0], cdiv(mul_dims(w[1], a.num_bits, label, w), 32)}});
     out.push_back({"weight_scale", md, ss});
     if (!a.symmetric) {
-      if (packs_zero_point(a, format)) out.push_back({"weight_zero_point", DType::kI32, {cdiv(ss[0] * a.num_bits, 32), ss[1]}});
+      if (packs_zero_point(a, format)) out.push_back({"weight_zero_point", DType::kI32, {cdiv(mul_dims(ss[0], a.num_bits, label, w), 32), ss[1]}});
       else out.push_back({"weight_zero_point", zp_dt, ss});
     }
     out.push_back({"weight_shape", DType::kI64, {2}});

@@ -70,9 +70,15 @@ int64_t dequantize_checkpoint(const std::string& path, const std::string& out_fi
   QOBS_CHECK(cfg.is_object() && cfg.contains("quantization_config"), IoError, path,
              "/config.json: no quantization_config");
   const auto& qc = cfg["quantization_config"];
-  QOBS_CHECK(qc.contains("config_groups") && qc["config_groups"].size() == 1, InvalidArgument, path,
-             ": only checkpoints with exactly one config group are decoded");
-  const auto& group = qc["config_groups"].begin().value();
+  QOBS_CHECK(qc.is_object(), IoError, path, "/config.json: quantization_config is not an object");
+  QOBS_CHECK(qc.contains("config_groups") && qc["config_groups"].is_object() && qc["config_groups"].size() == 1,
+             InvalidArgument, path, ": only checkpoints with exactly one config group are decoded");
+  const auto group_it = qc["config_groups"].begin();
+  const auto& group = group_it.value();
+  // (a const json's operator[] on a missing key is undefined behaviour, not an error)
+  QOBS_CHECK(group.is_object() && group.contains("weights") && group["weights"].is_object(), InvalidArgument, path,
+             "/config.json: config group '", group_it.key(), "' has no \"weights\" object; only weight-quantized "
+             "checkpoints are decoded");
   const QuantizationArgs args = QuantizationArgs::from_json(group["weights"].dump());
   const std::string format = group.value("format", qc.value("format", std::string()));
   DType model_dtype = DType::kF32;

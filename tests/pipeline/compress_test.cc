@@ -1,0 +1,90 @@
+// Planning of compressed tensors for hostile weight shapes, and decoding of configs that
+// lack what the decoder needs.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "pipeline/compress.h"
+#include "qobs/error.h"
+#include "qobs/io.h"
+#include "qobs/pipeline.h"
+#include "test_util.h"
+
+namespace qobs {
+namespace {
+namespace fs = std::filesystem;
+
+using testing::expect_error;
+using testing::TempDir;
+
+QuantizationScheme scheme(const std::string& name) {
+  QuantizeOptions o;
+  o.scheme = name;
+  return resolve_scheme(o);
+}
+
+TEST(Compress, EmptyWeightIsRefusedWhilePlanning) {
+  // 0 x 2^62 is a valid safetensors entry (no bytes); before, planning multiplied
+  // 2^62 by the bit width (signed overflow) and calibration then failed with "No
+  // statistics ... observe a tensor first", naming no tensor.
+  for (const std::string name : {"W4A16", "W8A8", "FP8_DYNAMIC", "NVFP4A16"}) {
+    const QuantizationScheme s = scheme(name);
+    for (const Shape& shape : {Shape{0, int64_t{1} << 62}, Shape{4, 0}, Shape{0, 0}})
+      expect_error<InvalidArgument>(
+          [&] { detail::plan_compressed(*s.weights, *s.format, DType::kBF16, shape, "model.layers.0.mlp.up_proj.weight"); },
+          {"model.layers.0.mlp.up_proj.weight", shape_str(shape), "no elements"});
+  }
+}
+
+TEST(Compress, HugeColumnCountDoesNotOverflowThePackedShape) {
+  // 2^62 columns x 4 bits wrapped to 0 packed columns before.
+  const QuantizationScheme s = scheme("W4A16");
+  expect_error<InvalidArgument>(
+      [&] { detail::plan_compressed(*s.weights, *s.format, DType::kBF16, {1, int64_t{1} << 62}, "m.weight"); },
+      {"m.weight", "overflows 64 bits"});
+  // The largest column count whose product fits still plans, with a rounded-up width.
+  const int64_t cols = (std::numeric_limits<int64_t>::max() / 4) / 128 * 128;
+  const auto plan = detail::plan_compressed(*s.weights, *s.format, DType::kBF16, {1, cols}, "m.weight");
+  EXPECT_EQ(plan[0].local, "weight_packed");
+  EXPECT_EQ(plan[0].shape, Shape({1, (cols * 4 + 31) / 32}));
+}
+
+TEST(Compress, EmptyWeightInACheckpointNamesTheTensor) {
+  TempDir dir;
+  fs::create_directories(dir.path / "in");
+  write_safetensors((dir.path / "in" / "model.safetensors").string(),
+                    {{"model.layers.0.mlp.up_proj.weight", Tensor(DType::kBF16, {0, 128})},
+                     {"model.layers.0.mlp.down_proj.weight", Tensor(DType::kBF16, {128, 128})}});
+  QuantizeOptions o;
+  o.model_path = (dir.path / "in").string();
+  o.output_dir = (dir.path / "out").string();
+  o.scheme = "W4A16";
+  expect_error<InvalidArgument>([&] { quantize_checkpoint(o); },
+                                {"model.layers.0.mlp.up_proj.weight", "(0, 128)", "no elements"});
+  EXPECT_FALSE(fs::exists(dir.path / "out"));
+}
+
+TEST(Decompress, ConfigGroupWithoutWeightsIsRefused) {
+  TempDir dir;
+  write_safetensors((dir.path / "model.safetensors").string(),
+                    {{"m.weight_scale", Tensor::from_values(DType::kBF16, {1}, {1})},
+                     {"m.weight", Tensor::from_values(DType::kI8, {1, 2}, {1, 2})}});
+  const auto write_config = [&](const std::string& groups) {
+    std::ofstream(dir.path / "config.json")
+        << R"({"quantization_config": {"format": "int-quantized", "config_groups": )" << groups << "}}";
+  };
+  const std::string out = (dir.path / "dense.safetensors").string();
+  write_config(R"({"group_0": {"targets": ["Linear"], "input_activations": {"num_bits": 8}}})");
+  expect_error<InvalidArgument>([&] { dequantize_checkpoint(dir.path.string(), out); },
+                                {"config.json", "config group 'group_0'", "\"weights\""});
+  write_config(R"({"group_0": {"targets": ["Linear"], "weights": null}})");
+  expect_error<InvalidArgument>([&] { dequantize_checkpoint(dir.path.string(), out); }, {"config group 'group_0'"});
+  write_config(R"(["group_0"])");
+  expect_error<InvalidArgument>([&] { dequantize_checkpoint(dir.path.string(), out); }, {"exactly one config group"});
+  EXPECT_FALSE(fs::exists(out));
+}
+
+}  // namespace
+}  // namespace qobs

@@ -8,13 +8,14 @@
 
 #include "core/check.h"
 #include "core/element.h"
+#include "core/sizes.h"
 #include "qobs/formats.h"
 
 namespace qobs {
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) n = detail::mul_size(n, d, "element count of shape ", detail::ShowShape{shape});
   return n;
 }
 
@@ -23,7 +24,8 @@ Shape contiguous_strides(const Shape& shape) {
   int64_t acc = 1;
   for (std::size_t i = shape.size(); i-- > 0;) {
     s[i] = acc;
-    acc *= shape[i];
+    // the product of all dims is no stride: only the inner ones must fit
+    if (i > 0) acc = detail::mul_size(acc, shape[i], "strides of shape ", detail::ShowShape{shape});
   }
   return s;
 }
@@ -125,6 +127,20 @@ TensorView::TensorView(const void* data_, DType dtype_, Shape shape_, Shape stri
   QOBS_CHECK(strides.size() == shape.size(), InvalidArgument, "TensorView: ", strides.size(),
              " strides for a shape of rank ", shape.size());
   for (int64_t d : shape) QOBS_CHECK(d >= 0, InvalidArgument, "TensorView: negative dimension in shape ", shape_str(shape));
+  // Every element offset (and its byte offset) must fit: the kernels compute
+  // offset * itemsize without further checks.
+  const int64_t n = numel();
+  if (n == 0) return;
+  const detail::ShowShape sh{shape}, st{strides};
+  int64_t lo = 0, hi = 0;  // lowest and highest element offset
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    const int64_t span = detail::mul_size(shape[d] - 1, strides[d], "TensorView: offsets of shape ", sh, " strides ", st);
+    if (span < 0) lo = detail::add_size(lo, span, "TensorView: offsets of shape ", sh, " strides ", st);
+    else hi = detail::add_size(hi, span, "TensorView: offsets of shape ", sh, " strides ", st);
+  }
+  const auto es = static_cast<int64_t>(dtype_size(dtype));
+  detail::mul_size(lo, es, "TensorView: byte offsets of shape ", sh, " strides ", st);
+  detail::mul_size(hi, es, "TensorView: byte offsets of shape ", sh, " strides ", st);
 }
 
 bool TensorView::is_contiguous() const {
@@ -140,7 +156,9 @@ double TensorView::get(int64_t flat) const { return load(data, dtype, offset_of(
 
 Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
   for (int64_t d : shape_) QOBS_CHECK(d >= 0, InvalidArgument, "negative dimension in shape ", shape_str(shape_));
-  bytes_.assign(static_cast<std::size_t>(shape_numel(shape_)) * dtype_size(dtype), 0);
+  const int64_t nbytes = detail::mul_size(shape_numel(shape_), static_cast<int64_t>(dtype_size(dtype)), "bytes of a ",
+                                          dtype_name(dtype), " tensor of shape ", detail::ShowShape{shape_});
+  bytes_.assign(static_cast<std::size_t>(nbytes), 0);
 }
 
 Tensor Tensor::from_values(DType dtype, Shape shape, std::span<const double> values) {

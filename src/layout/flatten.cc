@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/element.h"
+#include "core/sizes.h"
 #include "qobs/formats.h"
 
 namespace qobs {
@@ -18,7 +19,7 @@ namespace {
 
 int64_t axes_product(const std::vector<Axis>& axes) {
   int64_t n = 1;
-  for (const Axis& a : axes) n *= a.size;
+  for (const Axis& a : axes) n = detail::mul_size(n, a.size, "flattened layout axis product");
   return n;
 }
 
@@ -106,16 +107,30 @@ Tensor pad_to_blocks(const TensorView& value, int64_t bh, int64_t bw) {
   QOBS_CHECK(value.dim() >= 2, InvalidArgument, "block padding needs a tensor of rank >= 2, got shape ",
              shape_str(value.shape), " (R3.5)");
   const int64_t rows = value.shape[value.dim() - 2], cols = value.shape[value.dim() - 1];
-  const int64_t pr = (bh - rows % bh) % bh, pc = (bw - cols % bw) % bw;
+  // The padded sizes come from the user's block_structure: each must fit before the
+  // padded tensor is allocated and indexed (R3.5).
+  QOBS_CHECK(bh > 0 && bw > 0, InvalidArgument, "block padding of shape ", shape_str(value.shape),
+             ": block_structure [", bh, ", ", bw, "] must be two positive integers (R1.2.2)");
+  const detail::ShowShape shape{value.shape};
+  const int64_t R = detail::round_up_size(rows, bh, "block padding of shape ", shape, " to block_structure [", bh,
+                                          ", ", bw, "]: padded rows");
+  const int64_t C = detail::round_up_size(cols, bw, "block padding of shape ", shape, " to block_structure [", bh,
+                                          ", ", bw, "]: padded columns");
+  int64_t padded = detail::mul_size(R, C, "block padding of shape ", shape, " to block_structure [", bh, ", ", bw,
+                                    "]: padded elements");
+  for (int64_t i = 0; i + 2 < value.dim(); ++i)
+    padded = detail::mul_size(padded, value.shape[i], "block padding of shape ", shape, " to block_structure [", bh,
+                              ", ", bw, "]: padded elements");
+  detail::mul_size(padded, static_cast<int64_t>(dtype_size(value.dtype)), "block padding of shape ", shape,
+                   " to block_structure [", bh, ", ", bw, "]: padded bytes");
   Shape out_shape = value.shape;
-  out_shape[out_shape.size() - 2] += pr;
-  out_shape[out_shape.size() - 1] += pc;
+  out_shape[out_shape.size() - 2] = R;
+  out_shape[out_shape.size() - 1] = C;
   Tensor out(value.dtype, out_shape);
-  const int64_t lead = value.numel() / std::max<int64_t>(rows * cols, 1);
+  const int64_t lead = rows == 0 || cols == 0 ? 0 : value.numel() / (rows * cols);
   const std::size_t es = dtype_size(value.dtype);
   auto* dst = static_cast<unsigned char*>(out.data());
   const auto* src = static_cast<const unsigned char*>(value.data);
-  const int64_t R = rows + pr, C = cols + pc;
   for (int64_t l = 0; l < lead; ++l)
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
@@ -192,7 +207,8 @@ FlatView flatten_for_calibration(const TensorView& value_in, std::string_view ba
         L.qparam_shape.assign(value.shape.begin(), value.shape.end() - 1);
         L.qparam_shape.push_back(cols / gs);
         L.qparam_axes = dim_axes(0, rank - 1);
-        L.qparam_axes.push_back({cols / gs, gs * value.strides[rank - 1]});
+        L.qparam_axes.push_back(
+            {cols / gs, detail::mul_size(gs, value.strides[rank - 1], name, ": group_size ", gs, " times the column stride")});
         L.group_axes = {{gs, value.strides[rank - 1]}};
         break;
       }
@@ -203,7 +219,8 @@ FlatView flatten_for_calibration(const TensorView& value_in, std::string_view ba
         if (value.shape[0] % bh != 0 || value.shape[1] % bw != 0) keep_copy(pad_to_blocks(value, bh, bw));
         const int64_t R = value.shape[0], C = value.shape[1];
         L.qparam_shape = {R / bh, C / bw};
-        L.qparam_axes = {{R / bh, bh * value.strides[0]}, {C / bw, bw * value.strides[1]}};
+        L.qparam_axes = {{R / bh, detail::mul_size(bh, value.strides[0], name, ": block rows ", bh, " times the row stride")},
+                         {C / bw, detail::mul_size(bw, value.strides[1], name, ": block columns ", bw, " times the column stride")}};
         L.group_axes = {{bh, value.strides[0]}, {bw, value.strides[1]}};
         break;
       }
@@ -258,7 +275,8 @@ FlatView flatten_for_calibration(const TensorView& value_in, std::string_view ba
         L.qparam_shape.assign(value.shape.begin() + 2, value.shape.end() - 1);
         L.qparam_shape.push_back(hidden / gs);
         L.qparam_axes = dim_axes(2, rank - 1);
-        L.qparam_axes.push_back({hidden / gs, gs * value.strides[rank - 1]});
+        L.qparam_axes.push_back(
+            {hidden / gs, detail::mul_size(gs, value.strides[rank - 1], name, ": group_size ", gs, " times the hidden stride")});
         L.group_axes = {{gs, value.strides[rank - 1]}};
         return fv;
       }

@@ -174,13 +174,14 @@ TEST(HostileInput, DeeplyNestedConfigJsonIsRefusedAtOpen) {
   const std::string cfg = (dir.path / "config.json").string();
   expect_error<IoError>([&] { Checkpoint::open(dir.path.string()); }, {cfg, "nested deeper than 512 levels"});
   // quantize fails at open, so nothing is quantized and no output appears.
+  TempDir elsewhere;  // OUT may not lie inside MODEL
   QuantizeOptions o;
   o.model_path = dir.path.string();
-  o.output_dir = (dir.path / "out").string();
+  o.output_dir = (elsewhere.path / "out").string();
   o.scheme = "W4A16";
   o.targets = {"up_proj"};
   expect_error<IoError>([&] { quantize_checkpoint(o); }, {cfg, "512"});
-  EXPECT_FALSE(fs::exists(dir.path / "out"));
+  EXPECT_FALSE(fs::exists(elsewhere.path / "out"));
   expect_error<IoError>([&] { inspect_checkpoint(dir.path.string()); }, {cfg, "512"});
   // The limit itself is accepted: the top-level object and 511 arrays.
   write_text(dir.path / "config.json", deep_json(kMaxJsonDepth - 1));

@@ -2,6 +2,7 @@
 // states, block padding (R3.5), Q15, and g_idx reordering (R7.2.4).
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -9,9 +10,12 @@
 #include "qobs/error.h"
 #include "qobs/formats.h"
 #include "qobs/layout.h"
+#include "test_util.h"
 
 namespace qobs {
 namespace {
+
+using testing::expect_error;
 
 std::vector<float> iota_data(int64_t n) {
   std::vector<float> v(static_cast<std::size_t>(n));
@@ -264,6 +268,41 @@ TEST(Flatten, R0_2_StridedViewsFlattenLikeContiguous) {
   const TensorView t(data.data(), DType::kF32, {4, 6}, {1, 4});
   const auto f = flatten_for_calibration(t, "weight", make_args(Strategy::kChannel));
   EXPECT_EQ(gather(f, 1), (std::vector<float>{1, 5, 9, 13, 17, 21}));
+}
+
+// A block_structure far larger than the weight pads it to a tensor whose byte count
+// does not fit in int64: formerly the size wrapped and the padding copy wrote past a
+// tiny buffer (segfault from Python with block_structure=[2**31, 2**31]).
+TEST(Flatten, BlockPaddingSizeOverflowIsRejected) {
+  const auto data = iota_data(24);
+  const TensorView w(data.data(), DType::kF32, {4, 6});
+  const int64_t big = int64_t{1} << 31;
+  expect_error<InvalidArgument>(
+      [&] { (void)flatten_for_calibration(w, "weight", make_args(Strategy::kBlock, std::nullopt, {{{big, big}}})); },
+      {"block padding of shape (4, 6) to block_structure [2147483648, 2147483648]: padded bytes", "9223372036854775807"});
+  expect_error<InvalidArgument>([&] { (void)pad_to_blocks(w, big, big); }, {"block_structure [2147483648, 2147483648]"});
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  // rounding up itself overflows: a broadcast view with max - 1 rows, blocks of 2^62
+  const TensorView tall(data.data(), DType::kF32, {max - 1, 1}, {0, 0});
+  expect_error<InvalidArgument>([&] { (void)pad_to_blocks(tall, int64_t{1} << 62, 1); }, {"padded rows"});
+  expect_error<InvalidArgument>([&] { (void)pad_to_blocks(w, 0, 1); }, {"must be two positive integers"});
+  // a rank-3 tensor: the leading dim multiplies the padded block
+  const auto data3 = iota_data(2 * 4 * 6);
+  const TensorView w3(data3.data(), DType::kF32, {2, 4, 6});
+  expect_error<InvalidArgument>([&] { (void)pad_to_blocks(w3, int64_t{1} << 31, int64_t{1} << 31); },
+                                {"padded elements"});
+}
+
+// A group_size beyond every dimension is a plain divisibility error, never a size.
+TEST(Flatten, HugeGroupSizeIsRejected) {
+  const auto data = iota_data(32);
+  const TensorView w(data.data(), DType::kF32, {4, 8});
+  const int64_t gs = std::numeric_limits<int64_t>::max();
+  expect_error<ShapeError>([&] { (void)flatten_for_calibration(w, "weight", make_args(Strategy::kGroup, gs)); },
+                           {"group_size 9223372036854775807 does not divide 8"});
+  const TensorView x(data.data(), DType::kF32, {2, 2, 8});
+  expect_error<ShapeError>([&] { (void)flatten_for_calibration(x, "input", make_args(Strategy::kGroup, gs)); },
+                           {"group_size 9223372036854775807"});
 }
 
 }  // namespace

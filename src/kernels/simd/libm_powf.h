@@ -9,9 +9,13 @@
 // operations with the same constants. Rather than duplicating libm's tables in this
 // repository, qobs reads them from the libm that is loaded in the process (their
 // shape is fully determined: 2^(i/32) bit patterns, 1/c with log2(c) pairs, minimax
-// coefficients close to the Taylor ones), replays the algorithm on a probe set
-// against std::pow, and uses the vector pow only if every probe matches bit for bit.
-// Otherwise (another libm, a different build) the kernels call std::pow per lane.
+// coefficients close to the Taylor ones) and replays the algorithm -- but only when the
+// powf implementation dispatched in this process (glibc picks __powf_fma or the unfused
+// __powf_sse2 by CPU and GLIBC_TUNABLES) is byte for byte a build that was verified
+// exhaustively (its fingerprint is listed in libm_powf.cc). A probe set cannot be
+// trusted: the fused and unfused builds agree on all but a few inputs in a million.
+// Otherwise (another libm, another build or variant, or QOBS_POWF=libm in the
+// environment) the kernels call std::pow per lane.
 #pragma once
 
 #include <cstdint>
@@ -28,8 +32,19 @@ struct PowfTables {
   const double* exp2_poly;  ///< C[0..2], C[2] ~ ln2
 };
 
-/// The located and verified tables, or nullptr when libm's powf could not be matched.
+/// libm's powf as found in this process, before any decision to trust it.
+struct LocatedPowf {
+  PowfTables tables{};
+  bool found = false;        ///< tables and the dispatched code located
+  uint64_t fingerprint = 0;  ///< hash of the dispatched code, the tables and their distance
+  bool verified = false;     ///< fingerprint is one of the exhaustively verified builds
+};
 /// Thread-safe; computed once.
+const LocatedPowf& located_libm_powf();
+
+/// The tables when the replay may stand in for std::pow: located, verified, and
+/// neither QOBS_POWF=libm (read once) nor force_libm_powf_for_testing(true) in force;
+/// nullptr otherwise. Thread-safe.
 const PowfTables* libm_powf_tables();
 
 /// Scalar replay of libm's powf for x >= 0 (finite or +inf excluded) and finite y > 0
@@ -37,9 +52,11 @@ const PowfTables* libm_powf_tables();
 /// libm_powf_tables() is non-null and powf_matches(y) holds.
 float powf_replay(float x, float y, const PowfTables& t);
 
-/// True when the vector pow may be used for exponent y: the tables exist and the
-/// replay equals std::pow on a probe set spanning every binade for this y (checked
-/// once per distinct y, cached).
+/// True when the vector pow may be used for exponent y: libm_powf_tables() is non-null
+/// and y is finite and positive (the domain the replay reproduces).
 bool powf_matches(float y);
+
+/// Test hook: true makes libm_powf_tables() return nullptr (the std::pow fallback).
+void force_libm_powf_for_testing(bool force);
 
 }  // namespace qobs::kernels::detail

@@ -2,6 +2,7 @@
 #include "pipeline/compress.h"
 
 #include "core/check.h"
+#include "core/sizes.h"
 #include "qobs/packing.h"
 #include "qobs/qparams.h"
 
@@ -11,12 +12,9 @@ namespace {
 // ceil(a / b) for a >= 0, b > 0, without the overflow of (a + b - 1) / b near INT64_MAX.
 int64_t cdiv(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
-// a * b of shape arithmetic; InvalidArgument naming `label` instead of a signed overflow.
+// a * b of shape arithmetic; InvalidArgument naming the weight instead of a signed overflow.
 int64_t mul_dims(int64_t a, int64_t b, std::string_view label, const Shape& w) {
-  int64_t r = 0;
-  QOBS_CHECK(!__builtin_mul_overflow(a, b, &r), InvalidArgument, label, ": weight shape ", shape_str(w),
-             " is too large to plan its packed tensors (", a, " x ", b, " overflows 64 bits)");
-  return r;
+  return mul_size(a, b, label, ": weight shape ", ShowShape{w}, " is too large to plan its packed tensors");
 }
 
 // R5.7.3 scale shape of a 2-D weight.

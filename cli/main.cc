@@ -42,7 +42,8 @@ quantize options:
                               default: Linear layers)
   --ignore REGEX              leave matching modules unquantized (RE2; repeatable; lm_head always unless
                               targeted)
-  --threads N                 layers calibrated in parallel (default 1)
+  --threads N                 threads in all: layers calibrated at once, sharing them with their
+                              kernels (default 1)
   --overwrite                 replace OUT_DIR if it exists
   --dry-run                   calibrate and report, write no checkpoint
   --report DIR                also/only write qobs-report.json and .csv there

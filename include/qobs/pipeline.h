@@ -31,7 +31,9 @@ struct QuantizeOptions {
   ObserverKwargs observer_kwargs;    ///< merged into the weights' observer_kwargs
   std::vector<std::string> targets;  ///< RE2 regexes searched in module names; empty = Linear layers
   std::vector<std::string> ignore;   ///< RE2 regexes of modules to leave unquantized (lm_head always, unless targeted)
-  int threads = 1;                   ///< layers calibrated concurrently (memory grows with it)
+  /// The thread budget: up to `threads` layers are calibrated at once, and the kernels
+  /// inside them run on the same threads (memory grows with it; output does not change).
+  int threads = 1;
   bool overwrite = false;
   bool dry_run = false;   ///< calibrate and report, write no checkpoint
   bool baseline = true;   ///< also measure memoryless_minmax for comparison

@@ -1,5 +1,5 @@
 # Fast kernels: Highway SIMD with runtime dispatch (AVX2 / AVX-512, the portable fused
-# scalar path elsewhere) and the thread pool. Included by src/CMakeLists.txt.
+# scalar path elsewhere). Included by src/CMakeLists.txt.
 find_package(hwy 1.0 REQUIRED)
 list(APPEND QOBS_KERNEL_SOURCES
      kernels/simd/simd_level.cc
@@ -9,7 +9,6 @@ list(APPEND QOBS_KERNEL_SOURCES
      kernels/qdq_fast.cc
      kernels/qparams_fast.cc
      kernels/simd/pow_poly.cc
-     kernels/parallel/thread_pool.cc
      kernels/fused_search.cc)
 # dispatch.cc routes to the fast paths only when they are built (QOBS_FAST_KERNELS=OFF
 # leaves the scalar references alone).

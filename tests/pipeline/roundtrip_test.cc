@@ -8,9 +8,11 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
+#include <string>
 
 #include "pipeline/compress.h"
 #include "qobs/io.h"
@@ -321,6 +323,47 @@ TEST(Pipeline, ThreadsGiveIdenticalFiles) {
     return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   };
   EXPECT_EQ(bytes(dir.path / "one" / "model.safetensors"), bytes(dir.path / "three" / "model.safetensors"));
+}
+
+// Every file of a folder by relative path, with its bytes.
+std::map<std::string, std::string> folder_bytes(const fs::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    std::ifstream f(e.path(), std::ios::binary);
+    files[fs::relative(e.path(), dir).generic_string()] =
+        std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  }
+  return files;
+}
+
+// One thread budget: layers and the kernels inside them share --threads threads, so the
+// split of the kernels' work changes with the count; the checkpoint must not. MSE
+// observers exercise the threaded grid search, NVFP4 the fused q/k/v and gate/up groups.
+TEST(Pipeline, AnyThreadCountGivesByteIdenticalFolders) {
+  TempDir dir;
+  write_model(dir.path / "in", make_model(DType::kBF16, 128, 3));
+  for (const char* scheme : {"W4A16", "NVFP4A16"}) {
+    std::map<std::string, std::string> first;
+    for (int threads : {1, 2, 3, 5}) {
+      QuantizeOptions o;
+      o.model_path = (dir.path / "in").string();
+      o.output_dir = (dir.path / "out").string();
+      o.report_dir = (dir.path / "report").string();  // timings stay out of the compared folder
+      o.scheme = scheme;
+      o.observer = "memoryless_mse";
+      o.threads = threads;
+      o.overwrite = true;
+      quantize_checkpoint(o);
+      const auto files = folder_bytes(dir.path / "out");
+      if (threads == 1) {
+        first = files;
+        EXPECT_GT(first.count("model.safetensors"), 0u);
+      } else {
+        EXPECT_TRUE(files == first) << scheme << ": " << threads << " threads differ from 1";
+      }
+    }
+  }
 }
 
 TEST(Pipeline, TargetSelection) {

@@ -4,17 +4,23 @@
 #include <atomic>
 #include <cstdlib>
 #include <exception>
-#include <mutex>
 #include <string>
-#include <thread>
-#include <vector>
+#include <utility>
 
 #include "core/check.h"
 
 namespace qobs::kernels {
 
+namespace {
+// The pool whose thread this is (null elsewhere): lets parallel_for deep inside the
+// kernels find the budget without a thread-count parameter through every layer. Set only
+// by a pool's own threads, for their lifetime.
+thread_local ThreadPool* tls_pool = nullptr;
+}  // namespace
+
 int resolve_num_threads(int requested) {
   if (requested > 0) return requested;
+  if (tls_pool) return tls_pool->size();
   if (const char* env = std::getenv("QOBS_NUM_THREADS"); env && *env) {
     char* end = nullptr;
     const long v = std::strtol(env, &end, 10);
@@ -25,26 +31,26 @@ int resolve_num_threads(int requested) {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-void parallel_for(int64_t num_tasks, int num_threads, const std::function<void(int64_t, int)>& body) {
-  if (num_tasks <= 0) return;
-  const int workers = static_cast<int>(std::min<int64_t>(std::max(1, num_threads), num_tasks));
-  if (workers == 1) {
-    for (int64_t t = 0; t < num_tasks; ++t) body(t, 0);
-    return;
-  }
-  // Threads are started per call: the kernels call this once per tensor with tasks
-  // of >= tens of microseconds, so the ~20 us start-up is noise and no global pool
-  // state is needed (STYLE habit 5).
-  std::atomic<int64_t> next{0};
+// The state of one parallel_for call, shared by the threads that run its tasks.
+struct ThreadPool::Batch {
+  Batch(const std::function<void(int64_t, int)>& b, int64_t n, int w) : body(&b), num_tasks(n), workers(w) {}
+
+  const std::function<void(int64_t, int)>* body;
+  int64_t num_tasks;
+  int workers;                     // worker indices [0, workers); the caller is 0
+  std::atomic<int64_t> next{0};    // the next task to hand out
+  int joined = 1;                  // worker indices handed out (pool mutex)
+  int helping = 0;                 // helpers still inside (pool mutex)
   std::mutex err_mu;
   int64_t err_task = -1;
   std::exception_ptr err;
-  auto run = [&](int worker) {
+
+  void run(int worker) {
     for (;;) {
       const int64_t t = next.fetch_add(1, std::memory_order_relaxed);
       if (t >= num_tasks) return;
       try {
-        body(t, worker);
+        (*body)(t, worker);
       } catch (...) {
         std::lock_guard<std::mutex> lock(err_mu);
         if (err_task < 0 || t < err_task) {
@@ -54,13 +60,102 @@ void parallel_for(int64_t num_tasks, int num_threads, const std::function<void(i
         next.store(num_tasks);  // stop handing out work
       }
     }
-  };
-  std::vector<std::thread> threads;
-  threads.reserve(static_cast<std::size_t>(workers - 1));
-  for (int w = 1; w < workers; ++w) threads.emplace_back(run, w);
-  run(0);
-  for (auto& th : threads) th.join();
-  if (err) std::rethrow_exception(err);
+  }
+};
+
+void parallel_for(int64_t num_tasks, int num_threads, const std::function<void(int64_t, int)>& body) {
+  if (num_tasks <= 0) return;
+  const int workers = static_cast<int>(std::min<int64_t>(std::max(1, num_threads), num_tasks));
+  if (workers == 1) {
+    for (int64_t t = 0; t < num_tasks; ++t) body(t, 0);
+    return;
+  }
+  ThreadPool::Batch b(body, num_tasks, workers);
+  if (tls_pool) {
+    tls_pool->run_batch(b);
+  } else {
+    // Outside a pool (a kernel called directly, e.g. from Python) threads are started
+    // per call: the kernels call this once per tensor with tasks of >= tens of
+    // microseconds, so the ~20 us start-up is noise and no global pool state is needed
+    // (STYLE habit 5).
+    std::vector<std::thread> threads;
+    threads.reserve(static_cast<std::size_t>(workers - 1));
+    for (int w = 1; w < workers; ++w) threads.emplace_back([&b, w] { b.run(w); });
+    b.run(0);
+    for (auto& th : threads) th.join();
+  }
+  if (b.err) std::rethrow_exception(b.err);
+}
+
+ThreadPool::ThreadPool(int num_threads) : size_(num_threads) {
+  QOBS_CHECK(num_threads >= 1, InvalidArgument, "thread pool size must be at least 1, got ", num_threads);
+  threads_.reserve(static_cast<std::size_t>(num_threads));
+  for (int i = 0; i < num_threads; ++i) threads_.emplace_back([this] { work(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& th : threads_) th.join();
+}
+
+void ThreadPool::submit(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    queue_.push_back(std::move(task));
+  }
+  work_cv_.notify_one();
+}
+
+// The caller (a pool thread) runs tasks as worker 0 while idle pool threads join with the
+// next free worker index. Nothing here waits for a thread that is not already running
+// one of this batch's tasks, so nesting cannot deadlock: an owner whose helpers are all
+// busy elsewhere simply runs every task itself.
+void ThreadPool::run_batch(Batch& b) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    batches_.push_back(&b);
+  }
+  for (int w = 1; w < b.workers; ++w) work_cv_.notify_one();
+  b.run(0);
+  std::unique_lock<std::mutex> lk(mu_);
+  // No task is left to hand out: close the batch, then wait for the helpers' last tasks
+  // (b lives on this stack).
+  if (const auto it = std::find(batches_.begin(), batches_.end(), &b); it != batches_.end()) batches_.erase(it);
+  idle_cv_.wait(lk, [&] { return b.helping == 0; });
+}
+
+// Helping running batches comes first: it finishes the layers already in memory (the
+// writer waits for the oldest) before another one is started.
+void ThreadPool::work() {
+  tls_pool = this;
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    work_cv_.wait(lk, [&] { return stop_ || !batches_.empty() || !queue_.empty(); });
+    if (!batches_.empty()) {
+      Batch* b = batches_.front();
+      const int worker = b->joined++;
+      ++b->helping;
+      if (b->joined == b->workers) batches_.pop_front();  // every worker index is taken
+      lk.unlock();
+      b->run(worker);
+      lk.lock();
+      if (--b->helping == 0) idle_cv_.notify_all();
+      continue;
+    }
+    if (!queue_.empty()) {
+      std::function<void()> task = std::move(queue_.front());
+      queue_.pop_front();
+      lk.unlock();
+      task();
+      lk.lock();
+      continue;
+    }
+    return;  // stop_ and nothing left
+  }
 }
 
 }  // namespace qobs::kernels

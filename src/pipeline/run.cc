@@ -1,0 +1,176 @@
+#include "pipeline/run.h"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "core/element.h"
+#include "kernels/parallel/thread_pool.h"
+#include "qobs/observer.h"
+
+namespace qobs::detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Metrics {
+  double rel_mse;
+  double sqnr_db;
+};
+
+// Element i of contiguous float data widened to double (the error sums run in f64).
+inline double load_double(const unsigned char* base, DType dt, int64_t i) { return load_element(base, dt, i); }
+
+Metrics measure(const TensorView& w, const Tensor& dq) {
+  double sig = 0, err = 0;
+  const bool fast = w.is_contiguous() && w.dtype != DType::kF8E4M3 && dq.dtype() != DType::kF8E4M3;
+  const auto* wb = static_cast<const unsigned char*>(w.data);
+  const auto* db = static_cast<const unsigned char*>(dq.data());
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    const double x = fast ? load_double(wb, w.dtype, i) : w.get(i);
+    const double d = x - (fast ? load_double(db, dq.dtype(), i) : dq.get(i));
+    sig += x * x;
+    err += d * d;
+  }
+  const double rel = sig > 0 ? err / sig : (err > 0 ? INFINITY : 0.0);
+  const double sqnr = err > 0 ? 10.0 * std::log10(sig / err) : INFINITY;
+  return {rel, sqnr};
+}
+
+// Calibrates the members of a job with one observer name and returns their qparams.
+std::vector<QParams> calibrate(const std::vector<TensorView>& views, const std::vector<std::string>& labels,
+                               const QuantizationArgs& args, const std::string& observer) {
+  std::vector<std::shared_ptr<Observer>> obs;
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    ObserverOptions opt;
+    opt.label = labels[i];
+    obs.push_back(load_observer(observer, "weight", args, {}, opt));
+    obs.back()->bind_weight(views[i]);
+  }
+  if (obs.size() > 1) fuse_observers(obs);
+  std::vector<QParams> qp;
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    obs[i]->observe(views[i]);
+    qp.push_back(obs[i]->get_qparams());
+  }
+  return qp;
+}
+
+}  // namespace
+
+JobResult calibrate_job(const Checkpoint& ckpt, const QuantizePlan& plan, std::size_t j, bool baseline) {
+  const Job& job = plan.jobs[j];
+  const QuantizationArgs& wargs = plan.weight_args();
+  std::vector<Tensor> scratch(job.members.size());
+  std::vector<TensorView> views;
+  std::vector<std::string> labels;
+  for (std::size_t k = 0; k < job.members.size(); ++k) {
+    const PlannedModule& m = plan.modules[job.members[k]];
+    views.push_back(ckpt.shards()[m.shard].view(*m.weight, scratch[k]));
+    labels.push_back(m.module + ".weight");
+  }
+  const auto start = Clock::now();
+  const std::vector<QParams> qp = calibrate(views, labels, wargs, plan.observer);
+  JobResult r;
+  for (std::size_t k = 0; k < job.members.size(); ++k)
+    r.outputs.push_back(compress_weight(views[k], qp[k], wargs, plan.format, labels[k]));
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  for (std::size_t k = 0; k < job.members.size(); ++k) {
+    const PlannedModule& m = plan.modules[job.members[k]];
+    TensorReport t;
+    t.module = m.module;
+    t.shape = m.weight->shape;
+    t.dtype = std::string(dtype_name(m.weight->dtype));
+    t.observer = plan.observer;
+    const Metrics mt = measure(views[k], r.outputs[k].dequantized);
+    t.rel_mse = mt.rel_mse;
+    t.sqnr_db = mt.sqnr_db;
+    t.seconds = secs / static_cast<double>(job.members.size());
+    if (qp[k].global_scale) t.global_scale = qp[k].global_scale->get(0);
+    r.reports.push_back(std::move(t));
+  }
+  if (baseline) {
+    const std::string base = "memoryless_minmax";
+    if (plan.observer == base) {
+      for (auto& t : r.reports) {
+        t.baseline_rel_mse = t.rel_mse;
+        t.baseline_sqnr_db = t.sqnr_db;
+      }
+    } else {
+      const std::vector<QParams> bq = calibrate(views, labels, wargs, base);
+      for (std::size_t k = 0; k < job.members.size(); ++k) {
+        const Compressed bc = compress_weight(views[k], bq[k], wargs, plan.format, labels[k]);
+        const Metrics mt = measure(views[k], bc.dequantized);
+        r.reports[k].baseline_rel_mse = mt.rel_mse;
+        r.reports[k].baseline_sqnr_db = mt.sqnr_db;
+      }
+    }
+  }
+  for (auto& c : r.outputs) c.dequantized = Tensor();  // only the metrics needed it
+  return r;
+}
+
+void run_jobs(const Checkpoint& ckpt, const QuantizePlan& plan, const QuantizeOptions& o,
+              const std::function<void()>& check_cancel,
+              const std::function<void(std::size_t, JobResult&&)>& consume) {
+  const std::size_t n = plan.jobs.size();
+  const std::size_t ahead = static_cast<std::size_t>(o.threads);
+  struct Slot {
+    bool done = false;
+    std::optional<JobResult> result;
+    std::exception_ptr error;
+  };
+  std::vector<Slot> slots(n);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<bool> stop{false};  // a job failed or was consumed with an error: skip the rest
+  // Declared last: its destructor waits for the started jobs, which use everything above.
+  kernels::ThreadPool pool(o.threads);
+  std::size_t submitted = 0;
+  const auto submit_until = [&](std::size_t limit) {
+    for (; submitted < std::min(limit, n); ++submitted)
+      pool.submit([&, j = submitted] {
+        std::optional<JobResult> r;
+        std::exception_ptr err;
+        if (!stop.load()) {
+          try {
+            check_cancel();
+            r = calibrate_job(ckpt, plan, j, o.baseline);
+          } catch (...) {
+            err = std::current_exception();  // rethrown on the calling thread (STYLE habit 4)
+          }
+        }
+        {
+          std::lock_guard<std::mutex> lk(mu);
+          slots[j] = Slot{true, std::move(r), err};
+        }
+        cv.notify_all();
+      });
+  };
+  try {
+    for (std::size_t j = 0; j < n; ++j) {
+      submit_until(j + ahead);
+      JobResult r;
+      {
+        std::unique_lock<std::mutex> lk(mu);
+        cv.wait(lk, [&] { return slots[j].done; });
+        if (slots[j].error) std::rethrow_exception(slots[j].error);
+        r = std::move(*slots[j].result);
+        slots[j].result.reset();
+      }
+      consume(j, std::move(r));
+      check_cancel();
+    }
+  } catch (...) {
+    stop = true;
+    throw;
+  }
+}
+
+}  // namespace qobs::detail

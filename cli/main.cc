@@ -43,7 +43,7 @@ quantize options:
   --ignore REGEX              leave matching modules unquantized (RE2; repeatable; lm_head always unless
                               targeted)
   --threads N                 threads in all: layers calibrated at once, sharing them with their
-                              kernels (default 1)
+                              kernels (default: QOBS_NUM_THREADS, else every core)
   --overwrite                 replace OUT_DIR if it exists
   --dry-run                   calibrate and report, write no checkpoint
   --report DIR                also/only write qobs-report.json and .csv there

@@ -33,7 +33,8 @@ struct QuantizeOptions {
   std::vector<std::string> ignore;   ///< RE2 regexes of modules to leave unquantized (lm_head always, unless targeted)
   /// The thread budget: up to `threads` layers are calibrated at once, and the kernels
   /// inside them run on the same threads (memory grows with it; output does not change).
-  int threads = 1;
+  /// 0: QOBS_NUM_THREADS if set, else every core.
+  int threads = 0;
   bool overwrite = false;
   bool dry_run = false;   ///< calibrate and report, write no checkpoint
   bool baseline = true;   ///< also measure memoryless_minmax for comparison

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "kernels/parallel/thread_pool.h"
 #include "pipeline/plan.h"
 #include "pipeline/publish.h"
 #include "pipeline/run.h"
@@ -40,13 +41,17 @@ QuantizeReport start_report(const QuantizeOptions& o, const detail::QuantizePlan
 
 }  // namespace
 
-QuantizeReport quantize_checkpoint(const QuantizeOptions& o, const ProgressCallback& progress) {
+QuantizeReport quantize_checkpoint(const QuantizeOptions& options, const ProgressCallback& progress) {
+  QOBS_CHECK(options.threads >= 0, InvalidArgument, "--threads must be at least 1 (or 0 for every core), got ",
+             options.threads);
+  // 0 (the default) is the machine's budget: QOBS_NUM_THREADS, else every core.
+  QuantizeOptions o = options;
+  o.threads = kernels::resolve_num_threads(options.threads);
   const auto t0 = Clock::now();
   const auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
 
   // 1. Plan: options, output folder and checkpoint header; no tensor is read yet.
   QuantizationScheme scheme = resolve_scheme(o);
-  QOBS_CHECK(o.threads >= 1, InvalidArgument, "--threads must be at least 1, got ", o.threads);
   const detail::OutputFolder folder = detail::prepare_output(o);
   const Checkpoint ckpt = Checkpoint::open(o.model_path);
   const detail::QuantizePlan plan = detail::plan_quantize(ckpt, o, std::move(scheme));

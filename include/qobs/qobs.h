@@ -1,12 +1,16 @@
-// Umbrella header of the qobs library.
+// Umbrella header of the qobs library: every public header (tools/check_layers.py
+// keeps it complete).
 #pragma once
 
 #include "qobs/args.h"
 #include "qobs/dtype.h"
 #include "qobs/error.h"
 #include "qobs/formats.h"
+#include "qobs/io.h"
 #include "qobs/layout.h"
 #include "qobs/numeric.h"
 #include "qobs/observer.h"
+#include "qobs/packing.h"
+#include "qobs/pipeline.h"
 #include "qobs/qparams.h"
 #include "qobs/tensor.h"

@@ -10,6 +10,7 @@
 #if QOBS_HAVE_FAST_KERNELS
 #include "kernels/fused_search.h"
 #include "kernels/parallel/thread_pool.h"
+#include "kernels/qdq_fast.h"
 #include "kernels/qparams_fast.h"
 #include "kernels/simd/simd_level.h"
 #endif
@@ -76,6 +77,18 @@ ScaleZeroPoint calculate_qparams(const Tensor& min_vals, const Tensor& max_vals,
 #endif
   job.run(0, n);
   return std::move(job).finish();
+}
+
+Tensor qdq(QdqOp op, const TensorView& x, const Tensor& scale, const Tensor* zero_point, const QuantizationArgs& args,
+           const Tensor* g_idx, const Tensor* global_scale, std::optional<DType> out_dtype, NumericMode mode,
+           int num_threads) {
+#if QOBS_HAVE_FAST_KERNELS
+  return fast::qdq(op, x, scale, zero_point, args, g_idx, global_scale, out_dtype, mode, active_simd_level(),
+                   num_threads);
+#else
+  (void)num_threads;
+  return ref::qdq(op, x, scale, zero_point, args, g_idx, global_scale, out_dtype, mode);
+#endif
 }
 
 int64_t first_non_finite(const TensorView& v, int num_threads) {

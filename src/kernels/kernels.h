@@ -30,9 +30,10 @@ void minmax(const FlatView& flat, float* mins, float* maxs, int num_threads = 0)
 /// observers' input check); other views are scanned element by element.
 int64_t first_non_finite(const TensorView& value, int num_threads = 0);
 
-/// qobs::calculate_qparams (R4.1) with the element-wise step spread over threads (the
-/// observers' phase 2; 1M groups for NVFP4). Bit-identical for any thread count:
-/// elements are independent. With QOBS_FAST_KERNELS=OFF it runs on the caller.
+/// calculate_qparams (R4.1), behind the public qobs::calculate_qparams and the
+/// observers' phase 2 (1M groups for NVFP4): the element-wise step in vector lanes and
+/// spread over threads. Bit-identical for any thread count: elements are independent.
+/// With QOBS_FAST_KERNELS=OFF it runs on the caller.
 ScaleZeroPoint calculate_qparams(const Tensor& min_vals, const Tensor& max_vals, const QuantizationArgs& args,
                                  const Tensor* global_scale, NumericMode mode, int num_threads = 0);
 

@@ -1,13 +1,11 @@
-// The public row packing of qobs/packing.h (R8.3.1, R8.5.1) and its threaded fast
-// path. Rows are independent bit streams, so blocks of rows go to parallel_for and the
-// result never depends on the split. Widths that divide 32 (1, 2, 4, 8 bits) never
-// straddle a word and are packed a whole word at a time (loops the compiler vectorizes);
-// the others reuse the reference's stream code per row. A range error is reported by
-// replaying the row through the reference, so its message (tensor, row, index, value)
-// is the reference's, and parallel_for rethrows the lowest failing task's, which holds
-// the first failing row.
-#include "qobs/packing.h"
-
+// Row packing (R8.3.1, R8.5.1) threaded over rows, behind kernels.h: the public
+// qobs/packing.h calls it (src/ops/packing.cc). Rows are independent bit streams, so
+// blocks of rows go to parallel_for and the result never depends on the split. Widths
+// that divide 32 (1, 2, 4, 8 bits) never straddle a word and are packed a whole word at
+// a time (loops the compiler vectorizes); the others reuse the reference's stream code
+// per row. A range error is reported by replaying the row through the reference, so its
+// message (tensor, row, index, value) is the reference's, and parallel_for rethrows the
+// lowest failing task's, which holds the first failing row.
 #include <algorithm>
 #include <cstring>
 
@@ -18,8 +16,7 @@
 #include "kernels/parallel/thread_pool.h"
 #endif
 
-namespace qobs {
-namespace kernels {
+namespace qobs::kernels {
 
 #if QOBS_HAVE_FAST_KERNELS
 namespace {
@@ -191,17 +188,4 @@ Tensor unpack_fp4(const Tensor& packed, DType out_dtype, std::string_view label,
 }
 #endif
 
-}  // namespace kernels
-
-Tensor pack_int_rows(const Tensor& q, int num_bits, std::string_view label) {
-  return kernels::pack_int_rows(q, num_bits, label);
-}
-Tensor unpack_int_rows(const Tensor& packed, int num_bits, int64_t cols, std::string_view label) {
-  return kernels::unpack_int_rows(packed, num_bits, cols, label);
-}
-Tensor pack_fp4(const Tensor& q, std::string_view label) { return kernels::pack_fp4(q, label); }
-Tensor unpack_fp4(const Tensor& packed, DType out_dtype, std::string_view label) {
-  return kernels::unpack_fp4(packed, out_dtype, label);
-}
-
-}  // namespace qobs
+}  // namespace qobs::kernels

@@ -1,9 +1,10 @@
 // The validated, resolved form of one quantize / dequantize / fake_quantize call
-// (R5.1-R5.4), shared by the scalar reference (kernels/ref/qdq_reference.cc) and the
-// fast path (kernels/qdq_fast.cc): argument checks, the global-scale division (R5.1.1
-// step 1), the QdqPlan, the result dtype and shape, and where each element's scale
-// lives. Both implementations start from it, so they cannot disagree on anything but
-// the loops, which the tests compare bit for bit.
+// (R5.1-R5.4), built by resolve_qdq (kernels/qdq_layout.cc) and shared by the scalar
+// reference (kernels/ref/qdq_reference.cc) and the fast path (kernels/qdq_fast.cc):
+// argument checks, the global-scale division (R5.1.1 step 1), the QdqPlan, the result
+// dtype and shape, and where each element's scale lives. Both implementations start
+// from it, so they cannot disagree on anything but the loops, which the tests compare
+// bit for bit.
 #pragma once
 
 #include <optional>

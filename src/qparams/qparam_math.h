@@ -223,10 +223,18 @@ struct ShrunkQParams {
   }
 };
 
+/// min / max statistics in the dtype R4.1 / R4.2 compute in: float statistics as they
+/// are, integer (and FP8) ones as f32, which the reference's arithmetic yields for them.
+inline Tensor stats_as_float(const Tensor& t) {
+  if (is_floating(t.dtype()) && t.dtype() != DType::kF8E4M3) return t;
+  return t.to(DType::kF32);
+}
+
 /// calculate_qparams (R4.1) in three steps, so that the kernels layer can spread the
 /// element-wise middle one over threads (kernels::calculate_qparams) while this layer
-/// keeps the single definition: prepare (validation, plan, shapes, the statistics as
-/// doubles), run over any split of [0, size()) (elements are independent), finish.
+/// keeps the single definition (qparams_job.cc): prepare (validation, plan, shapes,
+/// the statistics as doubles), run over any split of [0, size()) (elements are
+/// independent), finish.
 struct QParamsJob {
   QParamPlan plan;
   Shape scale_shape, zp_shape;

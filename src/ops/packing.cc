@@ -1,4 +1,6 @@
-// Packing for the compressed-tensors formats (RULES §8.3, §8.5, §8.6).
+// The public qobs/packing.h (RULES §8.3, §8.5, §8.6). Weight rows are packed by the
+// threaded kernels (kernels.h); the zero points and E8M0 scales are small and packed
+// here, one scalar pass each.
 #include "qobs/packing.h"
 
 #include <algorithm>
@@ -6,6 +8,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/kernels.h"
 #include "qobs/formats.h"
 #include "qparams/packing_rows.h"
 
@@ -15,8 +18,16 @@ using detail::check_pack_bits;
 using detail::name_or;
 using detail::packed_words;
 
-// pack_int_rows / unpack_int_rows / pack_fp4 / unpack_fp4 are kernels (threaded over
-// rows, kernels/packing.cc); the zero points below are small and stay scalar.
+Tensor pack_int_rows(const Tensor& q, int num_bits, std::string_view label) {
+  return kernels::pack_int_rows(q, num_bits, label);
+}
+Tensor unpack_int_rows(const Tensor& packed, int num_bits, int64_t cols, std::string_view label) {
+  return kernels::unpack_int_rows(packed, num_bits, cols, label);
+}
+Tensor pack_fp4(const Tensor& q, std::string_view label) { return kernels::pack_fp4(q, label); }
+Tensor unpack_fp4(const Tensor& packed, DType out_dtype, std::string_view label) {
+  return kernels::unpack_fp4(packed, out_dtype, label);
+}
 
 Tensor pack_zero_points(const Tensor& zp, int num_bits, std::string_view label) {
   check_pack_bits(num_bits, label);

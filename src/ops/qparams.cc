@@ -1,77 +1,42 @@
-// RULES §4 (calculate_qparams, generate_gparam, dynamic scales). The per-element
-// arithmetic lives in qparam_math.h; quantize / dequantize / fake_quantize (§5) are
-// kernels (kernels/qdq.cc) so that they can use the SIMD and thread-pool fast paths.
+// The public qobs/qparams.h (RULES §4, §5) over tensors. calculate_qparams, quantize,
+// dequantize and fake_quantize are the kernels the observers call (kernels.h: threaded,
+// at the active SIMD level), so a caller of the public API and an observer run the same
+// code; generate_gparam and the MX scales are one-element or per-group scalar steps.
 #include "qobs/qparams.h"
 
 #include <cmath>
 
 #include "core/arith.h"
 #include "core/check.h"
+#include "kernels/kernels.h"
 #include "qparams/qparam_math.h"
 
 namespace qobs {
 
 using detail::Arith;
-using detail::QParamPlan;
+using detail::stats_as_float;
 
 DType promote_float(DType a, DType b) { return detail::promote_float_dtypes(a, b); }
 
-namespace {
-
-Tensor stats_as_float(const Tensor& t) {
-  if (is_floating(t.dtype()) && t.dtype() != DType::kF8E4M3) return t;
-  return t.to(DType::kF32);  // integer statistics: the reference's arithmetic yields f32
-}
-
-}  // namespace
-
-namespace detail {
-
-QParamsJob QParamsJob::prepare(const Tensor& min_in, const Tensor& max_in, const QuantizationArgs& args_in,
-                               const Tensor* global_scale, NumericMode mode) {
-  const QuantizationArgs args = args_in.strategy ? args_in : args_in.validated();
-  QOBS_CHECK(min_in.shape() == max_in.shape(), InvalidArgument, "calculate_qparams: min shape ",
-             shape_str(min_in.shape()), " != max shape ", shape_str(max_in.shape()), " (R4.1)");
-  const Tensor mn = stats_as_float(min_in), mx = stats_as_float(max_in);
-  QParamsJob job{QParamPlan::make(args, promote_float(mn.dtype(), mx.dtype()), detail::global_scale_value(global_scale),
-                                  mode),
-                 mn.shape(), mn.shape(), {}, {}};
-  // Step 9: a 0-dimensional scale makes both results shape (1,). A global scale of shape
-  // (1,) already broadcast a 0-dimensional scale to (1,) in step 4, and then the zero
-  // point stays 0-dimensional, as in the reference.
-  if (global_scale && job.scale_shape.empty()) job.scale_shape = {1};
-  if (job.scale_shape.empty()) job.scale_shape = job.zp_shape = {1};
-  // Typed loops over contiguous copies: one dtype switch per tensor, not per element.
-  job.lo = mn.to_doubles();
-  job.hi = mx.to_doubles();
-  for (std::size_t i = 0; i < job.lo.size(); ++i)
-    QOBS_CHECK(std::isfinite(job.lo[i]) && std::isfinite(job.hi[i]), InvalidArgument, "calculate_qparams: min/max[",
-               i, "] = (", job.lo[i], ", ", job.hi[i],
-               ") is non-finite; the reference would return a NaN/Inf scale (R4.1, docs/DEVIATIONS.md)");
-  return job;
-}
-
-void QParamsJob::run(int64_t begin, int64_t end) {
-  // lo / hi are overwritten in place by the scales / zero points
-  for (int64_t i = begin; i < end; ++i) {
-    const auto e = compute_qparams_elem(lo[static_cast<std::size_t>(i)], hi[static_cast<std::size_t>(i)], plan);
-    lo[static_cast<std::size_t>(i)] = e.scale;
-    hi[static_cast<std::size_t>(i)] = e.zero_point;
-  }
-}
-
-ScaleZeroPoint QParamsJob::finish() && {
-  return {Tensor::from_values(plan.scale_dt, std::move(scale_shape), lo),
-          Tensor::from_values(plan.zp_dtype, std::move(zp_shape), hi)};
-}
-
-}  // namespace detail
-
-ScaleZeroPoint calculate_qparams(const Tensor& min_in, const Tensor& max_in, const QuantizationArgs& args_in,
+ScaleZeroPoint calculate_qparams(const Tensor& min_vals, const Tensor& max_vals, const QuantizationArgs& args,
                                  const Tensor* global_scale, NumericMode mode) {
-  auto job = detail::QParamsJob::prepare(min_in, max_in, args_in, global_scale, mode);
-  job.run(0, job.size());
-  return std::move(job).finish();
+  return kernels::calculate_qparams(min_vals, max_vals, args, global_scale, mode);
+}
+
+Tensor fake_quantize(const TensorView& x, const Tensor& scale, const Tensor* zero_point, const QuantizationArgs& args,
+                     const Tensor* g_idx, const Tensor* global_scale, NumericMode mode) {
+  return kernels::qdq(kernels::QdqOp::kFakeQuantize, x, scale, zero_point, args, g_idx, global_scale, std::nullopt,
+                      mode);
+}
+
+Tensor quantize(const TensorView& x, const Tensor& scale, const Tensor* zero_point, const QuantizationArgs& args,
+                const Tensor* g_idx, const Tensor* global_scale, std::optional<DType> out_dtype, NumericMode mode) {
+  return kernels::qdq(kernels::QdqOp::kQuantize, x, scale, zero_point, args, g_idx, global_scale, out_dtype, mode);
+}
+
+Tensor dequantize(const TensorView& x_q, const Tensor& scale, const Tensor* zero_point, const QuantizationArgs& args,
+                  const Tensor* g_idx, const Tensor* global_scale, std::optional<DType> out_dtype, NumericMode mode) {
+  return kernels::qdq(kernels::QdqOp::kDequantize, x_q, scale, zero_point, args, g_idx, global_scale, out_dtype, mode);
 }
 
 Tensor generate_gparam(const Tensor& min_in, const Tensor& max_in, NumericMode mode) {

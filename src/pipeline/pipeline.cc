@@ -155,25 +155,31 @@ std::string inspect_checkpoint(const std::string& path, bool list_tensors) {
     }
     if (cfg.is_object() && cfg.contains("architectures")) os << "architectures: " << cfg["architectures"].dump() << "\n";
     if (cfg.is_object() && cfg.contains("quantization_config")) {
+      // inspect describes whatever the file holds: a field of an unexpected type is
+      // shown as its JSON text, never trusted to be a string or number.
+      const auto field = [](const nlohmann::json& obj, const char* key) -> std::string {
+        if (!obj.is_object() || !obj.contains(key)) return "?";
+        const auto& v = obj[key];
+        return v.is_string() ? v.get<std::string>() : v.dump();
+      };
       const auto& q = cfg["quantization_config"];
-      os << "quantization_config: " << q.value("quant_method", "?") << ", format " << q.value("format", "?")
-         << ", status " << q.value("quantization_status", "?") << ", version " << q.value("version", "?") << "\n";
-      if (q.contains("config_groups") && q["config_groups"].is_object())
+      os << "quantization_config: " << field(q, "quant_method") << ", format " << field(q, "format") << ", status "
+         << field(q, "quantization_status") << ", version " << field(q, "version") << "\n";
+      if (q.is_object() && q.contains("config_groups") && q["config_groups"].is_object())
         for (auto it = q["config_groups"].begin(); it != q["config_groups"].end(); ++it) {
           const auto& g = it.value();
-          os << "  " << it.key() << ": targets " << g.value("targets", nlohmann::json::array()).dump();
-          if (g.contains("weights") && g["weights"].is_object()) {
+          os << "  " << it.key() << ": targets " << (g.is_object() && g.contains("targets") ? g["targets"].dump() : "[]");
+          if (g.is_object() && g.contains("weights") && g["weights"].is_object()) {
             const auto& w = g["weights"];
-            os << ", weights " << w.value("type", "?") << w.value("num_bits", 0) << " "
-               << (w.contains("strategy") && w["strategy"].is_string() ? w["strategy"].get<std::string>() : "?");
-            if (w.contains("group_size") && w["group_size"].is_number()) os << " group " << w["group_size"].get<int64_t>();
-            os << (w.value("symmetric", true) ? " sym" : " asym");
+            os << ", weights " << field(w, "type") << field(w, "num_bits") << " " << field(w, "strategy");
+            if (w.contains("group_size") && w["group_size"].is_number()) os << " group " << w["group_size"].dump();
+            os << (w.contains("symmetric") && w["symmetric"] == false ? " asym" : " sym");
           }
-          if (g.contains("input_activations") && g["input_activations"].is_object())
-            os << ", inputs " << g["input_activations"].value("type", "?") << g["input_activations"].value("num_bits", 0);
+          if (g.is_object() && g.contains("input_activations") && g["input_activations"].is_object())
+            os << ", inputs " << field(g["input_activations"], "type") << field(g["input_activations"], "num_bits");
           os << "\n";
         }
-      if (q.contains("ignore") && q["ignore"].is_array()) os << "  ignore: " << q["ignore"].dump() << "\n";
+      if (q.is_object() && q.contains("ignore") && q["ignore"].is_array()) os << "  ignore: " << q["ignore"].dump() << "\n";
       os << "  quantized modules (weight_scale tensors): " << quantized << "\n";
     } else {
       os << "quantization_config: none\n";

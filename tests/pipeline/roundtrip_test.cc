@@ -512,5 +512,25 @@ TEST(Pipeline, InspectSummarises) {
   EXPECT_NE(inspect_checkpoint((dir.path / "in").string()).find("quantization_config: none"), std::string::npos);
 }
 
+TEST(Pipeline, InspectShowsConfigFieldsOfAnyType) {
+  // A quantization_config whose fields have unexpected JSON types (found by the checkpoint
+  // fuzzer: "quant_method": 1 escaped as a nlohmann type_error) is described, not trusted.
+  TempDir dir;
+  write_model(dir.path / "in", make_model(DType::kBF16, 128, 1));
+  const auto set_config = [&](const std::string& qc) {
+    std::ofstream(dir.path / "in" / "config.json") << R"({"model_type": "llama", "quantization_config": )" << qc << "}";
+  };
+  set_config(R"({"quant_method": 1, "format": null, "config_groups": {"g": [1], "h": {"targets": "x", "weights": )"
+             R"({"type": 4, "num_bits": "four", "strategy": [], "group_size": 1.5, "symmetric": "no"}}}, "ignore": [2]})");
+  std::string s;
+  ASSERT_NO_THROW(s = inspect_checkpoint((dir.path / "in").string()));
+  EXPECT_NE(s.find("quantization_config: 1, format null"), std::string::npos) << s;
+  EXPECT_NE(s.find("g: targets []"), std::string::npos) << s;
+  EXPECT_NE(s.find("h: targets \"x\", weights 4four [] group 1.5 sym"), std::string::npos) << s;
+  set_config("5");
+  ASSERT_NO_THROW(s = inspect_checkpoint((dir.path / "in").string()));
+  EXPECT_NE(s.find("quantization_config: ?, format ?"), std::string::npos) << s;
+}
+
 }  // namespace
 }  // namespace qobs

@@ -15,7 +15,7 @@
 
 #include "core/arith.h"
 #include "kernels/parallel/thread_pool.h"
-#include "kernels/search_select.h"
+#include "kernels/search/select.h"
 #include "kernels/simd/libm_powf.h"
 #include "kernels/simd/search_simd.h"
 #include "qparams/qparam_math.h"
@@ -271,12 +271,12 @@ void group_improvements(const Plan& P, const float* x, const float* w, double xm
     // The reference's own per-element arithmetic, candidate by candidate on the
     // cached group (also the path for non-finite data, which only the scalar
     // primitives define exactly).
-    const ErrorModel em = P.em;
     for (int64_t i = 0; i < S; ++i) {
-      em.begin();
+      qobs::detail::ErrorSum sum;
       const double sc = s.m_scale[static_cast<std::size_t>(i)], z = s.m_zp[static_cast<std::size_t>(i)];
-      for (int64_t j = 0; j < len; ++j) em.add(qobs::detail::qdq_elem(x[j], sc, z, P.dplan), x[j], w ? w[j] : 1.0f);
-      errs[i] = em.total();
+      for (int64_t j = 0; j < len; ++j)
+        sum.add(P.em.term(qobs::detail::qdq_elem(x[j], sc, z, P.dplan), x[j], w ? w[j] : 1.0f));
+      errs[i] = P.em.round(sum.total());
     }
     improvements_from_errors(P, errs, improved);
     return;

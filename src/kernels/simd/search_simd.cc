@@ -6,7 +6,7 @@
 // Numerics (R0.4, qparam_math.h): all lanes hold f32 containers of values that lie
 // on the data dtype's grid; after each element-wise op a bf16/f16 result is rounded
 // once, RNE, exactly as Arith::narrow does. Error terms are accumulated in double in
-// the canonical order of ErrorModel: 8 lane sums per block (term j goes to lane j % 8),
+// the canonical order of ErrorSum (search/select.h): 8 lane sums per block (term j goes to lane j % 8),
 // block = ((l0+l4) + (l1+l5)) + ((l2+l6) + (l3+l7)).
 #include "kernels/simd/simd_targets.h"
 

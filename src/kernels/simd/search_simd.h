@@ -12,7 +12,7 @@
 
 namespace qobs::kernels::detail {
 
-/// Elements per canonical summation block (see ErrorModel in search_select.h).
+/// Elements per canonical summation block (see ErrorSum in search/select.h).
 inline constexpr int64_t kSumBlock = 4096;
 
 /// Rounding applied after each element-wise operation (R0.4b), in an f32 container.

@@ -30,28 +30,6 @@ namespace {
 
 static_assert(kSumBlock == qobs::detail::kErrorSumBlock, "SIMD and reference blocks must agree");
 
-/// True when `axes` (last fastest) step through storage row-major, the innermost one
-/// with stride `inner`: each stride is the product of the later sizes times `inner`.
-bool row_major_from(const std::vector<Axis>& axes, int64_t inner) {
-  int64_t expect = inner;
-  for (std::size_t d = axes.size(); d-- > 0;) {
-    if (axes[d].size == 1) continue;
-    if (axes[d].stride != expect) return false;
-    expect *= axes[d].size;
-  }
-  return true;
-}
-
-/// True when the values of every qparam element are len consecutive storage elements
-/// (one observation, group axes row-major contiguous).
-bool group_contiguous(const FlatView& f) { return f.layout.num_obs() == 1 && row_major_from(f.layout.group_axes, 1); }
-
-/// True when group q starts q * len elements after group 0 (contiguous groups laid end
-/// to end, as tensor_group / group / channel views of a row-major weight are).
-bool groups_end_to_end(const FlatView& f) {
-  return group_contiguous(f) && row_major_from(f.layout.qparam_axes, f.layout.group_len());
-}
-
 /// The len values of qparam element q as floats: in place for contiguous f32, else
 /// widened / gathered into buf.
 const float* load_group(const FlatView& f, bool contiguous, int64_t q, int64_t len, SimdLevel level,
@@ -457,8 +435,8 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
          {},
          {},
          0.0,
-         group_contiguous(flat),
-         weights && group_contiguous(*weights),
+         flat.group_is_contiguous(),
+         weights && weights->group_is_contiguous(),
          {}};
   P.S = static_cast<int64_t>(P.shrink.size());
   P.shrunk = qobs::detail::ShrunkQParams::make(P.qplan);
@@ -611,7 +589,7 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
 void minmax(const FlatView& flat, float* mins, float* maxs, SimdLevel level, int num_threads) {
   const int64_t nq = flat.layout.num_qparams();
   const int64_t len = flat.layout.num_obs() * flat.layout.group_len();
-  const bool contiguous = group_contiguous(flat);
+  const bool contiguous = flat.group_is_contiguous();
   const int threads = resolve_num_threads(num_threads);
   if (nq == 1 && contiguous && flat.dtype == DType::kF32 && threads > 1 && len >= (int64_t{1} << 16)) {
     // One huge group (tensor strategy): split the range; min / max combine exactly in
@@ -640,7 +618,7 @@ void minmax(const FlatView& flat, float* mins, float* maxs, SimdLevel level, int
   // (minmax_groups_simd), tasks of whole passes.
   const bool vec_dtype = flat.dtype == DType::kF32 || flat.dtype == DType::kBF16 || flat.dtype == DType::kF16;
   const bool eight_at_once =
-      level != SimdLevel::kScalar && vec_dtype && len % 8 == 0 && len <= 64 && groups_end_to_end(flat);
+      level != SimdLevel::kScalar && vec_dtype && len % 8 == 0 && len <= 64 && flat.groups_end_to_end();
   const int64_t unit = eight_at_once ? 8 : 1;
   const int64_t per_task = (std::max<int64_t>(1, (nq + target_tasks - 1) / target_tasks) + unit - 1) / unit * unit;
   const int64_t num_tasks = (nq + per_task - 1) / per_task;

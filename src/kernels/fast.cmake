@@ -4,7 +4,12 @@ find_package(hwy 1.0 REQUIRED)
 list(APPEND QOBS_KERNEL_SOURCES
      kernels/simd/simd_level.cc
      kernels/simd/libm_powf.cc
-     kernels/simd/search_simd.cc
+     kernels/simd/pow_simd.cc
+     kernels/simd/block_errors_simd.cc
+     kernels/simd/poly_sums_simd.cc
+     kernels/simd/poly_batch_simd.cc
+     kernels/simd/shrunk_qparams_simd.cc
+     kernels/simd/minmax_simd.cc
      kernels/simd/qdq_simd.cc
      kernels/qdq_fast.cc
      kernels/qparams_fast.cc

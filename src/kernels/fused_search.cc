@@ -17,7 +17,10 @@
 #include "kernels/parallel/thread_pool.h"
 #include "kernels/search/select.h"
 #include "kernels/simd/libm_powf.h"
-#include "kernels/simd/search_simd.h"
+#include "kernels/simd/block_errors_simd.h"
+#include "kernels/simd/minmax_simd.h"
+#include "kernels/simd/poly_batch_simd.h"
+#include "kernels/simd/poly_sums_simd.h"
 #include "qparams/qparam_math.h"
 
 namespace qobs::kernels::fast {

@@ -24,7 +24,8 @@
 #include "kernels/qparams_fast.h"
 #include "kernels/search/select.h"
 #include "kernels/simd/libm_powf.h"
-#include "kernels/simd/search_simd.h"
+#include "kernels/simd/poly_batch_simd.h"  // kPolyBatchMaxLen, fp4_round_nonneg_simd
+#include "kernels/simd/pow_simd.h"
 #include "kernels/simd/simd_level.h"
 #include "qobs/qobs.h"
 #include "test_util.h"

@@ -17,7 +17,8 @@
 #include "kernels/kernels.h"
 #include "kernels/search/select.h"
 #include "kernels/simd/pow_poly.h"
-#include "kernels/simd/search_simd.h"
+#include "kernels/simd/block_errors_simd.h"  // kSumBlock
+#include "kernels/simd/poly_sums_simd.h"
 #include "kernels/simd/simd_level.h"
 #include "qparams/qparam_math.h"
 

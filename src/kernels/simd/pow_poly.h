@@ -1,4 +1,4 @@
-// Certified cheap |r|^p for the INT grid search (kPowPoly in search_simd.cc).
+// Certified cheap |r|^p for the INT grid search (poly_sums_simd.cc, poly_batch_simd.cc).
 //
 // With f32 data, the reference's error term is powf(|e|, p) with e = d s - x. Writing
 // e = s r (r = e / s, |r| <= 1/2 for every element the grid does not clamp), the sum

@@ -15,7 +15,13 @@ list(APPEND QOBS_KERNEL_SOURCES
      kernels/qparams_fast.cc
      kernels/simd/pow_poly.cc
      kernels/parallel/thread_pool.cc
-     kernels/fused_search.cc)
+     kernels/search/plan.cc
+     kernels/search/group_data.cc
+     kernels/search/exact.cc
+     kernels/search/certified.cc
+     kernels/search/batch.cc
+     kernels/search/grid_search.cc
+     kernels/search/minmax.cc)
 # dispatch.cc routes to the fast paths only when they are built (QOBS_FAST_KERNELS=OFF
 # leaves the scalar references alone).
 if(NOT TARGET qobs_fast_kernels_enabled)

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/fused_search.h"
+#include "kernels/search/search.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel/thread_pool.h"
 #include "kernels/qparams_fast.h"

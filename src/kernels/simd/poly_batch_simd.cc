@@ -137,7 +137,7 @@ HWY_NOINLINE void PolyBatchT(const PolyBatchArgs& A) {
       return static_cast<uint32_t>(bits[0]) | static_cast<uint32_t>(bits[1]) << 8;
     }
     // Some lane's comparison is open: that lane settles it with exact errors, as the
-    // one-group path does (search/poly.cc certified_improvements).
+    // one-group path does (search/certified.cc certified_improvements).
     alignas(64) float l_lo[16], l_hi[16], l_sc[16], l_z[16], b_lo[16], b_hi[16], b_sc[16], b_z[16], b_ex[16];
     hn::Store(lo, df, l_lo);
     hn::Store(hi, df, l_hi);

@@ -1,6 +1,6 @@
 // The batch kernel (poly_batch_simd.cc): small f32 groups one per vector lane, the whole
 // certified-polynomial decision lane-wise. Scalar twin: the one-group path of
-// kernels/search/poly.cc (certified_improvements), whose decisions -- the reference's --
+// kernels/search/certified.cc (certified_improvements), whose decisions -- the reference's --
 // the tests compare with the batch's (fast_kernels_test.cc).
 #pragma once
 
@@ -22,7 +22,7 @@ inline constexpr int64_t kPolyBatchMaxLen = 256;
 /// the sum of a lane's n terms kept in one f32), and the reference's improvement rule
 /// against the lane's best so far. A comparison the intervals cannot decide calls
 /// `exact` for the lane (the reference's error, rounded to f32) -- the decisions are
-/// the same as the one-group path (search/poly.cc) makes, which are the reference's.
+/// the same as the one-group path (search/certified.cc) makes, which are the reference's.
 /// Every lane must hold a group: the caller pads a short batch with copies.
 struct PolyBatchArgs {
   const float* xt = nullptr;  ///< n x lanes: xt[j * lanes + l] = element j of lane l's group (|x| for FP4)

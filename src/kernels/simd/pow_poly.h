@@ -7,7 +7,7 @@
 // the low bits of the exponent field, and a low-degree polynomial in m.
 // That is ~12 vector ops per 8 terms instead of a general log / exp pow. The result is
 // not powf's; it comes with a rigorous relative bound (below), and the grid search
-// uses it only to decide comparisons whose intervals do not overlap (fused_search.cc).
+// uses it only to decide comparisons whose intervals do not overlap (kernels/search/certified.cc).
 #pragma once
 
 #include <cmath>

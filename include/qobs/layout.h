@@ -50,8 +50,12 @@ struct FlatView {
   /// (obs, group) row-major order.
   void gather(int64_t q, float* out) const;
   /// True when the values of one qparam element are group_len contiguous elements
-  /// (num_obs == 1 and a single unit-stride group axis): kernels can read in place.
+  /// (num_obs == 1, group axes row-major from stride 1): kernels can read in place.
   bool group_is_contiguous() const;
+  /// True when, in addition, group q starts q * group_len elements after group 0
+  /// (groups laid end to end, as tensor_group / group / channel views of a row-major
+  /// weight are).
+  bool groups_end_to_end() const;
   /// Storage offset (elements) of the first value of qparam element q when
   /// group_is_contiguous().
   int64_t group_offset(int64_t q) const;

@@ -8,7 +8,7 @@
 #include "kernels/kernels.h"
 #include "qparams/qparam_math.h"
 #if QOBS_HAVE_FAST_KERNELS
-#include "kernels/fused_search.h"
+#include "kernels/search/search.h"
 #include "kernels/parallel/thread_pool.h"
 #include "kernels/qdq_fast.h"
 #include "kernels/qparams_fast.h"

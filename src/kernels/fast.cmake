@@ -4,12 +4,23 @@ find_package(hwy 1.0 REQUIRED)
 list(APPEND QOBS_KERNEL_SOURCES
      kernels/simd/simd_level.cc
      kernels/simd/libm_powf.cc
-     kernels/simd/search_simd.cc
+     kernels/simd/pow_simd.cc
+     kernels/simd/block_errors_simd.cc
+     kernels/simd/poly_sums_simd.cc
+     kernels/simd/poly_batch_simd.cc
+     kernels/simd/shrunk_qparams_simd.cc
+     kernels/simd/minmax_simd.cc
      kernels/simd/qdq_simd.cc
      kernels/qdq_fast.cc
      kernels/qparams_fast.cc
      kernels/simd/pow_poly.cc
-     kernels/fused_search.cc)
+     kernels/search/plan.cc
+     kernels/search/group_data.cc
+     kernels/search/exact.cc
+     kernels/search/certified.cc
+     kernels/search/batch.cc
+     kernels/search/grid_search.cc
+     kernels/search/minmax.cc)
 # dispatch.cc routes to the fast paths only when they are built (QOBS_FAST_KERNELS=OFF
 # leaves the scalar references alone).
 if(NOT TARGET qobs_fast_kernels_enabled)

@@ -10,7 +10,8 @@
 #include <vector>
 
 #include "kernels/parallel/thread_pool.h"
-#include "kernels/simd/search_simd.h"
+#include "kernels/simd/minmax_simd.h"  // widen_simd
+#include "kernels/simd/shrunk_qparams_simd.h"
 #include "qparams/qparam_math.h"
 
 namespace qobs::kernels::fast {

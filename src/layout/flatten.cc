@@ -34,6 +34,19 @@ int64_t axes_offset(const std::vector<Axis>& axes, int64_t i) {
   return off;
 }
 
+/// True when `axes` (last fastest) step through storage row-major, the innermost one
+/// with stride `inner`: each stride is the product of the later sizes times `inner`
+/// (axes of size 1 take any stride).
+bool axes_row_major(const std::vector<Axis>& axes, int64_t inner) {
+  int64_t expect = inner;
+  for (std::size_t d = axes.size(); d-- > 0;) {
+    if (axes[d].size == 1) continue;
+    if (axes[d].stride != expect) return false;
+    expect *= axes[d].size;
+  }
+  return true;
+}
+
 float load_float(const void* base, DType dt, int64_t off) {
   return static_cast<float>(detail::load_element(base, dt, off));
 }
@@ -74,8 +87,10 @@ void FlatView::gather(int64_t q, float* out) const {
   }
 }
 
-bool FlatView::group_is_contiguous() const {
-  return layout.num_obs() == 1 && layout.group_axes.size() == 1 && layout.group_axes[0].stride == 1;
+bool FlatView::group_is_contiguous() const { return layout.num_obs() == 1 && axes_row_major(layout.group_axes, 1); }
+
+bool FlatView::groups_end_to_end() const {
+  return group_is_contiguous() && axes_row_major(layout.qparam_axes, layout.group_len());
 }
 
 int64_t FlatView::group_offset(int64_t q) const {

@@ -4,7 +4,7 @@
 //
 // Tolerance policy: none. Min / max, chosen candidates, best min / max (and hence
 // scales and zero points), and the number of evaluated candidates must be bit-identical:
-// the reference fixes a canonical summation order for the error sums (ErrorModel) and
+// the reference fixes a canonical summation order for the error sums (ErrorSum) and
 // the vector |e|^norm replays libm's powf exactly (libm_powf.h). NaN / Inf reach the
 // min-max kernel only; the grid search's non-finite path is covered through observe_flat
 // style direct calls, since observers reject non-finite input.
@@ -18,13 +18,14 @@
 #include <string>
 #include <vector>
 
-#include "kernels/fused_search.h"
+#include "kernels/search/search.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel/thread_pool.h"
 #include "kernels/qparams_fast.h"
-#include "kernels/search_select.h"
+#include "kernels/search/select.h"
 #include "kernels/simd/libm_powf.h"
-#include "kernels/simd/search_simd.h"
+#include "kernels/simd/poly_batch_simd.h"  // kPolyBatchMaxLen, fp4_round_nonneg_simd
+#include "kernels/simd/pow_simd.h"
 #include "kernels/simd/simd_level.h"
 #include "qobs/qobs.h"
 #include "test_util.h"

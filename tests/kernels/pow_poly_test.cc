@@ -15,9 +15,10 @@
 
 #include "core/arith.h"
 #include "kernels/kernels.h"
-#include "kernels/search_select.h"
+#include "kernels/search/select.h"
 #include "kernels/simd/pow_poly.h"
-#include "kernels/simd/search_simd.h"
+#include "kernels/simd/block_errors_simd.h"  // kSumBlock
+#include "kernels/simd/poly_sums_simd.h"
 #include "kernels/simd/simd_level.h"
 #include "qparams/qparam_math.h"
 
@@ -61,9 +62,9 @@ double reference_error(const std::vector<float>& x, float s, float z, const qobs
   GridSearchConfig cfg;
   cfg.norm = p;
   const qobs::detail::ErrorModel em = qobs::detail::ErrorModel::make(cfg, DType::kF32);
-  em.begin();
-  for (float v : x) em.add(qobs::detail::qdq_elem(v, s, z, plan), v, 1.0f);
-  return em.total();
+  qobs::detail::ErrorSum sum;
+  for (float v : x) sum.add(em.term(qobs::detail::qdq_elem(v, s, z, plan), v, 1.0f));
+  return em.round(sum.total());
 }
 
 enum class Data { kNormal, kNearTies, kOnGrid, kTiny, kClampHeavy, kMixed };

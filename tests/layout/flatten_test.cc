@@ -305,5 +305,24 @@ TEST(Flatten, HugeGroupSizeIsRejected) {
                            {"group_size 9223372036854775807"});
 }
 
+// The kernels read a group in place when its axes are row-major from stride 1, however
+// many axes the flatten produced; size-1 axes take any stride.
+TEST(Flatten, GroupContiguityOverSeveralAxes) {
+  FlatView f;
+  f.layout.obs_axes = {{1, 0}};
+  f.layout.qparam_axes = {{4, 6}};
+  f.layout.group_axes = {{2, 3}, {1, 99}, {3, 1}};
+  EXPECT_TRUE(f.group_is_contiguous());
+  EXPECT_TRUE(f.groups_end_to_end());
+  f.layout.qparam_axes = {{4, 12}};  // gaps between groups
+  EXPECT_TRUE(f.group_is_contiguous());
+  EXPECT_FALSE(f.groups_end_to_end());
+  f.layout.group_axes = {{2, 1}, {3, 2}};  // column-major
+  EXPECT_FALSE(f.group_is_contiguous());
+  f.layout.group_axes = {{6, 1}};
+  f.layout.obs_axes = {{2, 24}};  // two observations per group
+  EXPECT_FALSE(f.group_is_contiguous());
+}
+
 }  // namespace
 }  // namespace qobs

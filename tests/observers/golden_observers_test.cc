@@ -16,7 +16,7 @@
 #include <sstream>
 
 #include "core/arith.h"
-#include "kernels/search_select.h"
+#include "kernels/search/select.h"
 #include "observers/builtin_observers.h"
 #include "qparams/qparam_math.h"
 #include "test_util.h"
@@ -68,9 +68,9 @@ double candidate_error(const Observer& obs, const FlatView& flat, int64_t q, dou
   flat.gather(q, x.data());
   if (weights) weights->gather(q, w.data());
   const auto sz = detail::compute_qparams_elem(mn, mx, qplan);
-  em.begin();
-  for (int64_t j = 0; j < len; ++j) em.add(detail::qdq_elem(x[j], sz.scale, sz.zero_point, dplan), x[j], w[j]);
-  return em.total();
+  detail::ErrorSum sum;
+  for (int64_t j = 0; j < len; ++j) sum.add(em.term(detail::qdq_elem(x[j], sz.scale, sz.zero_point, dplan), x[j], w[j]));
+  return em.round(sum.total());
 }
 
 /// Injects the importance statistics the reference observer held (imatrix cases).

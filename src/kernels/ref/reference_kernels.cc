@@ -6,7 +6,7 @@
 
 #include "core/arith.h"
 #include "kernels/kernels.h"
-#include "kernels/search_select.h"
+#include "kernels/search/select.h"
 #include "qparams/qparam_math.h"
 
 namespace qobs::kernels::ref {
@@ -57,12 +57,12 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
     for (int64_t i = 0; i < S; ++i) {
       const double cm = a.mul(m0[q], shrink[i]), cM = a.mul(M0[q], shrink[i]);
       const detail::ElemQParams sz = detail::compute_qparams_elem(cm, cM, qplan);
-      em.begin();
+      detail::ErrorSum sum;
       for (int64_t j = 0; j < len; ++j) {
         const double r = detail::qdq_elem(x[j], sz.scale, sz.zero_point, dplan);
-        em.add(r, x[j], weights ? w[j] : 1.0f);
+        sum.add(em.term(r, x[j], weights ? w[j] : 1.0f));
       }
-      errs[static_cast<std::size_t>(i * nq + q)] = em.total();
+      errs[static_cast<std::size_t>(i * nq + q)] = em.round(sum.total());
     }
   }
 

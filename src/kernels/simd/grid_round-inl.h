@@ -1,4 +1,4 @@
-// Per-target vector rounding shared by the SIMD kernels (search_simd.cc, qdq_simd.cc):
+// Per-target vector rounding shared by the SIMD kernels (the search kernels, qdq_simd.cc):
 // narrowing an f32 vector to bf16 / f16 (R0.4b), and rounding to the FP8 E4M3 and FP4
 // E2M1 grids (R2.2.1, R2.3.1). Included inside each kernel file's per-target namespace,
 // after its DF / DU aliases, once per Highway target -- hence no include guard.

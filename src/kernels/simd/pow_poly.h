@@ -1,4 +1,4 @@
-// Certified cheap |r|^p for the INT grid search (kPowPoly in search_simd.cc).
+// Certified cheap |r|^p for the INT grid search (poly_sums_simd.cc, poly_batch_simd.cc).
 //
 // With f32 data, the reference's error term is powf(|e|, p) with e = d s - x. Writing
 // e = s r (r = e / s, |r| <= 1/2 for every element the grid does not clamp), the sum
@@ -7,7 +7,7 @@
 // the low bits of the exponent field, and a low-degree polynomial in m.
 // That is ~12 vector ops per 8 terms instead of a general log / exp pow. The result is
 // not powf's; it comes with a rigorous relative bound (below), and the grid search
-// uses it only to decide comparisons whose intervals do not overlap (fused_search.cc).
+// uses it only to decide comparisons whose intervals do not overlap (kernels/search/certified.cc).
 #pragma once
 
 #include <cmath>

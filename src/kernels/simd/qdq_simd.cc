@@ -1,5 +1,5 @@
 // Vectorized quantize / dequantize / fake_quantize runs, one body compiled for AVX2 and
-// AVX-512 (Highway foreach_target, the other targets disabled as in search_simd.cc).
+// AVX-512 (Highway foreach_target, the other targets disabled by simd_targets.h).
 // The scalar twin is qdq_element (kernels/qdq_layout.h) over qparam_math.h, and the
 // tests compare both bit for bit at every level.
 //

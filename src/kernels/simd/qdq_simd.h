@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "kernels/kernels.h"
-#include "kernels/simd/search_simd.h"  // Narrow
+#include "kernels/simd/narrow.h"
 #include "kernels/simd/simd_level.h"
 #include "qparams/qparam_math.h"
 

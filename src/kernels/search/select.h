@@ -32,39 +32,51 @@ inline std::vector<double> search_shrink_factors(const kernels::GridSearchConfig
 /// Elements per canonical summation block (kept equal to the SIMD kernels' constant).
 inline constexpr int64_t kErrorSumBlock = 4096;
 
-/// How one candidate's error is accumulated (R6.6.6 step 4, R6.8.6).
-///
-/// Canonical summation order (R0.4e leaves it unspecified; qobs fixes one so that
-/// every implementation -- this reference, the fused scalar path, AVX2, AVX-512, any
-/// thread count -- gives the same bits): the terms of one (qparam, candidate) pair, in
-/// flat (obs, group) index order j, are cut into blocks of kErrorSumBlock; inside a
-/// block term j is added, in order, to lane sum j % 8 (f64); a block's value is
-/// ((l0+l4) + (l1+l5)) + ((l2+l6) + (l3+l7)); block values are added in block order to
-/// a running f64 total starting at 0, which is rounded once to the error dtype (A2).
+/// The canonical summation order of one candidate's error (R6.6.6 step 4, R6.8.6).
+/// R0.4e leaves the order unspecified; qobs fixes one so that every implementation --
+/// the reference, the fused scalar path, AVX2, AVX-512, any thread count -- gives the
+/// same bits: the terms of one (qparam, candidate) pair, in flat (obs, group) index
+/// order j, are cut into blocks of kErrorSumBlock; inside a block term j is added, in
+/// order, to lane sum j % 8 (f64); a block's value is ((l0+l4) + (l1+l5)) + ((l2+l6) +
+/// (l3+l7)); block values are added in block order to a running f64 total starting at
+/// 0, which ErrorModel::round rounds once to the error dtype (A2). One ErrorSum per
+/// candidate evaluation, owned by the caller.
+class ErrorSum {
+ public:
+  void add(double term) {
+    lanes_[count_ % 8] += term;
+    if (++count_ % kErrorSumBlock == 0) flush();
+  }
+  /// The f64 total of the terms added so far, in the canonical order.
+  double total() {
+    if (count_ % kErrorSumBlock != 0) flush();
+    return blocks_;
+  }
+
+ private:
+  void flush() {
+    const double* l = lanes_;
+    blocks_ += ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+    for (double& l : lanes_) l = 0;
+  }
+  double lanes_[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  double blocks_ = 0;
+  int64_t count_ = 0;
+};
+
+/// What one candidate's error is (R6.6.6 step 4, R6.8.6): the per-element term, the
+/// dtype errors are compared in, and the initial best. Summed in ErrorSum's order.
 struct ErrorModel {
   DType err_dt;      ///< dtype in which errors are compared
   DType elem_dt;     ///< dtype of the per-element terms
   double norm;
   bool weighted;
   NumericMode mode;
-  mutable double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  mutable double blocks = 0;
-  mutable int64_t count = 0;
 
   static ErrorModel make(const kernels::GridSearchConfig& cfg, DType dt) {
-    ErrorModel m;
-    m.weighted = cfg.imatrix;
     // imatrix: f32 always; MSE: the observed dtype (Q3) unless the f32 option is set
-    m.err_dt = (cfg.imatrix || cfg.f32_errors) && dt != DType::kF64 ? DType::kF32 : dt;
-    m.elem_dt = m.err_dt;
-    m.norm = cfg.norm;
-    m.mode = cfg.mode;
-    return m;
-  }
-  void begin() const {
-    for (double& l : lanes) l = 0;
-    blocks = 0;
-    count = 0;
+    const DType err_dt = (cfg.imatrix || cfg.f32_errors) && dt != DType::kF64 ? DType::kF32 : dt;
+    return ErrorModel{.err_dt = err_dt, .elem_dt = err_dt, .norm = cfg.norm, .weighted = cfg.imatrix, .mode = cfg.mode};
   }
   /// The term of one element: r the fake-quantized value, x the original, w the
   /// importance weight.
@@ -74,23 +86,8 @@ struct ErrorModel {
     if (weighted) e = a.mul(w, e);
     return e;
   }
-  void add(double r, double x, float w) const {
-    lanes[count % 8] += term(r, x, w);
-    if (++count % kErrorSumBlock == 0) flush();
-  }
-  /// The value of one block's lane sums.
-  static double block_value(const double* l) {
-    return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
-  }
-  void flush() const {
-    blocks += block_value(lanes);
-    for (double& l : lanes) l = 0;
-  }
-  /// The canonical f64 sum rounded once to the error dtype (A2).
-  double total() const {
-    if (count % kErrorSumBlock != 0) flush();
-    return round_to_float_dtype(err_dt, blocks);
-  }
+  /// A canonical f64 sum (ErrorSum::total) rounded once to the error dtype (A2).
+  double round(double sum) const { return round_to_float_dtype(err_dt, sum); }
   /// best_err's initial value: the largest finite value of the error dtype (R6.6.4).
   double initial_best() const { return dtype_max(err_dt); }
 };

@@ -1,0 +1,100 @@
+#include "kernels/search/batch.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/search/exact.h"
+#include "kernels/search/group_data.h"
+#include "kernels/simd/poly_batch_simd.h"
+
+namespace qobs::kernels::fast {
+
+using namespace qobs::kernels::detail;
+
+namespace {
+
+/// The batch kernel's exact fallback: the reference's error of one candidate on one
+/// lane's group.
+struct BatchExact {
+  const Plan* P;
+  Scratch* s;
+  static double call(void* ctx, int lane, float scale, float zp) {
+    const BatchExact& b = *static_cast<const BatchExact*>(ctx);
+    ++b.s->exact_evaluations;
+    double e;
+    vector_sums(*b.P, b.P->vec.proto.norm_kind, b.s->group_x[static_cast<std::size_t>(lane)], nullptr, &scale, &zp, 1,
+                false, *b.s, &e);
+    return e;
+  }
+};
+
+}  // namespace
+
+bool batch_improvements(const Plan& P, int64_t q0, int64_t count, Scratch& s, double* m0, double* M0, uint64_t* bits,
+                        int64_t W, uint8_t* any) {
+  const int L = P.batch.lanes;
+  const int64_t len = P.len, S = P.S;
+  const bool fp4 = P.vec.proto.grid == qobs::detail::GridKind::kFp4;
+  s.xt.resize(static_cast<std::size_t>(len * L));
+  for (auto* v : {&s.m0, &s.M0, &s.xmax, &s.lo_f, &s.hi_f}) v->resize(static_cast<std::size_t>(L));
+  s.group_x.resize(static_cast<std::size_t>(L));
+  s.lane_improved.resize(static_cast<std::size_t>((S + 31) / 32 * L));
+  for (int l = 0; l < L; ++l) {
+    const int64_t q = q0 + std::min<int64_t>(l, count - 1);  // a short batch repeats its last group
+    s.group_x[static_cast<std::size_t>(l)] = static_cast<const float*>(P.flat.data) + P.flat.group_offset(q);
+  }
+  // NaN: the one-group path propagates it as the reference does
+  if (!batch_transpose_simd(P.level, s.group_x.data(), len, fp4, s.xt.data(), s.lo_f.data(), s.hi_f.data()))
+    return false;
+  for (int l = 0; l < L; ++l) {
+    const std::size_t u = static_cast<std::size_t>(l);
+    float lo = s.lo_f[u], hi = s.hi_f[u];
+    settle_zero_signs(s.group_x[u], len, &lo, &hi);
+    const double mq = P.a.mul(lo, P.cfg.expand), Mq = P.a.mul(hi, P.cfg.expand);
+    if (!(std::fabs(mq) < 0x1p100 && std::fabs(Mq) < 0x1p100)) return false;
+    s.m0[u] = static_cast<float>(mq);
+    s.M0[u] = static_cast<float>(Mq);
+    s.xmax[u] = std::max(std::fabs(lo), std::fabs(hi));
+  }
+  BatchExact ctx{&P, &s};
+  PolyBatchArgs k;
+  k.xt = s.xt.data();
+  k.n = len;
+  k.m0 = s.m0.data();
+  k.M0 = s.M0.data();
+  k.xmax = s.xmax.data();
+  k.num_candidates = S;
+  k.shrink = P.shrink_f32.data();
+  k.qparams = P.shrunk;
+  k.grid = P.vec.proto.grid;
+  k.q_min = P.vec.proto.q_min;
+  k.q_max = P.vec.proto.q_max;
+  k.poly = &P.cert.poly;
+  k.bound = P.batch.bound;
+  k.q_abs_max = P.cert.q_abs_max;
+  k.initial_best = P.em.initial_best();
+  k.exact = &BatchExact::call;
+  k.ctx = &ctx;
+  k.improved = s.lane_improved.data();
+  poly_batch_simd(P.level, k);
+  // two 32-candidate words of a lane make one of its 64-bit improvement words
+  const int64_t W32 = (S + 31) / 32;
+  auto word32 = [&](int64_t w, int64_t l) -> uint64_t {
+    return w < W32 ? s.lane_improved[static_cast<std::size_t>(w * L + l)] : 0u;
+  };
+  for (int64_t l = 0; l < count; ++l) {
+    m0[q0 + l] = s.m0[static_cast<std::size_t>(l)];
+    M0[q0 + l] = s.M0[static_cast<std::size_t>(l)];
+    uint64_t* qb = bits + (q0 + l) * W;
+    for (int64_t wi = 0; wi < W; ++wi) qb[wi] |= word32(2 * wi, l) | word32(2 * wi + 1, l) << 32;
+  }
+  for (int64_t w = 0; w < W32; ++w) {
+    uint32_t any_word = 0;  // the real lanes only: a short batch's copies do not count
+    for (int64_t l = 0; l < count; ++l) any_word |= s.lane_improved[static_cast<std::size_t>(w * L + l)];
+    for (int64_t i = w * 32; i < std::min(S, w * 32 + 32); ++i) any[i] |= (any_word >> (i % 32)) & 1u;
+  }
+  s.groups_batched += count;
+  return true;
+}
+
+}  // namespace qobs::kernels::fast

@@ -1,0 +1,82 @@
+// fast::minmax (search.h): R6.3.1 min / max of every group, threaded, with the
+// vector kernels of minmax_simd.h. Bit-identical to ref::minmax.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/parallel/thread_pool.h"
+#include "kernels/search/group_data.h"
+#include "kernels/search/search.h"
+#include "kernels/simd/minmax_simd.h"
+#include "qparams/qparam_math.h"
+
+namespace qobs::kernels::fast {
+
+using namespace qobs::kernels::detail;
+
+void minmax(const FlatView& flat, float* mins, float* maxs, SimdLevel level, int num_threads) {
+  const int64_t nq = flat.layout.num_qparams();
+  const int64_t len = flat.layout.num_obs() * flat.layout.group_len();
+  const bool contiguous = flat.group_is_contiguous();
+  const int threads = resolve_num_threads(num_threads);
+  if (nq == 1 && contiguous && flat.dtype == DType::kF32 && threads > 1 && len >= (int64_t{1} << 16)) {
+    // One huge group (tensor strategy): split the range; min / max combine exactly in
+    // any order except for the sign of a zero, which group_minmax's rule settles below.
+    const float* x = static_cast<const float*>(flat.data) + flat.group_offset(0);
+    const int64_t parts = threads * 4, step = (len + parts - 1) / parts;
+    std::vector<double> lo(static_cast<std::size_t>(parts)), hi(static_cast<std::size_t>(parts));
+    parallel_for(parts, threads, [&](int64_t p, int) {
+      const int64_t b = p * step, e = std::min(len, b + step);
+      double l = INFINITY, h = -INFINITY;
+      if (e > b) group_minmax(x + b, e - b, level, &l, &h);
+      lo[static_cast<std::size_t>(p)] = l;
+      hi[static_cast<std::size_t>(p)] = h;
+    });
+    double l = INFINITY, h = -INFINITY;
+    for (int64_t p = 0; p < parts; ++p) {  // parts in index order: later equal zeros win
+      l = qobs::detail::nan_min(l, lo[static_cast<std::size_t>(p)]);
+      h = qobs::detail::nan_max(h, hi[static_cast<std::size_t>(p)]);
+    }
+    mins[0] = static_cast<float>(l);
+    maxs[0] = static_cast<float>(h);
+    return;
+  }
+  const int64_t target_tasks = threads == 1 ? 1 : threads * 8;
+  // Small groups laid end to end (NVFP4's 16, MXFP4's 32): eight per pass
+  // (minmax_groups_simd), tasks of whole passes.
+  const bool vec_dtype = flat.dtype == DType::kF32 || flat.dtype == DType::kBF16 || flat.dtype == DType::kF16;
+  const bool eight_at_once =
+      level != SimdLevel::kScalar && vec_dtype && len % 8 == 0 && len <= 64 && flat.groups_end_to_end();
+  const int64_t unit = eight_at_once ? 8 : 1;
+  const int64_t per_task = (std::max<int64_t>(1, (nq + target_tasks - 1) / target_tasks) + unit - 1) / unit * unit;
+  const int64_t num_tasks = (nq + per_task - 1) / per_task;
+  std::vector<std::vector<float>> bufs(static_cast<std::size_t>(threads));
+  parallel_for(num_tasks, threads, [&](int64_t task, int worker) {
+    const int64_t q_end = std::min(nq, (task + 1) * per_task);
+    int64_t q = task * per_task;
+    if (eight_at_once) {
+      const int64_t whole = (q_end - q) / 8 * 8;
+      const std::size_t es = dtype_size(flat.dtype);
+      const auto* x = static_cast<const unsigned char*>(flat.data) + static_cast<std::size_t>(flat.group_offset(q)) * es;
+      // NaN: the per-group loop below redoes the task with the reference's propagation
+      if (whole > 0 && minmax_groups_simd(level, x, flat.dtype, whole, len, mins + q, maxs + q)) {
+        for (int64_t g = q; g < q + whole; ++g)
+          if (mins[g] == 0.0f || maxs[g] == 0.0f) {
+            // the zero's sign, from the group's values as floats
+            const float* v = load_group(flat, contiguous, g, len, level, bufs[static_cast<std::size_t>(worker)]);
+            settle_zero_signs(v, len, mins + g, maxs + g);
+          }
+        q += whole;
+      }
+    }
+    for (; q < q_end; ++q) {
+      const float* x = load_group(flat, contiguous, q, len, level, bufs[static_cast<std::size_t>(worker)]);
+      double l, h;
+      group_minmax(x, len, level, &l, &h);
+      mins[q] = static_cast<float>(l);
+      maxs[q] = static_cast<float>(h);
+    }
+  });
+}
+
+}  // namespace qobs::kernels::fast

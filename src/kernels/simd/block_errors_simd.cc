@@ -1,0 +1,203 @@
+// The exact block kernel (block_errors_simd.h), one body compiled for AVX2 and AVX-512
+// (Highway foreach_target; machines without AVX2 run the fused scalar path). Scalar
+// twin: scalar_errors (kernels/search/exact.cc), tested bit for bit at every level.
+//
+// Numerics (R0.4, qparam_math.h): all lanes hold f32 containers of values that lie
+// on the data dtype's grid; after each element-wise op a bf16/f16 result is rounded
+// once, RNE, exactly as Arith::narrow does. Error terms are accumulated in double in
+// the canonical order of ErrorSum (search/select.h): 8 lane sums per block (term j goes
+// to lane j % 8), block = ((l0+l4) + (l1+l5)) + ((l2+l6) + (l3+l7)).
+#include "kernels/simd/simd_targets.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/simd/block_errors_simd.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <cmath>
+
+#include "kernels/simd/block_errors_simd.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qobs::kernels::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Only the AVX2 and AVX-512 passes carry kernels (simd_targets.h); the baseline pass
+// Highway always adds stays empty.
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+
+#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, DH, DD, VF, VD, ...
+#include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round, fp4_round
+#include "kernels/simd/pow-inl.h"  // pow_replay, pow_approx
+
+/// Accumulates an f32 vector of terms into the 8 canonical lane sums.
+struct LaneSums {
+  VD a0, a1;  // AVX2: lanes 0-3 and 4-7; AVX-512: a0 holds lanes 0-7, a1 unused
+  HWY_INLINE void reset() {
+    const DD dd;
+    a0 = hn::Zero(dd);
+    a1 = hn::Zero(dd);
+  }
+  HWY_INLINE void add(VF terms) {
+    const DD dd;
+    const DH dh;
+    const VD lo = hn::PromoteTo(dd, hn::LowerHalf(dh, terms));
+    const VD hi = hn::PromoteTo(dd, hn::UpperHalf(dh, terms));
+    if constexpr (HWY_LANES(float) == 16) {
+      a0 = hn::Add(a0, lo);  // terms j..j+7
+      a0 = hn::Add(a0, hi);  // then j+8..j+15: same lane j % 8, later in order
+    } else {
+      a0 = hn::Add(a0, lo);
+      a1 = hn::Add(a1, hi);
+    }
+  }
+  /// ((l0+l4) + (l1+l5)) + ((l2+l6) + (l3+l7))
+  HWY_INLINE double total() const {
+    const DD dd;
+    alignas(64) double l[16] = {0};
+    hn::Store(a0, dd, l);
+    if constexpr (HWY_LANES(float) != 16) hn::Store(a1, dd, l + 4);
+    const double s0 = l[0] + l[4], s1 = l[1] + l[5], s2 = l[2] + l[6], s3 = l[3] + l[7];
+    return (s0 + s1) + (s2 + s3);
+  }
+};
+
+/// The block kernel. Each template argument is either a fixed Narrow / GridKind /
+/// NormKind value, so the compiler drops the per-vector branches of the hot
+/// combinations, or -1 for "read it from A at run time" (the generic instantiation).
+template <int kDN, int kEN, int kG, int kNK>
+HWY_NOINLINE void BlockErrorsT(const BlockKernelArgs& A) {
+  static_assert(HWY_LANES(float) == 8 || HWY_LANES(float) == 16, "lane layout assumes AVX2 or AVX-512");
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const Narrow dn = kDN >= 0 ? static_cast<Narrow>(kDN) : A.data_narrow;
+  const Narrow en = kEN >= 0 ? static_cast<Narrow>(kEN) : A.err_narrow;
+  const auto grid = kG >= 0 ? static_cast<qobs::detail::GridKind>(kG) : A.grid;
+  const NormKind norm_kind = kNK >= 0 ? static_cast<NormKind>(kNK) : A.norm_kind;
+  const VF qmin = hn::Set(df, A.q_min), qmax = hn::Set(df, A.q_max);
+  alignas(64) float lane_buf[16];
+  for (int64_t i = 0; i < A.num_candidates; ++i) {
+    const VF s = hn::Set(df, A.scale[i]);
+    const VF z = hn::Set(df, A.has_zp ? A.zp[i] : 0.0f);
+    LaneSums acc;
+    acc.reset();
+    // kPowApprox sums only need to stay inside the certified bound: f32 lane sums
+    // (<= 512 terms each per block, relative error <= 2^-15, part of the caller's
+    // bound) save the two f64 conversions and adds per vector
+    constexpr bool kF32Sum = kNK == static_cast<int>(NormKind::kPowApprox);
+    VF acc32 = hn::Zero(df);
+    // the error term of one vector of x (and weights w, when given)
+    auto term = [&](VF x, VF w) HWY_ATTR {
+      // R5.1.1: y = x / s (+ z), clamp, round to the grid, dequantize, * s
+      VF y = narrow_to(dn, hn::Div(x, s));
+      if (A.has_zp) y = narrow_to(dn, hn::Add(y, z));
+      const VF c = hn::Min(hn::Max(y, qmin), qmax);
+      VF q;
+      switch (grid) {
+        case qobs::detail::GridKind::kInt: q = hn::Round(c); break;
+        case qobs::detail::GridKind::kFp8: q = fp8_round(c); break;
+        default: q = fp4_round(c); break;
+      }
+      VF d = narrow_to(dn, q);
+      if (A.has_zp) d = narrow_to(dn, hn::Sub(d, z));
+      const VF r = narrow_to(dn, hn::Mul(d, s));
+      // R6.6.6 step 4 / R6.8.6: |r - x|^norm (x w) in the error dtype
+      const VF e = hn::Abs(narrow_to(en, hn::Sub(r, x)));
+      VF t;
+      switch (norm_kind) {
+        case NormKind::kTwo: t = narrow_to(en, hn::Mul(e, e)); break;
+        case NormKind::kThree: t = narrow_to(en, hn::Mul(hn::Mul(e, e), e)); break;
+        case NormKind::kPowReplay: t = narrow_to(en, pow_replay(e, A.norm, *A.tables)); break;
+        case NormKind::kPowApprox: t = pow_approx(e, A.norm); break;
+        case NormKind::kTable16: {
+          // e >= 0 holds a bf16 / f16 value: its 16-bit pattern (sign 0) indexes the table
+          const DU du;
+          hn::Vec<DU> idx;
+          if (en == Narrow::kBF16) {
+            idx = hn::ShiftRight<16>(hn::BitCast(du, e));
+          } else {
+            const hn::Rebind<hwy::float16_t, DF> dh16;
+            const hn::Rebind<uint16_t, DF> d16;
+            idx = hn::PromoteTo(du, hn::BitCast(d16, hn::DemoteTo(dh16, e)));
+          }
+          t = hn::GatherIndex(df, A.pow_table, hn::BitCast(DI(), idx));
+          break;
+        }
+        default: {
+          hn::Store(e, df, lane_buf);
+          for (size_t l = 0; l < N; ++l) lane_buf[l] = std::pow(lane_buf[l], A.norm);
+          t = narrow_to(en, hn::Load(df, lane_buf));
+          break;
+        }
+      }
+      if (A.w) t = narrow_to(en, hn::Mul(w, t));
+      return t;
+    };
+    auto accumulate = [&](VF t) HWY_ATTR {
+      if constexpr (kF32Sum) acc32 = hn::Add(acc32, t);
+      else acc.add(t);
+    };
+    // full vectors without masks, then one masked tail whose dead lanes are zeroed
+    const int64_t n_main = A.n - A.n % static_cast<int64_t>(N);
+    const VF one = hn::Set(df, 1.0f);
+    for (int64_t j = 0; j < n_main; j += static_cast<int64_t>(N))
+      accumulate(term(hn::LoadU(df, A.x + j), A.w ? hn::LoadU(df, A.w + j) : one));
+    if (n_main < A.n) {
+      const auto m = hn::FirstN(df, static_cast<size_t>(A.n - n_main));
+      const VF t = term(hn::MaskedLoad(m, df, A.x + n_main), A.w ? hn::MaskedLoad(m, df, A.w + n_main) : one);
+      accumulate(hn::IfThenElseZero(m, t));
+    }
+    if constexpr (kF32Sum) acc.add(acc32);
+    A.sums[i] = acc.total();
+  }
+}
+
+template <int kDN, int kEN, int kG>
+HWY_INLINE void BlockErrorsNorm(const BlockKernelArgs& A) {
+  switch (A.norm_kind) {
+    case NormKind::kTwo: return BlockErrorsT<kDN, kEN, kG, static_cast<int>(NormKind::kTwo)>(A);
+    case NormKind::kThree: return BlockErrorsT<kDN, kEN, kG, static_cast<int>(NormKind::kThree)>(A);
+    case NormKind::kPowReplay: return BlockErrorsT<kDN, kEN, kG, static_cast<int>(NormKind::kPowReplay)>(A);
+    case NormKind::kPowApprox: return BlockErrorsT<kDN, kEN, kG, static_cast<int>(NormKind::kPowApprox)>(A);
+    case NormKind::kTable16: return BlockErrorsT<kDN, kEN, kG, static_cast<int>(NormKind::kTable16)>(A);
+    default: return BlockErrorsT<-1, -1, -1, -1>(A);
+  }
+}
+
+template <int kDN, int kEN>
+HWY_INLINE void BlockErrorsGrid(const BlockKernelArgs& A) {
+  switch (A.grid) {
+    case qobs::detail::GridKind::kInt:
+      return BlockErrorsNorm<kDN, kEN, static_cast<int>(qobs::detail::GridKind::kInt)>(A);
+    case qobs::detail::GridKind::kFp8:
+      return BlockErrorsNorm<kDN, kEN, static_cast<int>(qobs::detail::GridKind::kFp8)>(A);
+    default: return BlockErrorsNorm<kDN, kEN, static_cast<int>(qobs::detail::GridKind::kFp4)>(A);
+  }
+}
+
+/// Specialized kernels for f32 and bf16 data with errors in the data dtype or in f32
+/// (imatrix, f32_errors): the benchmarked cases; everything else (f16 data) runs the
+/// generic instantiation.
+void BlockErrors(const BlockKernelArgs& A) {
+  constexpr int kNone = static_cast<int>(Narrow::kNone), kBF16 = static_cast<int>(Narrow::kBF16);
+  if (A.data_narrow == Narrow::kNone && A.err_narrow == Narrow::kNone) return BlockErrorsGrid<kNone, kNone>(A);
+  if (A.data_narrow == Narrow::kBF16 && A.err_narrow == Narrow::kBF16) return BlockErrorsGrid<kBF16, kBF16>(A);
+  if (A.data_narrow == Narrow::kBF16 && A.err_narrow == Narrow::kNone) return BlockErrorsGrid<kBF16, kNone>(A);
+  return BlockErrorsT<-1, -1, -1, -1>(A);
+}
+
+#endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+}  // namespace HWY_NAMESPACE
+}  // namespace qobs::kernels::detail
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "kernels/simd/simd_dispatch.h"  // QOBS_SIMD_DISPATCH
+
+namespace qobs::kernels::detail {
+
+void block_errors_simd(SimdLevel level, const BlockKernelArgs& args) { QOBS_SIMD_DISPATCH(BlockErrors(args)); }
+
+}  // namespace qobs::kernels::detail
+#endif  // HWY_ONCE

@@ -1,0 +1,51 @@
+// The exact block kernel of the grid search (block_errors_simd.cc): one canonical block
+// of one group against every candidate, each error term and sum exactly as the
+// reference computes it. Scalar twin: scalar_errors in kernels/search/exact.cc (the
+// reference's per-element arithmetic), compared bit for bit at every level by the tests.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/simd/narrow.h"
+#include "kernels/simd/pow_simd.h"
+#include "qparams/qparam_math.h"
+
+namespace qobs::kernels::detail {
+
+/// Elements per canonical summation block (see ErrorSum in search/select.h).
+inline constexpr int64_t kSumBlock = 4096;
+
+/// How |e|^norm is evaluated: exponent 2 and 3 by repeated multiplication (as
+/// Arith::pow_abs), others by the libm replay (libm_powf.h) or std::pow per lane.
+/// kPowApprox is not exact: exp(norm * log(e)) in f32 (relative error below
+/// kPowApproxRelErr, see pow_approx_bound), used only to decide comparisons that the
+/// error bound makes certain; the caller evaluates exactly whenever it does not.
+/// kTable16: bf16 / f16 error terms take at most 2^15 non-negative values, so the
+/// caller tabulates Arith::pow_abs for every one of them (exact by construction) and
+/// the kernel looks the term up.
+enum class NormKind : uint8_t { kTwo, kThree, kPowReplay, kPowScalar, kPowApprox, kTable16 };
+
+/// One canonical block (n <= kSumBlock values of one group) against S candidates.
+struct BlockKernelArgs {
+  const float* x = nullptr;  ///< n values, already on the data dtype's grid
+  const float* w = nullptr;  ///< n importance weights (imatrix) or nullptr
+  int64_t n = 0;
+  int64_t num_candidates = 0;
+  const float* scale = nullptr;  ///< per candidate, on the data dtype's grid, > 0
+  const float* zp = nullptr;     ///< per candidate zero point cast to the data dtype (has_zp only)
+  bool has_zp = false;
+  Narrow data_narrow = Narrow::kNone;  ///< the QDQ ops' dtype (x / s, + z, q, - z, * s)
+  Narrow err_narrow = Narrow::kNone;   ///< the error terms' dtype
+  qobs::detail::GridKind grid = qobs::detail::GridKind::kInt;
+  float q_min = 0, q_max = 0;
+  NormKind norm_kind = NormKind::kTwo;
+  float norm = 2.0f;
+  const PowfTables* tables = nullptr;  ///< kPowReplay only
+  const float* pow_table = nullptr;    ///< kTable16: 32768 terms indexed by the 16-bit pattern of |e|
+  double* sums = nullptr;              ///< out: num_candidates canonical block sums
+};
+
+/// Vectorized block kernel at `level` (kAvx2 or kAvx512).
+void block_errors_simd(SimdLevel level, const BlockKernelArgs& args);
+
+}  // namespace qobs::kernels::detail

@@ -1,0 +1,24 @@
+// Reading groups (minmax_simd.cc): NaN-propagating min / max, eight small groups per
+// pass, and the exact widening of bf16 / f16 values. Scalar twins: the nan_min /
+// nan_max loop of ref::minmax (the caller settles the sign of a zero result, see
+// settle_zero_signs in search/group_data.cc) and bf16_to_float / f16_to_float.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/simd/simd_level.h"
+#include "qobs/dtype.h"
+
+namespace qobs::kernels::detail {
+
+/// NaN-propagating min and max of n floats (n >= 1).
+void minmax_simd(SimdLevel level, const float* x, int64_t n, float* lo, float* hi);
+/// Min and max of each of num_groups (a multiple of 8) consecutive groups of len (a
+/// multiple of 8) f32 / bf16 / f16 values (dt), eight groups per pass. The sign of a
+/// zero result is unspecified (the caller settles it); false when some value is NaN.
+bool minmax_groups_simd(SimdLevel level, const void* x, DType dt, int64_t num_groups, int64_t len, float* mins,
+                        float* maxs);
+/// Exact widening of n bf16 (is_bf16) or f16 bit patterns to float.
+void widen_simd(SimdLevel level, const uint16_t* src, int64_t n, bool is_bf16, float* dst);
+
+}  // namespace qobs::kernels::detail

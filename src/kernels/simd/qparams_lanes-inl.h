@@ -1,0 +1,35 @@
+// Per-target R4.1 for candidate statistics (shrunk_qparams_lanes), shared by the array
+// form (shrunk_qparams_simd.cc) and the batch kernel (poly_batch_simd.cc). Scalar twin:
+// ShrunkQParams::compute (qparam_math.h). Included inside each kernel file's per-target
+// namespace after grid_round-inl.h, once per Highway target -- hence no include guard.
+
+/// R4.1 lane-wise for f32 statistics under a ShrunkQParams-usable plan: the same f32
+/// operations, in the same order, as ShrunkQParams::compute (tested bit for bit against
+/// compute_qparams_elem). z stays 0 for symmetric plans.
+template <bool kZp>
+HWY_INLINE void shrunk_qparams_lanes(const qobs::detail::ShrunkQParams& Q, VF cm, VF cM, VF& s, VF& z) {
+  const DF df;
+  const VF zero = hn::Zero(df);
+  // Arith::narrow of the statistics' dtype (bf16 / f16 in parity mode)
+  const Narrow nr = Q.stat_round == DType::kBF16  ? Narrow::kBF16
+                    : Q.stat_round == DType::kF16 ? Narrow::kF16
+                                                  : Narrow::kNone;
+  const VF mn = hn::IfThenElse(hn::Lt(cm, zero), cm, zero), mx = hn::IfThenElse(hn::Gt(cM, zero), cM, zero);
+  z = zero;
+  if constexpr (!kZp) {
+    const VF am = hn::Abs(mn), aM = hn::Abs(mx);
+    s = narrow_to(nr, hn::Div(hn::IfThenElse(hn::Gt(am, aM), am, aM), hn::Set(df, Q.half_range)));
+  } else {
+    s = narrow_to(nr, hn::Div(narrow_to(nr, hn::Sub(mx, mn)), hn::Set(df, Q.range)));
+    z = narrow_to(nr, hn::Sub(hn::Set(df, Q.q_min), narrow_to(nr, hn::Div(mn, s))));
+    const auto zero_range = hn::IsNaN(z);  // 0 / 0: the zero point is 0 (Q23)
+    z = hn::IfThenElse(hn::Gt(z, hn::Set(df, Q.q_min)), z, hn::Set(df, Q.q_min));
+    z = hn::IfThenElse(hn::Lt(z, hn::Set(df, Q.q_max)), z, hn::Set(df, Q.q_max));
+    z = hn::IfThenElse(hn::Gt(z, hn::Set(df, Q.zp_lo)), z, hn::Set(df, Q.zp_lo));
+    z = hn::IfThenElse(hn::Lt(z, hn::Set(df, Q.zp_hi)), z, hn::Set(df, Q.zp_hi));
+    z = hn::IfThenZeroElse(zero_range, hn::Round(z));  // RNE to the integer zero-point dtype
+  }
+  if (Q.has_global) s = hn::Mul(hn::Set(df, Q.global_scale), s);
+  if (Q.fp8_scale) s = fp8_round(hn::Min(s, hn::Set(df, 448.0f)));
+  s = hn::IfThenElse(hn::Eq(s, zero), hn::Set(df, Q.eps), s);
+}

@@ -1,0 +1,19 @@
+// R4.1 in vector lanes for f32 statistics (shrunk_qparams_simd.cc). Scalar twin:
+// ShrunkQParams::compute (qparam_math.h), tested bit for bit against
+// compute_qparams_elem.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/simd/simd_level.h"
+#include "qparams/qparam_math.h"
+
+namespace qobs::kernels::detail {
+
+/// R4.1 for n f32 (min, max) pairs under a ShrunkQParams-usable plan (q.usable): the
+/// scales and the zero points (integer values, as floats; 0 when symmetric), bit for
+/// bit compute_qparams_elem's.
+void shrunk_qparams_simd(SimdLevel level, const qobs::detail::ShrunkQParams& q, const float* lo, const float* hi,
+                         int64_t n, float* scale, float* zp);
+
+}  // namespace qobs::kernels::detail

@@ -12,7 +12,8 @@ keep its interface (forward returns the observer, get_qparams, has_statistics,
 attach/detach, fusion through its FusionHandler, DDP sync). This module is glue
 between llm-compressor's object model and qobs.Observer; it does no arithmetic.
 
-Requires llmcompressor (and so torch); importing it without them raises ImportError.
+Requires llmcompressor (and so torch): ``pip install qobs[llmcompressor]``; importing
+it without them raises ImportError saying so.
 """
 
 from __future__ import annotations
@@ -20,10 +21,18 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Dict, List, Optional
 
-import torch
-from llmcompressor.modifiers.utils.hooks import HooksMixin
-from llmcompressor.observers import Observer as _LcObserver
-from torch import distributed as dist
+try:
+    import torch
+    from llmcompressor.modifiers.utils.hooks import HooksMixin
+    from llmcompressor.observers import Observer as _LcObserver
+    from torch import distributed as dist
+except ImportError as e:
+    # The bare "No module named 'torch'" does not say that qobs itself works without
+    # torch and that only this integration needs it.
+    raise ImportError(
+        f"qobs.llmcompressor needs llm-compressor and torch ({e}); install them with "
+        "`pip install qobs[llmcompressor]`. The rest of qobs works without them."
+    ) from e
 
 from . import _qobs
 from .args import as_core_args

@@ -108,6 +108,30 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A bad option value: the message alone says what to do, so the usage text, which would
+// push it off the screen, is not repeated (exit status 2 like any usage error).
+struct OptionError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The values a user most often mistypes, checked before any file is read and reported in
+// terms of the option given; the library's own messages speak of presets and registries.
+void check_option_values(const qobs::QuantizeOptions& q) {
+  if (!qobs::is_preset_name(q.scheme))
+    throw OptionError("--scheme " + q.scheme + ": no such scheme; `qobs schemes` lists them (rule R1.5.1 in docs/RULES.md)");
+  if (!qobs::preset_scheme(q.scheme).weights)
+    throw OptionError("--scheme " + q.scheme + " quantizes nothing; choose a scheme that quantizes weights (`qobs schemes`)");
+  if (!q.observer) return;
+  const std::string key = qobs::normalize_observer_name(*q.observer);
+  std::string known;
+  for (const auto& n : qobs::registered_observers()) {
+    if (qobs::normalize_observer_name(n) == key) return;
+    known += (known.empty() ? "" : ", ") + n;
+  }
+  throw OptionError("--observer " + *q.observer + ": no such observer; choose one of " + known +
+                    " (rule R6.2.1 in docs/RULES.md)");
+}
+
 std::string format_duration(double s) {
   char b[32];
   if (!std::isfinite(s) || s < 0) return "?";
@@ -269,6 +293,7 @@ int run_quantize(Args& a, bool demo) {
     if (a.q.scheme.empty()) throw UsageError("quantize needs --scheme (see `qobs schemes`)");
     if (a.q.output_dir.empty() && !a.q.dry_run) throw UsageError("quantize needs -o OUT_DIR (or --dry-run)");
   }
+  check_option_values(a.q);
   ProgressPrinter printer(a.quiet);
   a.q.cancel = &g_cancel;
   install_stop_handlers();
@@ -302,14 +327,22 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (cmd == "schemes") {
+      // Each preset is classified by what stops `qobs quantize` from using it, so that a
+      // scheme is never blamed for a reason that is not its own.
+      const auto is_static = [](const std::optional<qobs::QuantizationArgs>& a) {
+        return a && a->dynamic != qobs::Dynamic::kTrue;
+      };
       for (const auto& n : qobs::preset_names()) {
-        qobs::QuantizeOptions o;
-        o.scheme = n;
+        const qobs::QuantizationScheme preset = qobs::preset_scheme(n);
         std::string note;
-        try {
+        if (!preset.weights) {
+          note = "quantizes nothing (the model as it is); not usable with `qobs quantize`";
+        } else if (is_static(preset.input_activations) || is_static(preset.output_activations)) {
+          note = "static activation scales need calibration data; not available in `qobs quantize`";
+        } else {
+          qobs::QuantizeOptions o;
+          o.scheme = n;
           note = *qobs::resolve_scheme(o).format;
-        } catch (const std::exception& e) {
-          note = "not available without calibration data";
         }
         std::printf("%-12s %s\n", n.c_str(), note.c_str());
       }
@@ -339,6 +372,9 @@ int main(int argc, char** argv) {
     throw UsageError("unknown command '" + cmd + "'");
   } catch (const UsageError& e) {
     std::fprintf(stderr, "qobs: %s\n\n%s", e.what(), kUsage);
+    return 2;
+  } catch (const OptionError& e) {
+    std::fprintf(stderr, "qobs: %s\n", e.what());
     return 2;
   } catch (const std::exception& e) {
     if (g_signal != 0) {

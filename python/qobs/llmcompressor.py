@@ -18,8 +18,9 @@ it without them raises ImportError saying so.
 
 from __future__ import annotations
 
+import logging
 from contextlib import contextmanager
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 try:
     import torch
@@ -52,7 +53,19 @@ QOBS_OBSERVERS: Dict[str, str] = {
     "qobs_imatrix_mse": "imatrix_mse",
 }
 
+_LC_NAME = {core: lc for lc, core in QOBS_OBSERVERS.items()}
+
 _REDUCE = {"min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX, "sum": dist.ReduceOp.SUM}
+
+_logger = logging.getLogger(__name__)
+# llm-compressor logs its calibration warnings once per message (loguru's log_once).
+_warned: Set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        _logger.warning(message)
 
 
 class QobsObserver(_LcObserver):
@@ -67,6 +80,13 @@ class QobsObserver(_LcObserver):
         # R6.9.1: llm-compressor replaces static_minmax/minmax/mse by their memoryless
         # variants for weights, comparing exact names; the qobs names get the same rule.
         core_name = _qobs.calibration_observer_name(base_name, self._qobs_name)
+        if core_name != self._qobs_name:
+            # The reference's warning for its own names, with the registry names the
+            # user wrote (llm-compressor's initialize_observer).
+            _warn_once(
+                "Overriding weight observer for lower memory usage "
+                f"({_LC_NAME[self._qobs_name]} -> {_LC_NAME[core_name]})"
+            )
         self._qobs = _QObserver.load_from_registry(core_name, base_name=base_name, args=as_core_args(self.args))
         self._device: Optional[torch.device] = None
         self._imatrix_hook = None

@@ -6,6 +6,7 @@ error ties).
 """
 
 import importlib.util
+import logging
 import pathlib
 
 import pytest
@@ -91,6 +92,26 @@ def test_observer_kwargs_reach_the_core(lc, torch):
     ours(torch.tensor([[0.0, 2.0]]))
     ours(torch.tensor([[0.0, 4.0]]))
     assert ours.get_statistics()["max_vals"].item() == 3.0
+
+
+def test_weight_observer_override_is_logged_once(lc, monkeypatch, caplog):
+    # llm-compressor warns when it swaps a weight observer for its memoryless variant
+    # (initialize_observer, once per message); qobs does the same swap for its names.
+    Observer, QuantizationArgs = lc
+    import qobs.llmcompressor as qlc
+
+    monkeypatch.setattr(qlc, "_warned", set())
+    args = QuantizationArgs(num_bits=8, strategy="channel")
+    with caplog.at_level(logging.WARNING, logger="qobs"):
+        for name, base in [("qobs_mse", "weight"), ("qobs_mse", "weight"), ("qobs_mse", "input"),
+                           ("qobs_memoryless_mse", "weight"), ("qobs_static_minmax", "weight")]:
+            Observer.load_from_registry(name, base_name=base, args=args)
+    assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [
+        ("qobs.llmcompressor", logging.WARNING,
+         "Overriding weight observer for lower memory usage (qobs_mse -> qobs_memoryless_mse)"),
+        ("qobs.llmcompressor", logging.WARNING,
+         "Overriding weight observer for lower memory usage (qobs_static_minmax -> qobs_memoryless_minmax)"),
+    ]
 
 
 def test_imatrix_hooks_match_builtin(lc, torch):

@@ -119,6 +119,34 @@ TEST_F(Cli, HelpAndUsageErrors) {
   EXPECT_EQ(run("quantize " + p("in") + " -o " + p("out") + " --scheme W4A16 --threads 0").rc, 2);
 }
 
+// Mistyped values used to surface as the library's "unknown preset scheme 'W4A15' (R1.5.1)"
+// (exit 1) and UNQUANTIZED as "quantizes no weights"; now the message starts with the
+// option and its value, says what to do, and keeps the rule only as a trailing reference.
+TEST_F(Cli, OptionValueErrorsLeadWithTheOption) {
+  const std::string q = "quantize " + p("in") + " -o " + p("out") + " --quiet ";
+  Result r = run(q + "--scheme W4A15");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(r.out, "qobs: --scheme W4A15: no such scheme; `qobs schemes` lists them (rule R1.5.1 in docs/RULES.md)\n");
+  r = run(q + "--scheme W4A16 --observer msee");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(r.out.rfind("qobs: --observer msee: no such observer; choose one of memoryless_minmax, ", 0), 0u) << r.out;
+  r = run(q + "--scheme unquantized");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(r.out.rfind("qobs: --scheme unquantized quantizes nothing; choose", 0), 0u) << r.out;
+  EXPECT_EQ(run(q + "--scheme w4a16 --observer Memoryless_MSE").rc, 0);  // names are case-insensitive
+}
+
+// `qobs schemes` listed UNQUANTIZED as "not available without calibration data": every
+// failure of resolve_scheme was read as needing data.
+TEST_F(Cli, SchemesSayWhyAPresetIsNotAvailable) {
+  const Result r = run("schemes");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("UNQUANTIZED  quantizes nothing"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("FP8          static activation scales need calibration data"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("W4A16        pack-quantized\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("UNQUANTIZED  static"), std::string::npos) << r.out;
+}
+
 TEST_F(Cli, QuantizeInspectDequantize) {
   Result r = run("quantize " + p("in") + " -o " + p("out") + " --scheme W4A16 --observer memoryless_mse "
                  "--observer-kwarg maxshrink=0.3 --quiet");

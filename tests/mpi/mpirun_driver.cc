@@ -155,7 +155,6 @@ class MpiQuantize : public ::testing::Test {
     for (const auto& r : rep["ranks"]) modules += r["modules"].get<int64_t>();
     EXPECT_EQ(modules, static_cast<int64_t>(rep["tensors"].size()));
     for (const auto& t : rep["tensors"]) EXPECT_TRUE(t.contains("rank"));
-    EXPECT_EQ(rep["tensors"].size(), read_file("out/qobs-report.csv").size() ? rep["tensors"].size() : 0u);
   }
 
   qobs::testing::TempDir dir_;

@@ -22,6 +22,9 @@
 #include "qobs/qobs.h"
 #include "qobs/io.h"
 #include "qobs/pipeline.h"
+#ifdef QOBS_MPI
+#include "qobs/mpi.h"
+#endif
 
 namespace {
 namespace fs = std::filesystem;
@@ -294,6 +297,18 @@ int run_quantize(Args& a, bool demo) {
     if (a.q.output_dir.empty() && !a.q.dry_run) throw UsageError("quantize needs -o OUT_DIR (or --dry-run)");
   }
   check_option_values(a.q);
+#ifdef QOBS_MPI
+  // Under mpirun every rank runs this command and they share the work; rank 0 alone
+  // prints (every rank fails with the same error, so it is reported once).
+  std::optional<qobs::mpi::Session> mpi_session;
+  std::optional<qobs::mpi::MpiCollective> ranks;
+  if (qobs::mpi::launched()) {
+    mpi_session.emplace();
+    a.q.collective = &ranks.emplace();
+    if (ranks->rank() != 0 && (!std::freopen("/dev/null", "w", stdout) || !std::freopen("/dev/null", "w", stderr)))
+      throw qobs::IoError("cannot silence the output of MPI rank " + std::to_string(ranks->rank()));
+  }
+#endif
   ProgressPrinter printer(a.quiet);
   a.q.cancel = &g_cancel;
   install_stop_handlers();

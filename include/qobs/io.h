@@ -125,8 +125,12 @@ struct TensorSpec {
 /// folder (see quantize_checkpoint).
 class SafetensorsWriter {
  public:
+  /// kCreate makes the file with its header; kJoin opens the file another process
+  /// created from the same specs (its header must be the planned one) so that several
+  /// processes write disjoint tensors of one file, each at its planned offset.
+  enum class Mode { kCreate, kJoin };
   SafetensorsWriter(std::string path, std::vector<TensorSpec> specs,
-                    std::map<std::string, std::string> metadata = {{"format", "pt"}});
+                    std::map<std::string, std::string> metadata = {{"format", "pt"}}, Mode mode = Mode::kCreate);
   ~SafetensorsWriter();
   SafetensorsWriter(const SafetensorsWriter&) = delete;
   SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
@@ -136,6 +140,8 @@ class SafetensorsWriter {
   void write(std::string_view name, std::span<const uint8_t> bytes);
   /// Writes an owned tensor; its dtype and shape must match the spec.
   void write(std::string_view name, const Tensor& t);
+  /// Tensor `name` is written by another process: close() does not expect it here.
+  void skip(std::string_view name);
   /// Flushes and closes. IoError naming the file if data is missing or the disk fails.
   void close();
   /// Bytes of tensor data in the file (the sum of all tensors).

@@ -18,6 +18,8 @@
 
 namespace qobs {
 
+class Collective;  // qobs/collective.h
+
 /// Options of quantize_checkpoint (the flags of `qobs quantize`).
 struct QuantizeOptions {
   std::string model_path;  ///< checkpoint folder (or one .safetensors file)
@@ -45,6 +47,11 @@ struct QuantizeOptions {
   /// handler; std::atomic<bool> is lock-free, so a handler may store to it), the run
   /// stops before the next layer, removes its temporary folder and throws Interrupted.
   const std::atomic<bool>* cancel = nullptr;
+  /// Several processes share the conversion (docs/CLI.md "MPI mode"): every rank calls
+  /// quantize_checkpoint with the same options; the jobs are split by estimated cost,
+  /// each rank writes its tensors into the shared temporary folder and rank 0 publishes.
+  /// The output folder is the single-process one. Null: this process does everything.
+  Collective* collective = nullptr;
 };
 
 /// quantize_checkpoint stopped because QuantizeOptions::cancel was set; nothing was
@@ -69,6 +76,17 @@ struct TensorReport {
   std::optional<double> baseline_rel_mse;
   std::optional<double> baseline_sqnr_db;
   std::optional<double> global_scale;  ///< tensor_group: the (possibly fused) global scale
+  std::optional<int> rank;             ///< the rank that calibrated it; set only with a Collective
+};
+
+/// One rank's share of a run with a Collective.
+struct RankReport {
+  int rank = 0;
+  std::string host;
+  int64_t jobs = 0;
+  int64_t modules = 0;
+  double cost = 0;     ///< the estimated cost it was assigned (elements x grid candidates)
+  double seconds = 0;  ///< wall time of its calibration step
 };
 
 struct QuantizeReport {
@@ -85,6 +103,7 @@ struct QuantizeReport {
   uint64_t input_bytes = 0;
   uint64_t output_bytes = 0;  ///< tensor bytes written (0 for a dry run)
   double seconds = 0;
+  std::vector<RankReport> ranks;  ///< empty unless run with a Collective
 
   std::string to_json() const;
   std::string to_csv() const;

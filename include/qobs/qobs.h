@@ -3,6 +3,7 @@
 #pragma once
 
 #include "qobs/args.h"
+#include "qobs/collective.h"
 #include "qobs/dtype.h"
 #include "qobs/error.h"
 #include "qobs/formats.h"

@@ -309,7 +309,7 @@ void SafetensorsFile::release(const TensorInfo& t) const {
 // ---- writer ------------------------------------------------------------------------
 
 SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorSpec> specs,
-                                     std::map<std::string, std::string> metadata)
+                                     std::map<std::string, std::string> metadata, Mode mode)
     : path_(std::move(path)) {
   for (auto& s : specs) {
     QOBS_CHECK(s.name != "__metadata__" && !s.name.empty(), IoError, path_, ": invalid tensor name '", s.name, "'");
@@ -340,6 +340,28 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorSpec> s
   h.append((8 - h.size() % 8) % 8, ' ');  // pad with spaces (valid JSON whitespace)
   data_start_ = 8 + h.size();
 
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>((h.size() >> (8 * i)) & 0xFF);
+  std::vector<uint8_t> head(len, len + 8);
+  head.insert(head.end(), h.begin(), h.end());
+  if (mode == Mode::kJoin) {
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
+    QOBS_CHECK(fd_ >= 0, IoError, path_, ": cannot open the file another process created: ", errno_text(errno));
+    // A different header means the processes planned different files (or do not see
+    // the same file): writing at the planned offsets would corrupt it.
+    std::vector<uint8_t> seen(head.size());
+    const ssize_t r = pread(fd_, seen.data(), seen.size(), 0);
+    struct stat st {};
+    const bool same = r == static_cast<ssize_t>(seen.size()) && seen == head && fstat(fd_, &st) == 0 &&
+                      static_cast<uint64_t>(st.st_size) == data_start_ + data_size_;
+    if (!same) {
+      ::close(fd_);
+      fd_ = -1;
+      QOBS_THROW(IoError, path_, ": the file another process created does not have the planned header and size (",
+                 data_start_ + data_size_, " bytes)");
+    }
+    return;
+  }
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   QOBS_CHECK(fd_ >= 0, IoError, path_, ": cannot create: ", errno_text(errno));
   // Reserve the whole file so that a full disk fails now, before any tensor is computed.
@@ -351,10 +373,6 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorSpec> s
     fd_ = -1;
     QOBS_THROW(IoError, path_, ": cannot reserve ", data_start_ + data_size_, " bytes: ", errno_text(fa));
   }
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>((h.size() >> (8 * i)) & 0xFF);
-  std::vector<uint8_t> head(len, len + 8);
-  head.insert(head.end(), h.begin(), h.end());
   uint64_t done = 0;
   while (done < head.size()) {
     const ssize_t w = pwrite(fd_, head.data() + done, head.size() - done, static_cast<off_t>(done));
@@ -393,6 +411,13 @@ void SafetensorsWriter::write(std::string_view name, std::span<const uint8_t> by
     done += static_cast<uint64_t>(w);
   }
   s.written = true;
+}
+
+void SafetensorsWriter::skip(std::string_view name) {
+  const auto it = index_.find(name);
+  QOBS_CHECK(it != index_.end(), IoError, path_, ": tensor '", name, "' is not in the planned header");
+  QOBS_CHECK(!slots_[it->second].written, IoError, path_, ": tensor '", name, "' written twice");
+  slots_[it->second].written = true;
 }
 
 void SafetensorsWriter::write(std::string_view name, const Tensor& t) {

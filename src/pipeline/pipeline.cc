@@ -14,6 +14,7 @@
 
 #include "core/check.h"
 #include "kernels/parallel/thread_pool.h"
+#include "pipeline/distributed.h"
 #include "pipeline/plan.h"
 #include "pipeline/publish.h"
 #include "pipeline/run.h"
@@ -22,7 +23,7 @@ namespace qobs {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-namespace {
+namespace detail {
 
 QuantizeReport start_report(const QuantizeOptions& o, const detail::QuantizePlan& plan, const Checkpoint& ckpt,
                             const detail::OutputFolder& folder) {
@@ -39,7 +40,7 @@ QuantizeReport start_report(const QuantizeOptions& o, const detail::QuantizePlan
   return report;
 }
 
-}  // namespace
+}  // namespace detail
 
 QuantizeReport quantize_checkpoint(const QuantizeOptions& options, const ProgressCallback& progress) {
   QOBS_CHECK(options.threads >= 0, InvalidArgument, "--threads must be at least 1 (or 0 for every core), got ",
@@ -47,6 +48,7 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& options, const Progres
   // 0 (the default) is the machine's budget: QOBS_NUM_THREADS, else every core.
   QuantizeOptions o = options;
   o.threads = kernels::resolve_num_threads(options.threads);
+  if (o.collective) return detail::quantize_distributed(o, progress);
   const auto t0 = Clock::now();
   const auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
 
@@ -55,7 +57,7 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& options, const Progres
   const detail::OutputFolder folder = detail::prepare_output(o);
   const Checkpoint ckpt = Checkpoint::open(o.model_path);
   const detail::QuantizePlan plan = detail::plan_quantize(ckpt, o, std::move(scheme));
-  QuantizeReport report = start_report(o, plan, ckpt, folder);
+  QuantizeReport report = detail::start_report(o, plan, ckpt, folder);
 
   const auto check_cancel = [&] {
     if (o.cancel && o.cancel->load())

@@ -58,9 +58,19 @@ std::string QuantizeReport::to_json() const {
     r["baseline_rel_mse"] = t.baseline_rel_mse ? num(*t.baseline_rel_mse) : nlohmann::ordered_json(nullptr);
     r["baseline_sqnr_db"] = t.baseline_sqnr_db ? num(*t.baseline_sqnr_db) : nlohmann::ordered_json(nullptr);
     r["global_scale"] = t.global_scale ? num(*t.global_scale) : nlohmann::ordered_json(nullptr);
+    // Only a run with several processes has ranks: a single process's report keeps the
+    // fields it always had.
+    if (t.rank) r["rank"] = *t.rank;
     ts.push_back(r);
   }
   j["tensors"] = ts;
+  if (!ranks.empty()) {
+    nlohmann::ordered_json rs = nlohmann::ordered_json::array();
+    for (const RankReport& k : ranks)
+      rs.push_back({{"rank", k.rank}, {"host", k.host}, {"jobs", k.jobs}, {"modules", k.modules}, {"cost", k.cost},
+                    {"seconds", k.seconds}});
+    j["ranks"] = rs;
+  }
   return j.dump(2) + "\n";
 }
 

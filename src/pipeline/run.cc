@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <algorithm>
 #include <condition_variable>
 #include <exception>
 #include <memory>
@@ -116,10 +117,54 @@ JobResult calibrate_job(const Checkpoint& ckpt, const QuantizePlan& plan, std::s
   return r;
 }
 
+double job_cost(const QuantizePlan& plan, std::size_t j, bool baseline) {
+  double candidates = 1;
+  if (plan.observer.find("mse") != std::string::npos) {
+    // The search evaluates about maxshrink x grid shrink factors (R6.7, R6.8).
+    const ObserverKwargs& kw = plan.weight_args().observer_kwargs;
+    const bool imatrix = plan.observer.find("imatrix") != std::string::npos;
+    const auto get = [&](const char* name, double dflt) {
+      const auto it = kw.find(name);
+      return it == kw.end() ? dflt : kwarg_as_double(name, it->second);
+    };
+    candidates = std::max(1.0, std::ceil(get("maxshrink", imatrix ? 0.95 : 0.20) * get("grid", imatrix ? 20 : 100)));
+  }
+  double elements = 0;
+  for (const std::size_t mi : plan.jobs[j].members) elements += static_cast<double>(shape_numel(plan.modules[mi].weight->shape));
+  return elements * (candidates + (baseline ? 1 : 0));
+}
+
+std::vector<std::vector<std::size_t>> assign_jobs(const QuantizePlan& plan, int ranks, bool baseline) {
+  std::vector<std::size_t> order(plan.jobs.size());
+  std::vector<double> cost(plan.jobs.size());
+  for (std::size_t j = 0; j < order.size(); ++j) {
+    order[j] = j;
+    cost[j] = job_cost(plan, j, baseline);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return cost[a] > cost[b]; });
+  std::vector<double> load(static_cast<std::size_t>(ranks), 0.0);
+  std::vector<std::vector<std::size_t>> out(static_cast<std::size_t>(ranks));
+  for (const std::size_t j : order) {
+    const auto least = std::min_element(load.begin(), load.end()) - load.begin();  // first of equals
+    load[least] += cost[j];
+    out[least].push_back(j);
+  }
+  for (auto& r : out) std::sort(r.begin(), r.end());
+  return out;
+}
+
 void run_jobs(const Checkpoint& ckpt, const QuantizePlan& plan, const QuantizeOptions& o,
               const std::function<void()>& check_cancel,
               const std::function<void(std::size_t, JobResult&&)>& consume) {
-  const std::size_t n = plan.jobs.size();
+  std::vector<std::size_t> all(plan.jobs.size());
+  for (std::size_t j = 0; j < all.size(); ++j) all[j] = j;
+  run_jobs(ckpt, plan, o, all, check_cancel, consume);
+}
+
+void run_jobs(const Checkpoint& ckpt, const QuantizePlan& plan, const QuantizeOptions& o,
+              std::span<const std::size_t> jobs, const std::function<void()>& check_cancel,
+              const std::function<void(std::size_t, JobResult&&)>& consume) {
+  const std::size_t n = jobs.size();
   const std::size_t ahead = static_cast<std::size_t>(o.threads);
   struct Slot {
     bool done = false;
@@ -135,7 +180,8 @@ void run_jobs(const Checkpoint& ckpt, const QuantizePlan& plan, const QuantizeOp
   std::size_t submitted = 0;
   const auto submit_until = [&](std::size_t limit) {
     for (; submitted < std::min(limit, n); ++submitted)
-      pool.submit([&, j = submitted] {
+      pool.submit([&, i = submitted] {
+        const std::size_t j = jobs[i];
         std::optional<JobResult> r;
         std::exception_ptr err;
         if (!stop.load()) {
@@ -148,23 +194,23 @@ void run_jobs(const Checkpoint& ckpt, const QuantizePlan& plan, const QuantizeOp
         }
         {
           std::lock_guard<std::mutex> lk(mu);
-          slots[j] = Slot{true, std::move(r), err};
+          slots[i] = Slot{true, std::move(r), err};
         }
         cv.notify_all();
       });
   };
   try {
-    for (std::size_t j = 0; j < n; ++j) {
-      submit_until(j + ahead);
+    for (std::size_t i = 0; i < n; ++i) {
+      submit_until(i + ahead);
       JobResult r;
       {
         std::unique_lock<std::mutex> lk(mu);
-        cv.wait(lk, [&] { return slots[j].done; });
-        if (slots[j].error) std::rethrow_exception(slots[j].error);
-        r = std::move(*slots[j].result);
-        slots[j].result.reset();
+        cv.wait(lk, [&] { return slots[i].done; });
+        if (slots[i].error) std::rethrow_exception(slots[i].error);
+        r = std::move(*slots[i].result);
+        slots[i].result.reset();
       }
-      consume(j, std::move(r));
+      consume(jobs[i], std::move(r));
       check_cancel();
     }
   } catch (...) {

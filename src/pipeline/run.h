@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "pipeline/compress.h"
@@ -31,5 +32,20 @@ JobResult calibrate_job(const Checkpoint& ckpt, const QuantizePlan& plan, std::s
 void run_jobs(const Checkpoint& ckpt, const QuantizePlan& plan, const QuantizeOptions& options,
               const std::function<void()>& check_cancel,
               const std::function<void(std::size_t j, JobResult&& result)>& consume);
+/// The same for the jobs `jobs` only (indices into plan.jobs, consumed in that order).
+void run_jobs(const Checkpoint& ckpt, const QuantizePlan& plan, const QuantizeOptions& options,
+              std::span<const std::size_t> jobs, const std::function<void()>& check_cancel,
+              const std::function<void(std::size_t j, JobResult&& result)>& consume);
+
+/// The estimated cost of job `j`: the weight elements of its members times the grid
+/// candidates each element is evaluated for (1 for the min-max observers), plus one
+/// pass for the baseline. An estimate for balancing only; it never changes an output.
+double job_cost(const QuantizePlan& plan, std::size_t j, bool baseline);
+
+/// Splits the jobs over `ranks` processes: longest processing time first (the largest
+/// cost goes to the least loaded rank; ties by job index and by rank), so every rank
+/// computes the same assignment. Returns, per rank, its jobs in ascending order; a
+/// fused group is one job and so stays on one rank.
+std::vector<std::vector<std::size_t>> assign_jobs(const QuantizePlan& plan, int ranks, bool baseline);
 
 }  // namespace qobs::detail

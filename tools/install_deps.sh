@@ -8,5 +8,5 @@ sudo_cmd=""
 $sudo_cmd apt-get update -qq
 $sudo_cmd apt-get install -y -qq --no-install-recommends \
   build-essential cmake git libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev \
-  libre2-dev nlohmann-json3-dev pkg-config pybind11-dev python3 python3-dev python3-venv \
+  libre2-dev libyaml-cpp-dev nlohmann-json3-dev pkg-config pybind11-dev python3 python3-dev python3-venv \
   openmpi-bin libopenmpi-dev >/dev/null

@@ -31,8 +31,18 @@ struct QuantizeOptions {
   /// in the config as given; calibration uses calibration_observer_name() (R6.9.1).
   std::optional<std::string> observer;
   ObserverKwargs observer_kwargs;    ///< merged into the weights' observer_kwargs
-  std::vector<std::string> targets;  ///< RE2 regexes searched in module names; empty = Linear layers
-  std::vector<std::string> ignore;   ///< RE2 regexes of modules to leave unquantized (lm_head always, unless targeted)
+  /// Modules to quantize, in compressed-tensors' syntax (docs/CLI.md "Matching"): `re:<regex>`
+  /// (anchored at the start of the module name), an exact module name, or a class name
+  /// (Linear, Embedding, inferred from the weight). Empty: the Linear layers but lm_head.
+  /// Each entry must match a module of the checkpoint (else InvalidArgument).
+  std::vector<std::string> targets;
+  /// Modules to leave unquantized, same syntax and the same must-match rule.
+  std::vector<std::string> ignore;
+  /// Several config groups (`--config`): replaces `scheme` and `targets`; `ignore` is
+  /// appended to the config's. Each module gets the group whose target matches it most
+  /// specifically (exact name, then regex, then class).
+  std::optional<QuantizationConfig> config;
+  std::string config_source = "--config";  ///< names the config in errors (its file)
   /// The thread budget: up to `threads` layers are calibrated at once, and the kernels
   /// inside them run on the same threads (memory grows with it; output does not change).
   /// 0: QOBS_NUM_THREADS if set, else every core.
@@ -136,7 +146,7 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& options, const Progres
 QuantizationScheme resolve_scheme(const QuantizeOptions& options);
 
 /// Whether a tensor is the weight of a Linear layer by transformers' naming: a 2-D
-/// `<module>.weight` whose module is not an embedding or a norm.
+/// `<module>.weight` whose module is not an embedding or a norm (lm_head is Linear).
 bool is_linear_weight(std::string_view tensor_name, const Shape& shape);
 
 /// Which modules get quantized and which Linear layers stay unquantized (the config's
@@ -147,6 +157,20 @@ struct TargetPlan {
 };
 TargetPlan plan_targets(const Checkpoint& checkpoint, const std::vector<std::string>& targets,
                         const std::vector<std::string>& ignore);
+
+/// The QuantizationConfig of a JSON document in one of the reference's forms: a
+/// compressed-tensors QuantizationConfig (`config_groups`, `ignore`, `kv_cache_scheme`,
+/// `format`, alone or as a config.json's `quantization_config`), or an llm-compressor
+/// recipe whose QuantizationModifier has `config_groups` or `scheme` + `targets`, and
+/// `ignore` / `kv_cache_scheme`. `source` names the file in errors.
+QuantizationConfig quantization_config_from_document(std::string_view json, const std::string& source);
+
+/// Where a model argument is: an existing path as given; else, for a Hugging Face hub id
+/// (`org/name` or `name`), the snapshot folder of the local cache ($HF_HUB_CACHE, else
+/// $HF_HOME/hub, else ~/.cache/huggingface/hub): `models--org--name/refs/<revision>` holds
+/// a commit hash naming `snapshots/<hash>/`; a revision may also be a commit hash. Never
+/// downloads. Not cached -> IoError naming the places looked at.
+std::string resolve_model_path(const std::string& model, const std::string& revision = "main");
 
 /// Text summary of a checkpoint: files, tensor count, bytes by dtype, the
 /// quantization_config (if any) and, with list_tensors, every tensor.

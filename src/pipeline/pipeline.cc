@@ -30,9 +30,11 @@ QuantizeReport start_report(const QuantizeOptions& o, const detail::QuantizePlan
   QuantizeReport report;
   report.model_path = o.model_path;
   report.output_dir = folder.out.string();
-  report.scheme = o.scheme;
+  report.scheme = o.config ? o.config_source : o.scheme;
   report.format = plan.format;
-  report.observer = plan.observer;
+  for (const detail::PlanGroup& g : plan.groups)
+    if (report.observer.find(g.observer) == std::string::npos)
+      report.observer += (report.observer.empty() ? "" : ",") + g.observer;
   report.dry_run = o.dry_run;
   report.ignored = plan.targets.ignored;
   report.input_bytes = ckpt.total_bytes();
@@ -53,10 +55,10 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& options, const Progres
   const auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
 
   // 1. Plan: options, output folder and checkpoint header; no tensor is read yet.
-  QuantizationScheme scheme = resolve_scheme(o);
+  std::vector<detail::PlanGroup> groups = detail::resolve_groups(o);
   const detail::OutputFolder folder = detail::prepare_output(o);
   const Checkpoint ckpt = Checkpoint::open(o.model_path);
-  const detail::QuantizePlan plan = detail::plan_quantize(ckpt, o, std::move(scheme));
+  const detail::QuantizePlan plan = detail::plan_quantize(ckpt, o, std::move(groups));
   QuantizeReport report = detail::start_report(o, plan, ckpt, folder);
 
   const auto check_cancel = [&] {

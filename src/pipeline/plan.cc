@@ -1,94 +1,91 @@
 #include "pipeline/plan.h"
 
-#include <re2/re2.h>
-
 #include <algorithm>
 #include <map>
 #include <memory>
 
 #include "core/check.h"
+#include "pipeline/match.h"
 #include "qobs/formats.h"
 #include "qobs/observer.h"
 
 namespace qobs {
 
+bool is_linear_weight(std::string_view tensor_name, const Shape& shape) {
+  if (!tensor_name.ends_with(".weight")) return false;
+  return detail::infer_module_class(tensor_name.substr(0, tensor_name.size() - 7), shape) == "Linear";
+}
+
+namespace detail {
+
 namespace {
 
-std::string lower(std::string_view s) {
-  std::string o(s);
-  for (char& c : o) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return o;
-}
-
-std::string module_of(std::string_view tensor_name) {
-  return std::string(tensor_name.substr(0, tensor_name.size() - std::string_view(".weight").size()));
-}
-
-std::string last_component(const std::string& module) {
+bool is_lm_head(const std::string& module) {
   const auto p = module.rfind('.');
-  return p == std::string::npos ? module : module.substr(p + 1);
+  return (p == std::string::npos ? module : module.substr(p + 1)) == "lm_head";
 }
 
-// RE2 rather than std::regex: std::regex backtracks recursively and overflows the stack
-// on long module names (a 50k-character name with `.*lm_head`); RE2 runs in linear time.
-std::vector<std::unique_ptr<RE2>> compile(const std::vector<std::string>& patterns, const char* what) {
-  RE2::Options opt;
-  opt.set_log_errors(false);  // library code never prints; the error goes into the exception
-  std::vector<std::unique_ptr<RE2>> out;
-  for (const auto& p : patterns) {
-    out.push_back(std::make_unique<RE2>(p, opt));
-    QOBS_CHECK(out.back()->ok(), InvalidArgument, what, " pattern '", p,
-               "' is not a valid RE2 regular expression (no backreferences or lookaround): ", out.back()->error());
+// Chooses the modules to quantize and the group of each, as compressed-tensors'
+// apply_quantization_config does: a module is taken when a target matches it (name or
+// class) and no ignore entry does; of several matching targets the most specific wins
+// (match_targets: exact name, then regex, then class), and a target listed by several
+// groups belongs to the last of them (target_to_scheme is a dict).
+struct Selection {
+  TargetPlan plan;
+  std::vector<std::size_t> group;  ///< per plan.quantize entry
+};
+
+Selection select_modules(const std::vector<ModuleEntry>& modules, const std::vector<std::vector<std::string>>& targets,
+                         const std::vector<std::string>& ignore, bool default_targets, const std::string& what) {
+  std::vector<std::string> all_targets;
+  std::map<std::string, std::size_t> target_group;
+  for (std::size_t g = 0; g < targets.size(); ++g)
+    for (const std::string& t : targets[g]) {
+      if (!target_group.count(t)) all_targets.push_back(t);
+      target_group[t] = g;
+    }
+  const Patterns t_pat(all_targets, what.empty() ? "--targets" : what + " targets");
+  const Patterns i_pat(ignore, what.empty() ? "--ignore" : what + " ignore");
+  if (!default_targets) t_pat.require_each_matches(modules);
+  i_pat.require_each_matches(modules);
+  Selection s;
+  for (const ModuleEntry& m : modules) {
+    if (!m.weight) continue;
+    const bool linear = m.cls == "Linear";
+    std::vector<std::size_t> hits = t_pat.ordered_matches(m);
+    // qobs's default keeps lm_head unquantized (llm-compressor's examples ignore it);
+    // an explicit `Linear` target takes it, as transformers' lm_head is an nn.Linear.
+    if (default_targets && is_lm_head(m.name)) hits.clear();
+    if (!hits.empty() && !i_pat.any(m)) {
+      s.plan.quantize.push_back(m.name);
+      s.group.push_back(target_group.at(t_pat[hits[0]]));
+    } else if (linear) {
+      s.plan.ignored.push_back(m.name);
+    }
   }
-  return out;
-}
-
-// Searched anywhere in the name, as std::regex_search did.
-bool any_match(const std::vector<std::unique_ptr<RE2>>& res, const std::string& s) {
-  return std::any_of(res.begin(), res.end(), [&](const auto& r) { return RE2::PartialMatch(s, *r); });
+  return s;
 }
 
 }  // namespace
 
-// ---- target selection -------------------------------------------------------------
-
-bool is_linear_weight(std::string_view tensor_name, const Shape& shape) {
-  if (shape.size() != 2 || !tensor_name.ends_with(".weight")) return false;
-  const std::string m = lower(module_of(tensor_name));
-  // Embedding tables and norms are 2-D or named "*.weight" too; transformers names them
-  // with these words (embed_tokens, word_embeddings, wte/wpe, LayerNorm, *_norm, ln_f).
-  for (const char* word : {"embed", "norm", "position", "token_type", "rotary"})
-    if (m.find(word) != std::string::npos) return false;
-  const std::string last = last_component(m);
-  if (last == "wte" || last == "wpe" || last.rfind("ln_", 0) == 0 || last == "ln") return false;
-  return true;
-}
+}  // namespace detail
 
 TargetPlan plan_targets(const Checkpoint& ckpt, const std::vector<std::string>& targets,
                         const std::vector<std::string>& ignore) {
-  const auto t_re = compile(targets, "--targets");
-  const auto i_re = compile(ignore, "--ignore");
-  TargetPlan plan;
-  for (const SafetensorsFile& shard : ckpt.shards())
-    for (const TensorInfo& t : shard.tensors()) {
-      if (!std::string_view(t.name).ends_with(".weight") || t.shape.size() != 2) continue;
-      const std::string m = module_of(t.name);
-      const bool linear = is_linear_weight(t.name, t.shape);
-      bool chosen;
-      if (!t_re.empty()) chosen = any_match(t_re, m);
-      else chosen = linear && last_component(m) != "lm_head";  // lm_head only when targeted
-      if (chosen && any_match(i_re, m)) chosen = false;
-      if (chosen) plan.quantize.push_back(m);
-      else if (linear) plan.ignored.push_back(m);
-    }
-  return plan;
+  const bool dflt = targets.empty();
+  return detail::select_modules(detail::checkpoint_modules(ckpt), {dflt ? std::vector<std::string>{"Linear"} : targets},
+                                ignore, dflt, "")
+      .plan;
 }
 
 // ---- scheme -----------------------------------------------------------------------
 
-QuantizationScheme resolve_scheme(const QuantizeOptions& o) {
-  QuantizationScheme s = preset_scheme(o.scheme, {"Linear"});
-  QOBS_CHECK(s.weights.has_value(), InvalidArgument, "scheme ", o.scheme, " quantizes no weights");
+namespace {
+
+// The observer override applied and every check that needs no data, for one group
+// (`label`: the preset name or "group <name> of <config file>").
+QuantizationScheme resolve_one(QuantizationScheme s, const QuantizeOptions& o, const std::string& label) {
+  QOBS_CHECK(s.weights.has_value(), InvalidArgument, label, " quantizes no weights");
   QuantizationArgs w = *s.weights;
   if (o.observer) w.observer = *o.observer;
   for (const auto& [k, v] : o.observer_kwargs) w.observer_kwargs[k] = v;
@@ -97,13 +94,13 @@ QuantizationScheme resolve_scheme(const QuantizeOptions& o) {
   const auto needs_data = [&](const std::optional<QuantizationArgs>& a) {
     return a && a->dynamic != Dynamic::kTrue;
   };
-  QOBS_CHECK(!needs_data(s.input_activations), InvalidArgument, "scheme ", o.scheme,
+  QOBS_CHECK(!needs_data(s.input_activations), InvalidArgument, label,
              " has static input activations (dynamic ",
              s.input_activations && s.input_activations->dynamic == Dynamic::kLocal ? "\"local\"" : "false",
              "): its input scales need activation statistics from calibration data, which `qobs quantize` does not "
              "run (R1.6.2). Use a weight-only or dynamic-activation scheme (e.g. FP8_DYNAMIC instead of FP8, "
              "NVFP4A16 instead of NVFP4).");
-  QOBS_CHECK(!needs_data(s.output_activations), InvalidArgument, "scheme ", o.scheme,
+  QOBS_CHECK(!needs_data(s.output_activations), InvalidArgument, label,
              " quantizes output activations statically, which needs calibration data (R1.6.2)");
   const std::string obs = calibration_observer_name("weight", s.weights->observer.value_or("memoryless_minmax"));
   QOBS_CHECK(obs != "imatrix_mse", InvalidArgument,
@@ -115,6 +112,35 @@ QuantizationScheme resolve_scheme(const QuantizeOptions& o) {
   return s;
 }
 
+}  // namespace
+
+QuantizationScheme resolve_scheme(const QuantizeOptions& o) {
+  return resolve_one(preset_scheme(o.scheme, {"Linear"}), o, "scheme " + o.scheme);
+}
+
+namespace detail {
+
+std::vector<PlanGroup> resolve_groups(const QuantizeOptions& o) {
+  const auto group = [](std::string name, QuantizationScheme s) {
+    std::string obs = calibration_observer_name("weight", s.weights->observer.value_or("memoryless_minmax"));
+    return PlanGroup{std::move(name), std::move(s), std::move(obs)};
+  };
+  if (!o.config) return {group("group_0", resolve_scheme(o))};
+  QOBS_CHECK(o.scheme.empty(), InvalidArgument, "--scheme ", o.scheme,
+             " and --config both give the scheme; use one (the config's groups name their schemes)");
+  QOBS_CHECK(o.targets.empty(), InvalidArgument,
+             "--targets and --config: the config's groups carry their targets; add them there");
+  QOBS_CHECK(!o.config->config_groups.empty(), InvalidArgument, o.config_source, ": the config has no config_groups");
+  std::vector<PlanGroup> out;
+  for (const auto& [name, s] : o.config->config_groups) {
+    QOBS_CHECK(!s.targets.empty(), InvalidArgument, o.config_source, ": config group ", name, " has no targets");
+    out.push_back(group(name, resolve_one(s, o, "config group " + name + " of " + o.config_source)));
+  }
+  return out;
+}
+
+}  // namespace detail
+
 // ---- the plan of one conversion ------------------------------------------------------
 
 namespace detail {
@@ -123,14 +149,15 @@ namespace {
 
 // Fused sibling groups for tensor_group weights (R6.10), else one job per module; in
 // checkpoint order of each job's first member, so progress follows the file.
-std::vector<Job> plan_jobs(const Checkpoint& ckpt, const std::vector<PlannedModule>& modules, Strategy strategy) {
+std::vector<Job> plan_jobs(const Checkpoint& ckpt, const std::vector<PlannedModule>& modules,
+                           const std::vector<PlanGroup>& groups) {
   std::map<std::string, std::size_t> module_index;
   for (std::size_t i = 0; i < modules.size(); ++i) module_index[modules[i].module] = i;
   std::vector<Job> jobs;
   std::vector<bool> assigned(modules.size(), false);
-  if (strategy == Strategy::kTensorGroup) {
+  {
     for (std::size_t i = 0; i < modules.size(); ++i) {
-      if (assigned[i]) continue;
+      if (assigned[i] || groups[modules[i].group].weight_args().get_strategy() != Strategy::kTensorGroup) continue;
       const std::string& m = modules[i].module;
       const auto dot = m.rfind('.');
       const std::string parent = dot == std::string::npos ? "" : m.substr(0, dot + 1);
@@ -148,6 +175,10 @@ std::vector<Job> plan_jobs(const Checkpoint& ckpt, const std::vector<PlannedModu
           QOBS_CHECK(it != module_index.end(), InvalidArgument, parent + g, " is not quantized but its fused siblings (",
                      parent, group[0], ", ...) are: tensor_group layers of a fused group share one global scale "
                      "(R6.10.2), so quantize or ignore all of them");
+          QOBS_CHECK(modules[it->second].group == modules[i].group, InvalidArgument, parent + g, " and ", m,
+                     " are fused siblings (one global scale, R6.10.2) but fall in different config groups (",
+                     groups[modules[it->second].group].name, ", ", groups[modules[i].group].name,
+                     "); give them the same group");
           job.members.push_back(it->second);
           assigned[it->second] = true;
         }
@@ -166,25 +197,41 @@ std::vector<Job> plan_jobs(const Checkpoint& ckpt, const std::vector<PlannedModu
 
 }  // namespace
 
-QuantizePlan plan_quantize(const Checkpoint& ckpt, const QuantizeOptions& o, QuantizationScheme scheme) {
+QuantizePlan plan_quantize(const Checkpoint& ckpt, const QuantizeOptions& o, std::vector<PlanGroup> groups) {
   QuantizePlan p;
-  p.scheme = std::move(scheme);
-  p.format = *p.scheme.format;
-  p.observer = calibration_observer_name("weight", p.weight_args().observer.value_or("memoryless_minmax"));
+  p.groups = std::move(groups);
+  // model_free_ptq's update_config: one format, or "mixed-precision" when the groups differ.
+  for (const PlanGroup& g : p.groups)
+    p.format = p.format.empty() || p.format == g.format() ? g.format() : "mixed-precision";
   // Quantizing a compressed checkpoint again would treat packed codes as weights.
   QOBS_CHECK(ckpt.config_json().find("\"quantization_config\"") == std::string::npos, InvalidArgument, o.model_path,
              ": config.json already has a quantization_config; qobs quantizes unquantized checkpoints only");
-  p.targets = plan_targets(ckpt, o.targets, o.ignore);
+  const std::vector<ModuleEntry> modules = checkpoint_modules(ckpt);
+  Selection sel;
+  if (o.config) {
+    p.config = *o.config;
+    // model_free_ptq appends the command line's ignore entries to the config's.
+    p.config->ignore.insert(p.config->ignore.end(), o.ignore.begin(), o.ignore.end());
+    std::vector<std::vector<std::string>> targets;
+    for (const PlanGroup& g : p.groups) targets.push_back(g.scheme.targets);
+    sel = select_modules(modules, targets, p.config->ignore, false, o.config_source);
+  } else {
+    const bool dflt = o.targets.empty();
+    sel = select_modules(modules, {dflt ? std::vector<std::string>{"Linear"} : o.targets}, o.ignore, dflt, "");
+  }
+  p.targets = std::move(sel.plan);
   QOBS_CHECK(!p.targets.quantize.empty(), InvalidArgument, o.model_path,
              ": no tensor matches the targets (2-D Linear weights by default; see --targets)");
 
-  for (const std::string& m : p.targets.quantize) {
+  for (std::size_t i = 0; i < p.targets.quantize.size(); ++i) {
+    const std::string& m = p.targets.quantize[i];
     const auto where = ckpt.find(m + ".weight");
-    PlannedModule pm{m, where->first, where->second, {}};
-    pm.outputs = plan_compressed(p.weight_args(), p.format, pm.weight->dtype, pm.weight->shape, m + ".weight");
+    PlannedModule pm{m, where->first, where->second, {}, sel.group[i]};
+    const PlanGroup& g = p.groups[pm.group];
+    pm.outputs = plan_compressed(g.weight_args(), g.format(), pm.weight->dtype, pm.weight->shape, m + ".weight");
     p.modules.push_back(std::move(pm));
   }
-  p.jobs = plan_jobs(ckpt, p.modules, p.weight_args().get_strategy());
+  p.jobs = plan_jobs(ckpt, p.modules, p.groups);
 
   for (const PlannedModule& m : p.modules) p.replaced.insert(m.module + ".weight");
   p.shard_specs.resize(ckpt.shards().size());

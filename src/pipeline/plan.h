@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -14,24 +15,37 @@
 
 namespace qobs::detail {
 
-/// A module to quantize: where its weight is and the tensors that replace it.
+/// One config group (R1.6): its scheme (weights and format set) and calibration observer.
+struct PlanGroup {
+  std::string name;           ///< the config_groups key
+  QuantizationScheme scheme;  ///< resolved; weights and format are set
+  std::string observer;       ///< the calibration observer's registry name (R6.9.1)
+
+  const QuantizationArgs& weight_args() const { return *scheme.weights; }
+  const std::string& format() const { return *scheme.format; }
+};
+
+/// A module to quantize: where its weight is, its group and the tensors that replace it.
 struct PlannedModule {
   std::string module;
   std::size_t shard;
   const TensorInfo* weight;
   std::vector<PlannedTensor> outputs;
+  std::size_t group = 0;  ///< index into QuantizePlan::groups
 };
 
 /// One unit of calibration work: a module, or a fused group of sibling modules that
-/// share one global scale (R6.10).
+/// share one global scale (R6.10); all members belong to one config group.
 struct Job {
   std::vector<std::size_t> members;  ///< indices into QuantizePlan::modules
 };
 
 struct QuantizePlan {
-  QuantizationScheme scheme;  ///< resolved; weights and format are set
-  std::string format;
-  std::string observer;  ///< the calibration observer's registry name (R6.9.1)
+  std::vector<PlanGroup> groups;  ///< one for --scheme, the config's groups for --config
+  std::string format;             ///< the config's: the groups' one format, or "mixed-precision"
+  /// --config: the config as given (ignore, kv_cache_scheme) written back as the reference
+  /// writes it; unset for --scheme (the config then lists the ignored Linear layers).
+  std::optional<QuantizationConfig> config;
   TargetPlan targets;
   std::vector<PlannedModule> modules;  ///< checkpoint order
   std::vector<Job> jobs;               ///< in checkpoint order of each job's first member
@@ -39,12 +53,16 @@ struct QuantizePlan {
   /// Per shard, the output file's tensors: passthrough ones, then each module's outputs.
   std::vector<std::vector<TensorSpec>> shard_specs;
 
-  const QuantizationArgs& weight_args() const { return *scheme.weights; }
+  const PlanGroup& group_of(const Job& job) const { return groups[modules[job.members[0]].group]; }
 };
 
-/// The plan for quantizing `ckpt` with `scheme` (from resolve_scheme(options)).
+/// The groups of a conversion, each resolved as resolve_scheme resolves a preset: the
+/// preset as "group_0", or the groups of options.config.
+std::vector<PlanGroup> resolve_groups(const QuantizeOptions& options);
+
+/// The plan for quantizing `ckpt` with `groups` (from resolve_groups(options)).
 /// InvalidArgument when the checkpoint is already quantized, nothing matches the
 /// targets, a weight's shape does not fit the scheme or a fused group is partly ignored.
-QuantizePlan plan_quantize(const Checkpoint& ckpt, const QuantizeOptions& options, QuantizationScheme scheme);
+QuantizePlan plan_quantize(const Checkpoint& ckpt, const QuantizeOptions& options, std::vector<PlanGroup> groups);
 
 }  // namespace qobs::detail

@@ -180,14 +180,22 @@ void write_index(const fs::path& dir, const Checkpoint& ckpt, const QuantizePlan
 void write_config(const fs::path& dir, const Checkpoint& ckpt, const QuantizePlan& plan) {
   // Keys sorted, 2-space indent.
   QuantizationConfig qc;
-  QuantizationScheme group = plan.scheme;
-  group.targets = {"Linear"};
-  for (const PlannedModule& m : plan.modules)
-    if (!is_linear_weight(m.module + ".weight", m.weight->shape)) group.targets.push_back(m.module);
-  qc.config_groups.emplace_back("group_0", group);
+  if (plan.config) {
+    // --config: the groups, ignore list and kv_cache_scheme as given, each group with
+    // its format, as model_free_ptq writes them.
+    qc.kv_cache_scheme = plan.config->kv_cache_scheme;
+    qc.ignore = plan.config->ignore;
+    for (const PlanGroup& g : plan.groups) qc.config_groups.emplace_back(g.name, g.scheme);
+  } else {
+    QuantizationScheme group = plan.groups[0].scheme;
+    group.targets = {"Linear"};
+    for (const PlannedModule& m : plan.modules)
+      if (!is_linear_weight(m.module + ".weight", m.weight->shape)) group.targets.push_back(m.module);
+    qc.config_groups.emplace_back("group_0", group);
+    qc.ignore = plan.targets.ignored;
+  }
   qc.format = plan.format;
   qc.quantization_status = QuantizationStatus::kCompressed;
-  qc.ignore = plan.targets.ignored;
   nlohmann::json qcj = nlohmann::json::parse(qc.to_json());
   qcj["sparsity_config"] = nlohmann::json::object();
   qcj["transform_config"] = nlohmann::json::object();

@@ -67,7 +67,8 @@ std::vector<QParams> calibrate(const std::vector<TensorView>& views, const std::
 
 JobResult calibrate_job(const Checkpoint& ckpt, const QuantizePlan& plan, std::size_t j, bool baseline) {
   const Job& job = plan.jobs[j];
-  const QuantizationArgs& wargs = plan.weight_args();
+  const PlanGroup& group = plan.group_of(job);
+  const QuantizationArgs& wargs = group.weight_args();
   std::vector<Tensor> scratch(job.members.size());
   std::vector<TensorView> views;
   std::vector<std::string> labels;
@@ -77,10 +78,10 @@ JobResult calibrate_job(const Checkpoint& ckpt, const QuantizePlan& plan, std::s
     labels.push_back(m.module + ".weight");
   }
   const auto start = Clock::now();
-  const std::vector<QParams> qp = calibrate(views, labels, wargs, plan.observer);
+  const std::vector<QParams> qp = calibrate(views, labels, wargs, group.observer);
   JobResult r;
   for (std::size_t k = 0; k < job.members.size(); ++k)
-    r.outputs.push_back(compress_weight(views[k], qp[k], wargs, plan.format, labels[k]));
+    r.outputs.push_back(compress_weight(views[k], qp[k], wargs, group.format(), labels[k]));
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   for (std::size_t k = 0; k < job.members.size(); ++k) {
     const PlannedModule& m = plan.modules[job.members[k]];
@@ -88,7 +89,7 @@ JobResult calibrate_job(const Checkpoint& ckpt, const QuantizePlan& plan, std::s
     t.module = m.module;
     t.shape = m.weight->shape;
     t.dtype = std::string(dtype_name(m.weight->dtype));
-    t.observer = plan.observer;
+    t.observer = group.observer;
     const Metrics mt = measure(views[k], r.outputs[k].dequantized);
     t.rel_mse = mt.rel_mse;
     t.sqnr_db = mt.sqnr_db;
@@ -98,7 +99,7 @@ JobResult calibrate_job(const Checkpoint& ckpt, const QuantizePlan& plan, std::s
   }
   if (baseline) {
     const std::string base = "memoryless_minmax";
-    if (plan.observer == base) {
+    if (group.observer == base) {
       for (auto& t : r.reports) {
         t.baseline_rel_mse = t.rel_mse;
         t.baseline_sqnr_db = t.sqnr_db;
@@ -106,7 +107,7 @@ JobResult calibrate_job(const Checkpoint& ckpt, const QuantizePlan& plan, std::s
     } else {
       const std::vector<QParams> bq = calibrate(views, labels, wargs, base);
       for (std::size_t k = 0; k < job.members.size(); ++k) {
-        const Compressed bc = compress_weight(views[k], bq[k], wargs, plan.format, labels[k]);
+        const Compressed bc = compress_weight(views[k], bq[k], wargs, group.format(), labels[k]);
         const Metrics mt = measure(views[k], bc.dequantized);
         r.reports[k].baseline_rel_mse = mt.rel_mse;
         r.reports[k].baseline_sqnr_db = mt.sqnr_db;

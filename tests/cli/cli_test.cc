@@ -110,7 +110,7 @@ class Cli : public ::testing::Test {
 TEST_F(Cli, HelpAndUsageErrors) {
   Result r = run("--help");
   EXPECT_EQ(r.rc, 0);
-  EXPECT_NE(r.out.find("qobs quantize MODEL_DIR"), std::string::npos);
+  EXPECT_NE(r.out.find("qobs quantize MODEL -o OUT_DIR (--scheme SCHEME | --config FILE)"), std::string::npos);
   r = run("quantize " + p("in") + " -o " + p("out") + " --scheme W4A16 --bogus");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.out.find("unknown option --bogus"), std::string::npos);
@@ -145,6 +145,56 @@ TEST_F(Cli, SchemesSayWhyAPresetIsNotAvailable) {
   EXPECT_NE(r.out.find("FP8          static activation scales need calibration data"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("W4A16        pack-quantized\n"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("UNQUANTIZED  static"), std::string::npos) << r.out;
+}
+
+// --config in YAML (a recipe) and JSON; the issue's `--ignore 're:.*mlp.*'` and a hub id.
+TEST_F(Cli, ConfigFileMatchingAndHubIds) {
+  std::ofstream(p("recipe.yaml")) << "stage:\n  mods:\n    QuantizationModifier:\n      ignore: ['re:.*up_proj$']\n"
+                                     "      config_groups:\n        g8:\n          targets: [Linear]\n"
+                                     "          weights: {num_bits: 8, type: int, symmetric: true, strategy: channel}\n";
+  Result r = run("quantize " + p("in") + " -o " + p("out") + " --config " + p("recipe.yaml") + " --quiet");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("1 tensors quantized"), std::string::npos) << r.out;
+  r = run("inspect " + p("out"));
+  EXPECT_NE(r.out.find("g8: targets [\"Linear\"], weights int8 channel sym"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(R"(ignore: ["re:.*up_proj$"])"), std::string::npos) << r.out;
+  std::ofstream(p("c.json")) << R"({"config_groups": {"W4A16": ["Linear"]}})";
+  EXPECT_EQ(run("quantize " + p("in") + " -o " + p("out2") + " --config " + p("c.json") + " --quiet").rc, 0);
+  EXPECT_EQ(run("quantize " + p("in") + " -o " + p("o3") + " --config " + p("c.json") + " --scheme W4A16").rc, 2);
+  std::ofstream(p("bad.yaml")) << "a: [1, 2\n";
+  r = run("quantize " + p("in") + " -o " + p("o3") + " --config " + p("bad.yaml"));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("bad.yaml: neither JSON nor YAML"), std::string::npos) << r.out;
+
+  // reference syntax: was a silent no-op (exit 0, everything quantized)
+  r = run("quantize " + p("in") + " --dry-run --scheme W4A16 --ignore 're:.*mlp.*' --quiet");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("no tensor matches the targets"), std::string::npos) << r.out;
+  r = run("quantize " + p("in") + " --dry-run --scheme W4A16 --ignore 're:.*down_proj' --quiet");
+  EXPECT_NE(r.out.find("1 tensors quantized"), std::string::npos) << r.out;
+  r = run("quantize " + p("in") + " --dry-run --scheme W4A16 --ignore 'mlp' --quiet");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("'mlp' matches no module"), std::string::npos) << r.out;
+
+  // a hub id from a cache (links into blobs, as huggingface_hub lays it out)
+  const std::string commit(40, 'a');
+  const fs::path repo = dir_ / "hub" / "models--org--m";
+  fs::create_directories(repo / "snapshots" / commit);
+  fs::create_directories(repo / "refs");
+  fs::create_directories(repo / "blobs");
+  fs::copy_file(dir_ / "in" / "model.safetensors", repo / "blobs" / "b1");
+  fs::create_symlink("../../blobs/b1", repo / "snapshots" / commit / "model.safetensors");
+  std::ofstream(repo / "refs" / "main") << commit;
+  const std::string env = "HF_HUB_CACHE=" + p("hub") + " ";
+  r = run_shell(env + cli_path().string() + " quantize org/m -o " + p("out_hub") + " --scheme W8A16 --quiet");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(p("out_hub/model.safetensors"))));
+  r = run_shell(env + cli_path().string() + " quantize org/other -o " + p("o4") + " --scheme W8A16");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("never downloads"), std::string::npos) << r.out;
+  EXPECT_EQ(run_shell(env + cli_path().string() + " quantize " + p("in") + " --revision v1 -o " + p("o5") +
+                      " --scheme W8A16").rc,
+            2);
 }
 
 TEST_F(Cli, QuantizeInspectDequantize) {

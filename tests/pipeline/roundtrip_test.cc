@@ -373,17 +373,17 @@ TEST(Pipeline, TargetSelection) {
   TargetPlan p = plan_targets(c, {}, {});
   EXPECT_EQ(p.quantize.size(), 7u);
   EXPECT_EQ(p.ignored, std::vector<std::string>({"lm_head"}));
-  p = plan_targets(c, {}, {"mlp\\.down_proj$"});
+  p = plan_targets(c, {}, {"re:.*mlp\\.down_proj$"});
   EXPECT_EQ(p.quantize.size(), 6u);
   EXPECT_EQ(p.ignored, std::vector<std::string>({"lm_head", "model.layers.0.mlp.down_proj"}));
-  p = plan_targets(c, {"lm_head", "q_proj"}, {});
+  p = plan_targets(c, {"lm_head", "re:.*q_proj"}, {});
   EXPECT_EQ(p.quantize, std::vector<std::string>({"lm_head", "model.layers.0.self_attn.q_proj"}));
   EXPECT_FALSE(is_linear_weight("model.embed_tokens.weight", {64, 128}));
   EXPECT_FALSE(is_linear_weight("encoder.layer.0.attention.output.LayerNorm.weight", {384, 384}));
   EXPECT_FALSE(is_linear_weight("transformer.wte.weight", {50257, 768}));
   EXPECT_TRUE(is_linear_weight("encoder.layer.0.attention.self.query.weight", {384, 384}));
   EXPECT_FALSE(is_linear_weight("encoder.layer.0.attention.self.query.bias", {384}));
-  EXPECT_THROW(plan_targets(c, {"("}, {}), InvalidArgument);
+  EXPECT_THROW(plan_targets(c, {"re:("}, {}), InvalidArgument);
 }
 
 std::string error_of(const QuantizeOptions& o) {
@@ -407,7 +407,7 @@ TEST(Pipeline, BadInputGivesClearErrorsAndLeavesNothing) {
   std::string e = error_of(o);
   EXPECT_NE(e.find("model.layers.0.mlp.odd_proj.weight: group_size 128 does not divide 100 columns"), std::string::npos)
       << e;
-  o.ignore = {"odd_proj"};
+  o.ignore = {"model.layers.0.mlp.odd_proj"};
   o.scheme = "FP8";
   EXPECT_NE(error_of(o).find("calibration data"), std::string::npos);
   o.scheme = "NVFP4";
@@ -426,7 +426,7 @@ TEST(Pipeline, BadInputGivesClearErrorsAndLeavesNothing) {
   EXPECT_FALSE(error_of(o).empty());
   // a fused sibling left out of a tensor_group scheme (R6.10.2)
   o.scheme = "NVFP4A16";
-  o.ignore = {"odd_proj", "k_proj"};
+  o.ignore = {"model.layers.0.mlp.odd_proj", "re:.*k_proj"};
   EXPECT_NE(error_of(o).find("fused"), std::string::npos);
   EXPECT_FALSE(fs::exists(dir.path / "out"));
   for (const auto& en : fs::directory_iterator(dir.path))
@@ -438,7 +438,7 @@ TEST(Pipeline, BadInputGivesClearErrorsAndLeavesNothing) {
     f.seekp(0);
     f.write("\xff\xff\xff\x7f\0\0\0\0", 8);
   }
-  o.ignore = {"odd_proj"};
+  o.ignore = {"model.layers.0.mlp.odd_proj"};
   o.scheme = "W4A16";
   e = error_of(o);
   EXPECT_NE(e.find("model.safetensors"), std::string::npos) << e;

@@ -273,12 +273,12 @@ TEST(PipelineSafety, LongModuleNamesMatchInLinearTime) {
     write_safetensors((dir.path / "in" / "model.safetensors").string(), t);
     QuantizeOptions o = options(dir.path / "in", {});
     o.dry_run = true;
-    o.ignore = {".*lm_head"};
+    o.ignore = {"re:.*norm"};  // runs over the whole long name, matches only model.norm
     const auto start = std::chrono::steady_clock::now();
     QuantizeReport r = quantize_checkpoint(o);
     ASSERT_EQ(r.tensors.size(), 2u) << len;
     EXPECT_EQ(r.tensors[1].module.size(), long_module.size());
-    o.ignore = {".*x+\\.up_proj$"};
+    o.ignore = {"re:.*x+\\.up_proj$"};
     r = quantize_checkpoint(o);
     ASSERT_EQ(r.tensors.size(), 1u) << len;
     EXPECT_EQ(r.ignored, std::vector<std::string>{long_module});
@@ -290,12 +290,12 @@ TEST(PipelineSafety, InvalidPatternNamesOptionAndRe2Error) {
   TempDir dir;
   write_small_model(dir.path / "in");
   QuantizeOptions o = options(dir.path / "in", dir.path / "out");
-  o.ignore = {"(?=lm_head)"};  // lookahead: ECMAScript has it, RE2 does not
+  o.ignore = {"re:(?=lm_head)"};  // lookahead: Python re has it, RE2 does not
   expect_error<InvalidArgument>([&] { quantize_checkpoint(o); },
-                                {"--ignore pattern '(?=lm_head)'", "not a valid RE2", "invalid perl operator: (?="});
+                                {"--ignore pattern 're:(?=lm_head)'", "lookaround", "invalid perl operator: (?="});
   o.ignore.clear();
-  o.targets = {"up_proj("};
-  expect_error<InvalidArgument>([&] { quantize_checkpoint(o); }, {"--targets pattern 'up_proj('", "missing )"});
+  o.targets = {"re:up_proj("};
+  expect_error<InvalidArgument>([&] { quantize_checkpoint(o); }, {"--targets pattern 're:up_proj('", "missing )"});
   EXPECT_FALSE(fs::exists(dir.path / "out"));
 }
 

@@ -14,3 +14,11 @@ cmake -S . -B build-mpi -DCMAKE_BUILD_TYPE=Release -DQOBS_MPI=ON -DQOBS_WERROR="
 cmake --build build-mpi -j"$jobs" --target qobs_cli qobs_mpi_tests
 # One test at a time: each already runs up to 7 ranks on the machine's cores.
 ctest --test-dir build-mpi -L mpi --output-on-failure
+# The Python helper (qobs.mpi.reduce_statistics over mpi4py), on three ranks, in the
+# environment tools/test.sh installed the package into.
+venv="${QOBS_TEST_VENV:-.venv-test}"
+if [ -x "$venv/bin/python" ]; then
+  echo "== MPI: mpi4py, mpirun -n 3 pytest python/tests/test_mpi.py"
+  "$venv/bin/python" -m pip install -q mpi4py
+  mpirun --oversubscribe -n 3 "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests/test_mpi.py
+fi

@@ -188,10 +188,10 @@ QuantizeReport quantize_distributed(const QuantizeOptions& o, const ProgressCall
   std::optional<QuantizePlan> plan;
   std::exception_ptr err;
   try {
-    QuantizationScheme scheme = resolve_scheme(o);
+    std::vector<PlanGroup> groups = resolve_groups(o);
     if (rank == 0) folder = prepare_output(o);
     ckpt = Checkpoint::open(o.model_path);
-    plan = plan_quantize(*ckpt, o, std::move(scheme));
+    plan = plan_quantize(*ckpt, o, std::move(groups));
   } catch (...) {
     err = std::current_exception();
   }

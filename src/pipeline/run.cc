@@ -120,10 +120,11 @@ JobResult calibrate_job(const Checkpoint& ckpt, const QuantizePlan& plan, std::s
 
 double job_cost(const QuantizePlan& plan, std::size_t j, bool baseline) {
   double candidates = 1;
-  if (plan.observer.find("mse") != std::string::npos) {
+  const PlanGroup& group = plan.group_of(plan.jobs[j]);
+  if (group.observer.find("mse") != std::string::npos) {
     // The search evaluates about maxshrink x grid shrink factors (R6.7, R6.8).
-    const ObserverKwargs& kw = plan.weight_args().observer_kwargs;
-    const bool imatrix = plan.observer.find("imatrix") != std::string::npos;
+    const ObserverKwargs& kw = group.weight_args().observer_kwargs;
+    const bool imatrix = group.observer.find("imatrix") != std::string::npos;
     const auto get = [&](const char* name, double dflt) {
       const auto it = kw.find(name);
       return it == kw.end() ? dflt : kwarg_as_double(name, it->second);

@@ -160,15 +160,19 @@ def test_fusing_qobs_with_builtin_observers_is_refused(lc, torch):
         block.q_proj.weight_observer(block.q_proj.weight)
 
 
-def test_oneshot_example(lc):
-    """examples/llmcompressor_oneshot.py: oneshot with qobs observers on a tiny model."""
+def _example():
     for mod in ("transformers", "datasets", "tokenizers"):
         pytest.importorskip(mod)
     path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "llmcompressor_oneshot.py"
     spec = importlib.util.spec_from_file_location("llmcompressor_oneshot", path)
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
-    assert example.main() == 0
+    return example
+
+
+def test_oneshot_example(lc):
+    """examples/llmcompressor_oneshot.py: oneshot with qobs observers on a tiny model."""
+    assert _example().main() == 0
 
 
 @pytest.mark.parametrize("name", ["static_minmax", "minmax", "memoryless_minmax"])
@@ -199,16 +203,6 @@ def test_fouroversix_warns_like_the_reference(lc):
     with pytest.warns(UserWarning, match="alias"):
         ours = Observer.load_from_registry("qobs_fouroversix", base_name="weight", args=args)
     assert ours._qobs.name == "nvfp4_expanded_mse"  # R6.13.1: the alias builds nvfp4_expanded_mse
-
-
-def _example():
-    for mod in ("transformers", "datasets", "tokenizers"):
-        pytest.importorskip(mod)
-    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "llmcompressor_oneshot.py"
-    spec = importlib.util.spec_from_file_location("llmcompressor_oneshot", path)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    return example
 
 
 @pytest.mark.parametrize("name", IMATRIX)

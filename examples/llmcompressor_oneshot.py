@@ -27,6 +27,7 @@ from tokenizers.pre_tokenizers import WhitespaceSplit
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 import qobs.llmcompressor  # noqa: F401  (registers qobs_* observers)
+from qobs.observer import IMATRIX_OBSERVERS
 
 
 def save_tiny_llama(path: str, seed: int = 0) -> None:
@@ -75,6 +76,13 @@ SCHEMES = {
     ),
     # int4 weights whose MSE search is weighted by input importance E[x^2] (needs data)
     "W4A16 imatrix": (dict(num_bits=4, type="int", symmetric=True, strategy="group", group_size=32), None, "imatrix_mse"),
+    # NVFP4 weights, importance-weighted search over 1.8x..0.8x the range (needs data)
+    "NVFP4A16 expanded imatrix": (
+        dict(num_bits=4, type="float", symmetric=True, strategy="tensor_group", group_size=16,
+             scale_dtype=torch.float8_e4m3fn),
+        None,
+        "nvfp4_expanded_imatrix",
+    ),
     # FP8 weights and static per-tensor FP8 inputs calibrated on data
     "FP8 static input": (
         dict(num_bits=8, type="float", symmetric=True, strategy="tensor"),
@@ -89,8 +97,8 @@ def run(model, weights: dict, inputs: dict | None, observer: str, data: Dataset 
     i = None if inputs is None else QuantizationArgs(**inputs, observer=observer)
     scheme = QuantizationScheme(targets=["Linear"], weights=w, input_activations=i)
     # llm-compressor decides whether a weight observer needs calibration data by its
-    # exact name ("imatrix_mse"); qobs_imatrix_mse must say so explicitly, or the
-    # weights are calibrated before any importance has been collected.
+    # exact name ("imatrix_mse", "nvfp4_expanded_imatrix"); the qobs_ imatrix observers
+    # must say so explicitly, or they raise for want of importance (R6.12.3).
     recipe = QuantizationModifier(
         config_groups={"group_0": scheme}, ignore=["lm_head"], requires_calibration_data=data is not None
     )
@@ -124,11 +132,11 @@ def main() -> int:
     data = calibration_data()
     failed = False
     for title, (weights, inputs, observer) in SCHEMES.items():
-        needs_data = inputs is not None or observer == "imatrix_mse"
+        needs_data = inputs is not None or observer in IMATRIX_OBSERVERS
         ref = run(load(tmp.name), weights, inputs, observer, data if needs_data else None)
         ours = run(load(tmp.name), weights, inputs, "qobs_" + observer, data if needs_data else None)
         same, total, diffs = compare(ref, ours)
-        print(f"{title:22s} observer {observer:18s} vs qobs_{observer}: {same}/{total} qparam tensors bit-identical")
+        print(f"{title:26s} observer {observer:22s} vs qobs_{observer}: {same}/{total} qparam tensors bit-identical")
         for d in diffs:
             print("   ", d)
         # MSE searches may pick a different grid step where two candidates' errors tie

@@ -86,8 +86,14 @@ OBSERVERS = [
     "nvfp4_expanded_mse",
     "imatrix_mse",
 ]
+# Observers added after the first files were committed: their cases are appended by
+# ObserverCases.build_new_observers, after every older case, so that the older cases
+# (and the rotations that pick their shapes and distributions) stay byte-identical.
+NEW_OBSERVERS = ["nvfp4_expanded_imatrix", "fouroversix"]
+IMATRIX = {"imatrix_mse", "nvfp4_expanded_imatrix"}
 STATEFUL = {"static_minmax", "minmax", "mse"}
-MSE_LIKE = {"memoryless_mse", "mse", "nvfp4_expanded_mse", "imatrix_mse"}
+MSE_LIKE = {"memoryless_mse", "mse", "nvfp4_expanded_mse", "imatrix_mse",
+            "nvfp4_expanded_imatrix", "fouroversix"}
 DISTS = ["gauss", "student_t", "outlier", "const", "zero", "tiny"]
 
 
@@ -406,14 +412,14 @@ class ObserverCases:
                                           **kwargs)
         eff = effective_kwargs(obs)
         imp_sum = imp_count = None
-        if observer == "imatrix_mse" and imatrix == "attach":
+        if observer in IMATRIX and imatrix == "attach":
             attach_and_feed(obs, observations[0], seed_of(cid, "imx"))
         obs_ids = []
         for i, o in enumerate(observations):
             obs_ids.append(self.st.add(o, f"{cid}.obs{i}"))
             obs(o)
         stats = obs.get_statistics()
-        if observer == "imatrix_mse":
+        if observer in IMATRIX:
             s = stats["_imatrix_sum"]
             imp_sum = None if s is None else self.st.add(s.clone(), f"{cid}.imp_sum")
             imp_count = int(stats["_imatrix_count"].item())
@@ -524,7 +530,7 @@ class ObserverCases:
         cid = self.uid(
             f"{observer}.{base}.{strategy}.{fmt}.{DT_SHORT[dt]}.{dist}.{shp}{tag}"
         )
-        imx = "attach" if (observer == "imatrix_mse" and base == "weight") else None
+        imx = "attach" if (observer in IMATRIX and base == "weight") else None
         return self.run(cid, observer, base, args, kwargs, observations,
                         imatrix=imx, note=note)
 
@@ -711,8 +717,8 @@ class ObserverCases:
         })
 
     # fused ----------------------------------------------------------------
-    def build_fused(self):
-        configs = [
+    def build_fused(self, configs=None):
+        configs = configs or [
             ("memoryless_minmax", ("q_proj", "k_proj", "v_proj"), BF16, [1.0, 3.0, 0.5]),
             ("memoryless_minmax", ("gate_proj", "up_proj"), F32, [0.7, 2.0]),
             ("memoryless_mse", ("q_proj", "k_proj", "v_proj"), F32, [2.0, 1.0, 0.25]),
@@ -739,7 +745,7 @@ class ObserverCases:
                 obs = Observer.load_from_registry(observer, base_name="weight",
                                                   args=make_args("nvfp4", "tensor_group", 16))
                 obs.args.observer = observer
-                if observer == "imatrix_mse":
+                if observer in IMATRIX:
                     obs.attach(lin)
                     with torch.no_grad():
                         for x in imatrix_inputs(cols, dt, seed_of(cid, name, "x")):
@@ -757,7 +763,7 @@ class ObserverCases:
                 stats = obs.get_statistics()
                 mn, mx = stats["min_vals"].clone(), stats["max_vals"].clone()
                 imp = None
-                if observer == "imatrix_mse":
+                if observer in IMATRIX:
                     imp = (self.st.add(stats["_imatrix_sum"].clone(), f"{cid}.{name}.imp_sum"),
                            int(stats["_imatrix_count"]))
                 q = obs.get_qparams()
@@ -823,9 +829,15 @@ class ObserverCases:
                  get_qparams_empty)
 
         # imatrix strict failures
+        self.imatrix_strict_errors("imatrix_mse", w)
+        act = make_data("gauss", (2, 4, 64), F32, seed_of("erract"))
+        self.build_q26_and_later_errors(w, wid, act)
+
+    def imatrix_strict_errors(self, observer, w):
+        """R6.8.4 failures with strict=True."""
         def imx_strict(args, base="weight", attach_in=None, inject=None, obs_value=w):
             def f():
-                o = Observer.load_from_registry("imatrix_mse", base_name=base, args=args,
+                o = Observer.load_from_registry(observer, base_name=base, args=args,
                                                 strict=True)
                 if attach_in is not None:
                     lin = torch.nn.Linear(attach_in, 8, bias=False)
@@ -852,18 +864,22 @@ class ObserverCases:
             ("all_zeros", make_args("int4_sym", "group", 16), "weight", None,
              (torch.zeros(64), 4), w),
         ]
+        prefix = "imx" if observer == "imatrix_mse" else observer
         for name, args, base, attach_in, inject, val in cases:
-            inputs = {"observer": "imatrix_mse", "base_name": base, "args": dump_args(args),
+            inputs = {"observer": observer, "base_name": base, "args": dump_args(args),
                       "observer_kwargs": {"strict": True},
-                      "observations": [self.st.add(val, f"err.imx.{name}.obs")]}
+                      "observations": [self.st.add(val, f"err.{prefix}.{name}.obs")]}
             if attach_in is not None:
                 inputs["attach_linear_in_features"] = attach_in
                 inputs["forward_input"] = f"ones(2, {attach_in})"
             if inject is not None:
-                inputs["importance_sum"] = self.st.add(inject[0], f"err.imx.{name}.imp_sum")
+                inputs["importance_sum"] = self.st.add(inject[0], f"err.{prefix}.{name}.imp_sum")
                 inputs["importance_count"] = inject[1]
-            self.err(f"observer.imatrix_mse.strict.{name}", "observer", inputs,
+            self.err(f"observer.{observer}.strict.{name}", "observer", inputs,
                      imx_strict(args, base, attach_in, inject, val))
+
+    def build_q26_and_later_errors(self, w, wid, act):
+        """Error cases that follow the strict imatrix ones (kept in their order)."""
 
         # Q26: observing again after get_qparams
         def q26():
@@ -931,6 +947,79 @@ class ObserverCases:
         self.err("fusion.member_without_observer", "fusion",
                  {"members": {"gate_proj": "nvfp4 tensor_group", "up_proj": None}},
                  fuse_missing)
+
+    # observers added later (NEW_OBSERVERS) ------------------------------------------
+    def build_new_observers(self):
+        """nvfp4_expanded_imatrix (R6.12) and fouroversix (R6.13): matrix, kwargs
+        variants, fallbacks, fused groups and errors. Runs after every older builder."""
+        imx, fos = NEW_OBSERVERS
+        weight_slots = {
+            imx: [("channel", "int4_sym", None), ("group", "int4_sym", 16),
+                  ("group", "fp4", 16), ("tensor_group", "nvfp4", 16),
+                  ("group", "mxfp4", 32), ("channel", "fp8", None),
+                  ("tensor", "int8_sym", None)],  # tensor: uniform fallback (R6.8.4-2)
+            fos: [("tensor_group", "nvfp4", 16), ("group", "fp4", 16),
+                  ("channel", "int4_sym", None), ("group", "mxfp4", 32)],
+        }
+        for observer, slots in weight_slots.items():
+            for strat, fmt, gs in slots:
+                for dt in DTYPES:
+                    dist = self.next_rot((observer, dt), DISTS)
+                    self.one(observer, "weight", strat, fmt, gs, None, dt, dist)
+        # activations: fouroversix is a plain MSE observer there; the imatrix variant
+        # falls back to the uniform search (R6.8.4-1)
+        for observer in NEW_OBSERVERS:
+            for dt in DTYPES:
+                self.one(observer, "input", "tensor_group", "nvfp4", 16, None, dt,
+                         self.next_rot((observer, "act", dt), DISTS[:3]))
+        # kwargs variants
+        variants = {
+            imx: [{"patience": 3}, {"patience": 0}, {"expand": 1.5}, {"norm": 3.0},
+                  {"grid": 100, "maxshrink": 0.3}, {"maxshrink": 0.0}, {"strict": True}],
+            fos: [{"patience": 3}, {"expand": 1.5}, {"grid": 100.0, "maxshrink": 0.3},
+                  {"norm": 2.0}],
+        }
+        contexts = [("group", "int4_sym", 16, BF16), ("tensor_group", "nvfp4", 16, F32),
+                    ("tensor_group", "nvfp4", 16, F16)]
+        for observer, vs in variants.items():
+            for vi, kw in enumerate(vs):
+                for ci, (strat, fmt, gs, dt) in enumerate(contexts):
+                    dist = ["gauss", "student_t", "outlier"][(vi + ci) % 3]
+                    tag = ".kw" + "".join(f"_{k}={v}" for k, v in kw.items())
+                    self.one(observer, "weight", strat, fmt, gs, None, dt, dist, kwargs=kw,
+                             tag=tag)
+        # no attach: the uniform fallback with this observer's own defaults (R6.8.7)
+        for dt, shape in [(F32, (8, 64)), (BF16, (16, 128))]:
+            w = make_data("gauss", shape, dt, seed_of("new-fallback", shape, dt))
+            cid = self.uid(f"{imx}.weight.tensor_group.nvfp4.{DT_SHORT[dt]}.gauss."
+                           f"{shape[0]}x{shape[1]}.no_importance_fallback")
+            self.run(cid, imx, "weight", make_args("nvfp4", "tensor_group", 16), {}, [w],
+                     imatrix="none", note="no attach: uniform fallback, expanded defaults (R6.12.2)")
+        # fused groups share one global scale (R6.10)
+        self.build_fused([
+            (imx, ("q_proj", "k_proj", "v_proj"), BF16, [1.0, 3.0, 0.5]),
+            (imx, ("gate_proj", "up_proj"), F32, [0.7, 2.0]),
+            (fos, ("q_proj", "k_proj", "v_proj"), F16, [2.0, 1.0, 0.25]),
+            (fos, ("w1", "w3"), BF16, [1.0, 4.0]),
+        ])
+        # errors
+        a8 = make_args("int8_sym", "channel")
+        w = make_data("gauss", (8, 64), F32, seed_of("errw"))
+        for kw in [{"grid": 0}, {"patience": -1}, {"maxshrink": 1.5}, {"norm": -1.0},
+                   {"norm": float("nan")}]:
+            k, v = next(iter(kw.items()))
+            self.err(f"observer.{imx}.{k}={json_float(v)}", "observer",
+                     {"observer": imx, "base_name": "weight", "args": dump_args(a8),
+                      "observer_kwargs": json_kwargs(kw)},
+                     lambda kw=kw: Observer.load_from_registry(imx, base_name="weight",
+                                                               args=make_args("int8_sym", "channel"), **kw))
+        self.err(f"observer.{fos}.expand_lt_1", "observer",
+                 {"observer": fos, "base_name": "weight", "args": dump_args(a8),
+                  "observer_kwargs": {"expand": 0.9}},
+                 lambda: Observer.load_from_registry(fos, base_name="weight",
+                                                     args=make_args("int8_sym", "channel"),
+                                                     expand=0.9))
+        self.imatrix_strict_errors(imx, w)
 
     def write(self):
         return {
@@ -1463,31 +1552,51 @@ def write_json(name: str, obj: dict):
     return path
 
 
-def main():
-    oc = ObserverCases()
-    oc.build_matrix()
-    oc.build_kwargs_variants()
-    n_es = oc.build_early_stop()
-    oc.build_special()
-    oc.build_fused()
-    oc.build_errors()
-    print(f"observers: {len(oc.cases)} cases, {len(oc.fused)} fused, {len(oc.errors)} errors, "
-          f"{len(oc.garbage)} garbage, {n_es} early-stop", file=sys.stderr)
-    write_json("observers.json", oc.write())
+FILES = ["observers.json", "qparams.json", "fake_quant.json", "flatten.json", "round.json"]
 
-    st, qc, gc, qe, qg = build_qparams()
-    write_json("qparams.json", {"generator": GENERATOR, "tensors": st.tensors,
-                                "qparams_cases": qc, "gparam_cases": gc, "error_cases": qe,
-                                "reference_garbage": qg})
-    st, fc, fe = build_fake_quant()
-    write_json("fake_quant.json", {"generator": GENERATOR, "tensors": st.tensors,
-                                   "fake_quant_cases": fc, "error_cases": fe})
-    st, flc, fle = build_flatten()
-    write_json("flatten.json", {"generator": GENERATOR, "tensors": st.tensors,
-                                "flatten_cases": flc, "error_cases": fle})
-    st, rcs = build_round()
-    write_json("round.json", {"generator": GENERATOR, "tensors": st.tensors, "round_cases": rcs})
-    for p in sorted(OUT_DIR.glob("*.json")):
+
+def main():
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="*", metavar="FILE",
+                    help=f"write only these files, of {', '.join(FILES)} (default: all)")
+    names = ap.parse_args().files
+    unknown = sorted(set(names) - set(FILES))
+    if unknown:
+        ap.error(f"unknown golden file(s) {unknown}; choose from {FILES}")
+    want = set(names or FILES)
+    if "observers.json" in want:
+        oc = ObserverCases()
+        oc.build_matrix()
+        oc.build_kwargs_variants()
+        n_es = oc.build_early_stop()
+        oc.build_special()
+        oc.build_fused()
+        oc.build_errors()
+        oc.build_new_observers()
+        print(f"observers: {len(oc.cases)} cases, {len(oc.fused)} fused, {len(oc.errors)} errors, "
+              f"{len(oc.garbage)} garbage, {n_es} early-stop", file=sys.stderr)
+        write_json("observers.json", oc.write())
+    if "qparams.json" in want:
+        st, qc, gc, qe, qg = build_qparams()
+        write_json("qparams.json", {"generator": GENERATOR, "tensors": st.tensors,
+                                    "qparams_cases": qc, "gparam_cases": gc, "error_cases": qe,
+                                    "reference_garbage": qg})
+    if "fake_quant.json" in want:
+        st, fc, fe = build_fake_quant()
+        write_json("fake_quant.json", {"generator": GENERATOR, "tensors": st.tensors,
+                                       "fake_quant_cases": fc, "error_cases": fe})
+    if "flatten.json" in want:
+        st, flc, fle = build_flatten()
+        write_json("flatten.json", {"generator": GENERATOR, "tensors": st.tensors,
+                                    "flatten_cases": flc, "error_cases": fle})
+    if "round.json" in want:
+        st, rcs = build_round()
+        write_json("round.json", {"generator": GENERATOR, "tensors": st.tensors,
+                                  "round_cases": rcs})
+    for name in sorted(want):
+        p = OUT_DIR / name
         print(f"{p.relative_to(REPO)}: {p.stat().st_size} bytes", file=sys.stderr)
 
 

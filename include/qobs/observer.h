@@ -192,6 +192,11 @@ std::shared_ptr<Observer> load_observer(std::string_view name, std::string_view 
                                         const ObserverKwargs& kwargs = {},
                                         const ObserverOptions& options = {});
 
+/// True for the observers whose weight search is weighted by input importance
+/// (imatrix_mse, nvfp4_expanded_imatrix; any spelling R6.2.1 accepts): they need
+/// calibration data (R1.6.2, R6.12.3).
+bool observer_needs_importance(std::string_view name);
+
 /// R6.9.1: the observer name used for `base_name` during calibration (weights replace
 /// static_minmax/minmax by memoryless_minmax and mse by memoryless_mse).
 std::string calibration_observer_name(std::string_view base_name, std::string_view name);

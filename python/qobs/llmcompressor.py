@@ -4,13 +4,22 @@
 statistics and qparams are computed by the qobs C++ core:
 
     qobs_memoryless_minmax  qobs_static_minmax  qobs_minmax  qobs_memoryless_mse
-    qobs_mse  qobs_nvfp4_expanded_mse  qobs_imatrix_mse
+    qobs_mse  qobs_nvfp4_expanded_mse  qobs_fouroversix  qobs_imatrix_mse
+    qobs_nvfp4_expanded_imatrix
 
 so that ``QuantizationArgs(observer="qobs_mse")`` in any llm-compressor recipe uses
 them with no other change. They are subclasses of llm-compressor's ``Observer`` and
 keep its interface (forward returns the observer, get_qparams, has_statistics,
 attach/detach, fusion through its FusionHandler, DDP sync). This module is glue
 between llm-compressor's object model and qobs.Observer; it does no arithmetic.
+
+Calibration data: llm-compressor gives a run data only when a modifier says it needs
+them, and it infers that for weight observers by their exact names ``imatrix_mse`` and
+``nvfp4_expanded_imatrix`` (docs/RULES.md R6.12.3); it offers an observer no way to ask.
+So a recipe with ``qobs_imatrix_mse`` or ``qobs_nvfp4_expanded_imatrix`` must pass
+``QuantizationModifier(..., requires_calibration_data=True)`` and a dataset to
+``oneshot``. Without data these observers raise ValueError naming the module instead of
+calibrating without importance.
 
 Requires llmcompressor (and so torch): ``pip install qobs[llmcompressor]``; importing
 it without them raises ImportError saying so.
@@ -19,6 +28,7 @@ it without them raises ImportError saying so.
 from __future__ import annotations
 
 import logging
+import weakref
 from contextlib import contextmanager
 from typing import Any, Dict, List, Optional, Set
 
@@ -37,6 +47,7 @@ except ImportError as e:
 
 from . import _qobs
 from .args import as_core_args
+from .observer import IMATRIX_OBSERVERS
 from .observer import Observer as _QObserver
 from .observer import Statistics
 
@@ -50,7 +61,9 @@ QOBS_OBSERVERS: Dict[str, str] = {
     "qobs_memoryless_mse": "memoryless_mse",
     "qobs_mse": "mse",
     "qobs_nvfp4_expanded_mse": "nvfp4_expanded_mse",
+    "qobs_fouroversix": "fouroversix",
     "qobs_imatrix_mse": "imatrix_mse",
+    "qobs_nvfp4_expanded_imatrix": "nvfp4_expanded_imatrix",
 }
 
 _LC_NAME = {core: lc for lc, core in QOBS_OBSERVERS.items()}
@@ -90,6 +103,7 @@ class QobsObserver(_LcObserver):
         self._qobs = _QObserver.load_from_registry(core_name, base_name=base_name, args=as_core_args(self.args))
         self._device: Optional[torch.device] = None
         self._imatrix_hook = None
+        self._imatrix_module = None  # weak reference to the module attach() hooked
         self._fused_with: tuple = ()
 
     # -- statistics --------------------------------------------------------------
@@ -104,7 +118,8 @@ class QobsObserver(_LcObserver):
     @torch.no_grad()
     def forward(self, observed: torch.Tensor) -> "QobsObserver":
         self._device = observed.device
-        with self._fusion_bound():
+        with self._fusion_bound() as members:
+            _require_importance(members)
             self._qobs(observed.detach().cpu())
         return self
 
@@ -116,13 +131,15 @@ class QobsObserver(_LcObserver):
 
     @torch.no_grad()
     def get_global_scale(self) -> Optional[torch.Tensor]:
-        with self._fusion_bound():
+        with self._fusion_bound() as members:
+            _require_importance(members)
             g = self._qobs.get_global_scale()
         return self._on_device(g)
 
     @torch.no_grad()
     def get_qparams(self) -> Dict[str, Optional[torch.Tensor]]:
-        with self._fusion_bound():
+        with self._fusion_bound() as members:
+            _require_importance(members)
             qp = self._qobs.get_qparams()
         return {k: self._on_device(v) for k, v in qp.items()}
 
@@ -140,7 +157,7 @@ class QobsObserver(_LcObserver):
         Weights are re-read per call because offloading may move them."""
         handler = self.fusion_handler
         if not handler.is_fused:
-            yield
+            yield [self]
             return
         # FusionHandler keeps its partners in _group (set by FusionHandler.fuse).
         members = [handler] + list(handler._group)
@@ -162,7 +179,7 @@ class QobsObserver(_LcObserver):
                 if mod is not None and getattr(mod, "weight", None) is not None:
                     o._qobs.bind_weight(mod.weight.detach().cpu())
                     bound.append(o)
-            yield
+            yield observers
         finally:
             for o in bound:
                 o._qobs.unbind_weight()
@@ -170,12 +187,13 @@ class QobsObserver(_LcObserver):
     # -- module hooks (imatrix) ---------------------------------------------------
     def attach(self, module: torch.nn.Module) -> None:
         """R6.8.3: importance E[x^2] per input feature through a forward-pre hook."""
-        if self._qobs_name != "imatrix_mse":
+        if self._qobs_name not in IMATRIX_OBSERVERS:
             return
         self.detach(module)
         if not hasattr(module, "in_features"):
             return
         self._qobs._core.attach(int(module.in_features))
+        self._imatrix_module = weakref.ref(module)
         core = self._qobs._core
 
         def _hook(mod, args):
@@ -225,6 +243,40 @@ class QobsObserver(_LcObserver):
             items.append((name, t, reduce))
         self._qobs.import_statistics(Statistics(exported.observer, items, exported.contributions))
         return []
+
+
+def _module_name(module: torch.nn.Module) -> str:
+    """The module's name in the model being calibrated, else its class name."""
+    try:
+        from llmcompressor.core import active_session
+
+        model = active_session().state.model
+        for name, m in model.named_modules() if model is not None else ():
+            if m is module:
+                return name
+    except Exception:  # noqa: BLE001  (naming the module must never hide the real error)
+        pass
+    return type(module).__name__
+
+
+def _require_importance(observers) -> None:
+    """R6.12.3 / D15: an imatrix observer about to observe its weight (itself or as a
+    fused partner) after attach without any input is a data-free run. The core raises
+    too; this names the module in llm-compressor's terms and says how to give data."""
+    for o in observers:
+        mod = o._imatrix_module() if o._imatrix_module is not None else None
+        if mod is None or o._qobs.has_statistics:
+            continue
+        count = getattr(o._qobs, "importance_count", None)
+        if count is not None and int(count) == 0:
+            raise ValueError(
+                f"qobs_{o._qobs_name}: no importance data for module '{_module_name(mod)}': the observer was attached "
+                "but no input reached the module, so its weight would be calibrated without importance. "
+                "llm-compressor chose its data-free pipeline because it infers calibration data only for its own "
+                "observer names (imatrix_mse, nvfp4_expanded_imatrix): pass "
+                "QuantizationModifier(..., requires_calibration_data=True) and a dataset to oneshot "
+                "(docs/RULES.md R6.12.3)"
+            )
 
 
 def _register() -> None:

@@ -17,6 +17,7 @@ Differences from the reference that a caller can see, all deliberate:
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from . import _qobs
@@ -34,6 +35,8 @@ __all__ = [
     "MovingAverageMSEObserver",
     "NVFP4ExpandedMSEObserver",
     "IMatrixMSEObserver",
+    "NVFP4ExpandedIMatrixObserver",
+    "IMATRIX_OBSERVERS",
     "fuse_observers",
     "reduce_statistics",
     "registered_observers",
@@ -50,6 +53,9 @@ FUSED_LAYER_NAMES = [tuple(g) for g in _qobs.fused_layer_names()]
 # reference attribute name -> core statistic name
 _STAT_ALIASES = {"_imatrix_sum": "importance_sum", "_imatrix_count": "importance_count"}
 _STAT_NAMES_REF = {v: k for k, v in _STAT_ALIASES.items()}
+
+# Core names of the observers that collect input importance through attach (R6.8, R6.12).
+IMATRIX_OBSERVERS = ("imatrix_mse", "nvfp4_expanded_imatrix")
 
 
 class Observer:
@@ -84,6 +90,13 @@ class Observer:
         merged into a copy of args.observer_kwargs."""
         if base_name is None or args is None:
             raise TypeError("load_from_registry needs base_name= and args=")
+        if _qobs.normalize_observer_name(name) == "fouroversix":
+            # R6.13.1: the reference's alias warns and hands back nvfp4_expanded_mse
+            warnings.warn(
+                "The 'fouroversix' observer is an alias for 'nvfp4_expanded_mse' (R6.13.1)",
+                UserWarning,
+                stacklevel=2,
+            )
         sub = _CLASSES.get(_qobs.normalize_observer_name(name), Observer)
         obj = sub.__new__(sub)
         obj._init_core(name, base_name, args, options, observer_kwargs)
@@ -196,7 +209,7 @@ class Observer:
         if not hasattr(module, "in_features"):
             return
         self._core.attach(int(module.in_features))
-        if self._core.name != "imatrix_mse":
+        if self._core.name not in IMATRIX_OBSERVERS:
             return
         core = self._core
         self._kind = "torch"  # a module's hook sees torch tensors
@@ -266,6 +279,7 @@ MemorylessMSEObserver = _concrete("MemorylessMSEObserver", "memoryless_mse", "R6
 MovingAverageMSEObserver = _concrete("MovingAverageMSEObserver", "mse", "R6.7 moving average")
 NVFP4ExpandedMSEObserver = _concrete("NVFP4ExpandedMSEObserver", "nvfp4_expanded_mse", "R6.7")
 IMatrixMSEObserver = _concrete("IMatrixMSEObserver", "imatrix_mse", "R6.8")
+NVFP4ExpandedIMatrixObserver = _concrete("NVFP4ExpandedIMatrixObserver", "nvfp4_expanded_imatrix", "R6.12")
 
 _CLASSES = {
     _qobs.normalize_observer_name(c._registry_name): c
@@ -277,8 +291,11 @@ _CLASSES = {
         MovingAverageMSEObserver,
         NVFP4ExpandedMSEObserver,
         IMatrixMSEObserver,
+        NVFP4ExpandedIMatrixObserver,
     )
 }
+# R6.13.1: the alias builds the class of nvfp4_expanded_mse
+_CLASSES["fouroversix"] = NVFP4ExpandedMSEObserver
 
 
 def fuse_observers(observers: Sequence[Optional[Observer]], weights: Optional[Sequence[Any]] = None) -> None:

@@ -69,7 +69,7 @@ def _import_importance(g, obs, case):
     if case.get("importance_sum") is None:
         return
     count = Tensor.from_bytes("int64", [], int(case["importance_count"]).to_bytes(8, "little", signed=True))
-    obs.import_statistics(qobs.Statistics("imatrix_mse", [
+    obs.import_statistics(qobs.Statistics(obs.name, [
         ("importance_sum", g.t(case["importance_sum"]), "sum"),
         ("importance_count", count, "sum"),
     ]))

@@ -12,7 +12,8 @@ import pathlib
 import pytest
 
 NAMES = ["memoryless_minmax", "static_minmax", "minmax", "memoryless_mse", "mse", "nvfp4_expanded_mse",
-         "imatrix_mse"]
+         "fouroversix", "imatrix_mse", "nvfp4_expanded_imatrix"]
+IMATRIX = ("imatrix_mse", "nvfp4_expanded_imatrix")
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +46,13 @@ ARGS = {
 }
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if n != "imatrix_mse"])
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in IMATRIX])
 @pytest.mark.parametrize("argname", list(ARGS))
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_weight_qparams_match_builtin(lc, torch, name, argname, dtype):
     Observer, QuantizationArgs = lc
-    if name == "nvfp4_expanded_mse" and argname != "nvfp4":
-        pytest.skip("nvfp4_expanded_mse is for NVFP4")
+    if name in ("nvfp4_expanded_mse", "fouroversix") and argname != "nvfp4":
+        pytest.skip(f"{name} is for NVFP4")
     torch.manual_seed(0)
     w = (torch.randn(32, 64) * 0.05).to(getattr(torch, dtype))
     ref = Observer.load_from_registry(name, base_name="weight", args=QuantizationArgs(**ARGS[argname], observer=name))
@@ -114,14 +115,14 @@ def test_weight_observer_override_is_logged_once(lc, monkeypatch, caplog):
     ]
 
 
-def test_imatrix_hooks_match_builtin(lc, torch):
+@pytest.mark.parametrize("name,argname", [("imatrix_mse", "int4_group32"), ("nvfp4_expanded_imatrix", "nvfp4")])
+def test_imatrix_hooks_match_builtin(lc, torch, name, argname):
     Observer, QuantizationArgs = lc
     torch.manual_seed(2)
     lin = torch.nn.Linear(64, 16).to(torch.bfloat16)
-    ref = Observer.load_from_registry("imatrix_mse", base_name="weight",
-                                      args=QuantizationArgs(num_bits=4, strategy="group", group_size=32))
-    ours = Observer.load_from_registry("qobs_imatrix_mse", base_name="weight",
-                                       args=QuantizationArgs(num_bits=4, strategy="group", group_size=32))
+    args = dict(ARGS, int4_group32=dict(num_bits=4, strategy="group", group_size=32))[argname]
+    ref = Observer.load_from_registry(name, base_name="weight", args=QuantizationArgs(**args))
+    ours = Observer.load_from_registry("qobs_" + name, base_name="weight", args=QuantizationArgs(**args))
     ref.attach(lin)
     ours.attach(lin)
     for _ in range(4):
@@ -129,7 +130,8 @@ def test_imatrix_hooks_match_builtin(lc, torch):
         x[..., :4] *= 20
         lin(x)
     qr, qo = ref(lin.weight).get_qparams(), ours(lin.weight).get_qparams()
-    assert _same(qr["scale"], qo["scale"], torch)
+    for k in ("scale", "zero_point", "global_scale"):
+        assert _same(qr[k], qo[k], torch), k
     ours.detach(lin)
     ref.detach(lin)
     assert len(lin._forward_pre_hooks) == 0
@@ -179,15 +181,19 @@ def test_fusing_qobs_with_builtin_observers_is_refused(lc, torch):
         block.q_proj.weight_observer(block.q_proj.weight)
 
 
-def test_oneshot_example(lc):
-    """examples/llmcompressor_oneshot.py: oneshot with qobs observers on a tiny model."""
+def _example():
     for mod in ("transformers", "datasets", "tokenizers"):
         pytest.importorskip(mod)
     path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "llmcompressor_oneshot.py"
     spec = importlib.util.spec_from_file_location("llmcompressor_oneshot", path)
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
-    assert example.main() == 0
+    return example
+
+
+def test_oneshot_example(lc):
+    """examples/llmcompressor_oneshot.py: oneshot with qobs observers on a tiny model."""
+    assert _example().main() == 0
 
 
 @pytest.mark.parametrize("name", ["static_minmax", "minmax", "memoryless_minmax"])
@@ -210,3 +216,45 @@ def test_sync_activation_stats_single_process_group(lc, torch, tmp_path, name):
             assert after[k].dtype == before[k].dtype and torch.equal(after[k], before[k])
     finally:
         dist.destroy_process_group()
+
+
+def test_fouroversix_warns_like_the_reference(lc):
+    Observer, QuantizationArgs = lc
+    args = QuantizationArgs(**ARGS["nvfp4"])
+    with pytest.warns(UserWarning, match="alias"):
+        ours = Observer.load_from_registry("qobs_fouroversix", base_name="weight", args=args)
+    assert ours._qobs.name == "nvfp4_expanded_mse"  # R6.13.1: the alias builds nvfp4_expanded_mse
+
+
+@pytest.mark.parametrize("name", IMATRIX)
+def test_requires_calibration_data_is_inferred_only_for_builtin_names(lc, name):
+    """R6.12.3: llm-compressor picks its data pipeline by exact observer name."""
+    _, QuantizationArgs = lc
+    from compressed_tensors.quantization import QuantizationScheme
+    from llmcompressor.modifiers.quantization import QuantizationModifier
+
+    def needs_data(observer):
+        scheme = QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(**ARGS["nvfp4"], observer=observer))
+        return QuantizationModifier(config_groups={"g": scheme}).requires_calibration_data
+
+    assert needs_data(name)
+    assert not needs_data("qobs_" + name)
+
+
+@pytest.mark.parametrize("name,weights", [
+    ("imatrix_mse", dict(num_bits=4, type="int", symmetric=True, strategy="group", group_size=32)),
+    ("nvfp4_expanded_imatrix", ARGS["nvfp4"]),
+])
+def test_imatrix_observer_in_datafree_oneshot_raises(lc, tmp_path, name, weights):
+    """Issue "qobs_imatrix_mse silently calibrates without data": without
+    requires_calibration_data llm-compressor runs its data-free pipeline, no input reaches
+    the modules, and the qobs imatrix observers used to calibrate without importance (0 of
+    28 qparams matched the run with data, no warning). Now they raise, naming the module
+    and the fix (R6.12.3, D15)."""
+    example = _example()
+    example.save_tiny_llama(str(tmp_path))
+    with pytest.raises(ValueError, match="no importance data") as err:
+        example.run(example.load(str(tmp_path)), weights, None, "qobs_" + name, None)
+    msg = str(err.value)
+    assert "requires_calibration_data=True" in msg
+    assert "model.layers.0." in msg, msg  # the module's name in the model

@@ -1,4 +1,4 @@
-// The seven observers of the reference registry (RULES §6.4-6.8).
+// The observers of the reference registry (RULES §6.4-6.8, §6.12).
 #include "observers/builtin_observers.h"
 
 #include <cmath>
@@ -195,34 +195,37 @@ void MseObserver::update_state(std::map<std::string, Tensor>& st, const FlatView
   }
 }
 
-ImatrixMseObserver::ImatrixMseObserver(std::string base, QuantizationArgs args, ObserverOptions opt)
-    : Observer(std::move(base), std::move(args), std::move(opt)) {
-  KwargReader r{args_.observer_kwargs, "imatrix_mse", {}};
+ImatrixMseObserver::ImatrixMseObserver(Kind kind, std::string base, QuantizationArgs args, ObserverOptions opt)
+    : Observer(std::move(base), std::move(args), std::move(opt)), kind_(kind) {
+  const std::string obs(name());
+  // R6.8.1 / R6.12.1: nvfp4_expanded_imatrix only changes the defaults
+  const bool nv = kind_ == Kind::kNvfp4Expanded;
+  KwargReader r{args_.observer_kwargs, obs, {}};
   cfg_.imatrix = true;
-  cfg_.maxshrink = r.num("maxshrink", 0.95);
-  const double patience = r.num("patience", 5);
-  cfg_.grid = r.num("grid", 20);
-  cfg_.norm = r.num("norm", 3.0);
-  cfg_.expand = r.num("expand", 1.0);
+  cfg_.maxshrink = r.num("maxshrink", nv ? 1.0 - 0.8 / 1.8 : 0.95);
+  const double patience = r.num("patience", nv ? 1000 : 5);
+  cfg_.grid = r.num("grid", nv ? 200 : 20);
+  cfg_.norm = r.num("norm", nv ? 2.4 : 3.0);
+  cfg_.expand = r.num("expand", nv ? 1.8 : 1.0);
   strict_ = r.flag("strict", false);
   r.reject_unknown();
   // R6.8.1 validation
-  QOBS_CHECK(std::isfinite(cfg_.grid) && cfg_.grid > 0, InvalidArgument, "imatrix_mse: grid must be positive, got ",
-             cfg_.grid, " (R6.8.1)");
-  QOBS_CHECK(std::isfinite(patience) && patience >= 0, InvalidArgument, "imatrix_mse: patience must be >= 0, got ",
-             patience, " (R6.8.1)");
-  cfg_.patience = as_count("imatrix_mse", "patience", patience);
-  check_unit_interval("imatrix_mse", "maxshrink", cfg_.maxshrink, "R6.8.1");
-  QOBS_CHECK(std::isfinite(cfg_.norm) && cfg_.norm > 0, InvalidArgument,
-             "imatrix_mse: norm must be a finite positive number, got ", cfg_.norm, " (R6.8.1)");
-  QOBS_CHECK(cfg_.expand >= 1.0, InvalidArgument, "imatrix_mse: expand value must be at least 1.0, got ", cfg_.expand,
+  QOBS_CHECK(std::isfinite(cfg_.grid) && cfg_.grid > 0, InvalidArgument, obs, ": grid must be positive, got ", cfg_.grid,
+             " (R6.8.1)");
+  QOBS_CHECK(std::isfinite(patience) && patience >= 0, InvalidArgument, obs, ": patience must be >= 0, got ", patience,
+             " (R6.8.1)");
+  cfg_.patience = as_count(obs, "patience", patience);
+  check_unit_interval(obs, "maxshrink", cfg_.maxshrink, "R6.8.1");
+  QOBS_CHECK(std::isfinite(cfg_.norm) && cfg_.norm > 0, InvalidArgument, obs,
+             ": norm must be a finite positive number, got ", cfg_.norm, " (R6.8.1)");
+  QOBS_CHECK(cfg_.expand >= 1.0, InvalidArgument, obs, ": expand value must be at least 1.0, got ", cfg_.expand,
              " (R6.8.1, docs/DEVIATIONS.md D7)");
   cfg_.mode = options_.mode;
   cfg_.num_threads = options_.num_threads;
 }
 
 void ImatrixMseObserver::attach(int64_t in_features) {
-  QOBS_CHECK(in_features > 0, InvalidArgument, "imatrix_mse.attach: in_features must be positive, got ", in_features,
+  QOBS_CHECK(in_features > 0, InvalidArgument, name(), ".attach: in_features must be positive, got ", in_features,
              " (R6.8.3)");
   state_["importance_sum"] = Tensor(DType::kF32, {in_features});
   state_["importance_count"] = Tensor(DType::kI64, {});
@@ -246,7 +249,7 @@ void ImatrixMseObserver::accumulate_input(const TensorView& x) {
     count.set(0, count.get(0) + 1.0);
     return;
   }
-  QOBS_CHECK(x.dim() >= 1 && x.shape[x.dim() - 1] == in, InvalidArgument, "imatrix_mse: input of shape ",
+  QOBS_CHECK(x.dim() >= 1 && x.shape[x.dim() - 1] == in, InvalidArgument, name(), ": input of shape ",
              shape_str(x.shape), " does not end in in_features ", in, " (R6.8.3)");
   const int64_t rows = x.numel() / in;
   // sum += sum over all but the last dim of x^2 in f32 (x converted to f32 first)
@@ -262,20 +265,32 @@ void ImatrixMseObserver::accumulate_input(const TensorView& x) {
 }
 
 std::optional<std::vector<float>> ImatrixMseObserver::validated_importance(const FlatView& flat) const {
+  const std::string obs(name());
   auto fail = [&](auto error, const std::string& why) -> std::optional<std::vector<float>> {
     if (strict_) throw error;
     last_path_ = "uniform fallback: " + why;
     return std::nullopt;
   };
   if (base_name_ != "weight")
-    return fail(NotImplementedError("imatrix_mse is only supported for weight observers (R6.8.4-1)"), "not a weight");
+    return fail(NotImplementedError(obs + " is only supported for weight observers (R6.8.4-1)"), "not a weight");
   const Strategy st = args_.get_strategy();
   if (st == Strategy::kTensor)
-    return fail(NotImplementedError("imatrix_mse does not support the TENSOR strategy (R6.8.4-2)"), "tensor strategy");
+    return fail(NotImplementedError(obs + " does not support the TENSOR strategy (R6.8.4-2)"), "tensor strategy");
   auto sit = state_.find("importance_sum");
   auto cit = state_.find("importance_count");
-  if (sit == state_.end() || cit == state_.end() || cit->second.get(0) == 0)
-    return fail(InvalidArgument("imatrix_mse: no importance data available (R6.8.4-3)"), "no importance data");
+  if (sit == state_.end() || cit == state_.end())
+    return fail(InvalidArgument(obs + ": no importance data available (R6.8.4-3)"), "no importance data");
+  // R6.12.3 (D15): attached to a module that no input reached -- a data-free run. The
+  // reference falls back to the uniform search with a log line; a weight calibrated
+  // without the importance its recipe asked for is an error here, strict or not.
+  QOBS_CHECK(cit->second.get(0) != 0, InvalidArgument, obs, ": no importance data available for ",
+             options_.label.empty() ? std::string("its weight") : "'" + options_.label + "'",
+             ": the observer was attached to a module with in_features ", sit->second.numel(),
+             " but no input reached it (importance_count 0), so the weight would be calibrated without importance. "
+             "Run calibration with data: in llm-compressor pass a dataset to oneshot and "
+             "QuantizationModifier(requires_calibration_data=True), which it infers only for its own imatrix observer "
+             "names; with qobs directly, feed the module's inputs to accumulate_input before observing the weight "
+             "(R6.12.3, docs/DEVIATIONS.md D15)");
   const Tensor& sum = sit->second;
   const double count = cit->second.get(0);
   std::vector<float> imp(static_cast<std::size_t>(sum.numel()));
@@ -283,26 +298,26 @@ std::optional<std::vector<float>> ImatrixMseObserver::validated_importance(const
   for (int64_t i = 0; i < sum.numel(); ++i) {
     const float v = static_cast<float>(sum.get(i)) / static_cast<float>(count);
     if (!std::isfinite(v))
-      return fail(InvalidArgument(detail::concat("imatrix_mse: importance has a non-finite value ", v, " at index ", i,
+      return fail(InvalidArgument(detail::concat(obs, ": importance has a non-finite value ", v, " at index ", i,
                                                  " (R6.8.4-4)")),
                   "non-finite importance");
     if (v < 0)
-      return fail(InvalidArgument(detail::concat("imatrix_mse: importance has a negative value ", v, " at index ", i,
+      return fail(InvalidArgument(detail::concat(obs, ": importance has a negative value ", v, " at index ", i,
                                                  " (R6.8.4-4)")),
                   "negative importance");
     all_zero = all_zero && v == 0;
     imp[static_cast<std::size_t>(i)] = v;
   }
-  if (all_zero) return fail(InvalidArgument("imatrix_mse: importance is all zeros (R6.8.4-4)"), "all-zero importance");
+  if (all_zero) return fail(InvalidArgument(obs + ": importance is all zeros (R6.8.4-4)"), "all-zero importance");
   int64_t expected = 0;
   const Shape fs = flat.layout.flat_shape();
   if (st == Strategy::kChannel) expected = fs.back();
   else if (st == Strategy::kGroup || st == Strategy::kTensorGroup) expected = fs[2] * fs[3];
   else
-    return fail(NotImplementedError(detail::concat("imatrix_mse: unsupported strategy ", to_string(st), " (R6.8.4-5)")),
+    return fail(NotImplementedError(detail::concat(obs, ": unsupported strategy ", to_string(st), " (R6.8.4-5)")),
                 "unsupported strategy");
   if (static_cast<int64_t>(imp.size()) != expected)
-    return fail(InvalidArgument(detail::concat("imatrix_mse: importance size mismatch: ", imp.size(), " values for ",
+    return fail(InvalidArgument(detail::concat(obs, ": importance size mismatch: ", imp.size(), " values for ",
                                                expected, " columns (R6.8.4-6)")),
                 "size mismatch");
   last_path_ = "importance";

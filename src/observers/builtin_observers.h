@@ -71,10 +71,15 @@ class MseObserver : public Observer {
   double averaging_constant_ = 0.01;
 };
 
+/// imatrix_mse and nvfp4_expanded_imatrix: one importance-weighted search, two sets of
+/// defaults (R6.8, R6.12).
 class ImatrixMseObserver : public Observer {
  public:
-  ImatrixMseObserver(std::string base, QuantizationArgs args, ObserverOptions opt);
-  std::string_view name() const override { return "imatrix_mse"; }
+  enum class Kind { kImatrix, kNvfp4Expanded };
+  ImatrixMseObserver(Kind kind, std::string base, QuantizationArgs args, ObserverOptions opt);
+  std::string_view name() const override {
+    return kind_ == Kind::kImatrix ? "imatrix_mse" : "nvfp4_expanded_imatrix";
+  }
   bool statistics_reveal_non_finite() const override { return true; }  // as MseObserver
   void update_state(std::map<std::string, Tensor>& st, const FlatView& flat) const override;
   std::vector<std::pair<std::string, ReduceOp>> sync_table() const override {
@@ -90,6 +95,7 @@ class ImatrixMseObserver : public Observer {
  private:
   /// R6.8.4: the validated per-column importance, or nullopt for the uniform fallback.
   std::optional<std::vector<float>> validated_importance(const FlatView& flat) const;
+  Kind kind_;
   kernels::GridSearchConfig cfg_;
   bool strict_ = false;
   bool attached_ = false;

@@ -523,7 +523,14 @@ Registry& registry() {
       return std::make_shared<MseObserver>(MseObserver::Kind::kNvfp4Expanded, b, a, o);
     });
     add("imatrix_mse", [](const std::string& b, const QuantizationArgs& a, const ObserverOptions& o) {
-      return std::make_shared<ImatrixMseObserver>(b, a, o);
+      return std::make_shared<ImatrixMseObserver>(ImatrixMseObserver::Kind::kImatrix, b, a, o);
+    });
+    add("nvfp4_expanded_imatrix", [](const std::string& b, const QuantizationArgs& a, const ObserverOptions& o) {
+      return std::make_shared<ImatrixMseObserver>(ImatrixMseObserver::Kind::kNvfp4Expanded, b, a, o);
+    });
+    // R6.13.1: an alias; the reference hands back an nvfp4_expanded_mse observer
+    add("fouroversix", [](const std::string& b, const QuantizationArgs& a, const ObserverOptions& o) {
+      return std::make_shared<MseObserver>(MseObserver::Kind::kNvfp4Expanded, b, a, o);
     });
     reg->builtin_count = reg->entries.size();
     return reg;
@@ -575,6 +582,11 @@ std::shared_ptr<Observer> load_observer(std::string_view name, std::string_view 
   QuantizationArgs merged = args.strategy ? args : args.validated();
   for (const auto& [k, v] : kwargs) merged.observer_kwargs[k] = v;
   return factory(std::string(base_name), merged, options);
+}
+
+bool observer_needs_importance(std::string_view name) {
+  const std::string n = normalize_observer_name(name);
+  return n == "imatrix-mse" || n == "nvfp4-expanded-imatrix";
 }
 
 std::string calibration_observer_name(std::string_view base_name, std::string_view name) {

@@ -103,9 +103,9 @@ QuantizationScheme resolve_one(QuantizationScheme s, const QuantizeOptions& o, c
   QOBS_CHECK(!needs_data(s.output_activations), InvalidArgument, label,
              " quantizes output activations statically, which needs calibration data (R1.6.2)");
   const std::string obs = calibration_observer_name("weight", s.weights->observer.value_or("memoryless_minmax"));
-  QOBS_CHECK(obs != "imatrix_mse", InvalidArgument,
-             "observer imatrix_mse needs input-activation importance from calibration data (R6.8), which `qobs "
-             "quantize` does not run; choose memoryless_mse or memoryless_minmax");
+  QOBS_CHECK(!observer_needs_importance(obs), InvalidArgument, "observer ", obs,
+             " needs input-activation importance from calibration data (R6.8, R6.12), which `qobs "
+             "quantize` does not run; choose memoryless_mse, nvfp4_expanded_mse or memoryless_minmax");
   // Instantiate once so that an unknown name or a bad kwarg fails before any work.
   load_observer(obs, "weight", *s.weights);
   s.format = infer_compression_format(s);

@@ -131,6 +131,16 @@ GridSearchConfig imatrix_cfg() {
   c.norm = 3.0;
   return c;
 }
+/// nvfp4_expanded_imatrix (R6.12.1): 112 candidates from 1.8x the range down.
+GridSearchConfig expanded_imatrix_cfg() {
+  GridSearchConfig c = imatrix_cfg();
+  c.maxshrink = 1.0 - 0.8 / 1.8;
+  c.grid = 200;
+  c.norm = 2.4;
+  c.expand = 1.8;
+  c.patience = 1000;
+  return c;
+}
 
 std::string diff(const GridSearchResult& r, const GridSearchResult& f) {
   if (r.candidates_evaluated != f.candidates_evaluated)
@@ -505,6 +515,8 @@ TEST(FastGridSearch, ImatrixWeighted) {
         expect_search_matches("imatrix norm=" + std::to_string(norm), flat, search_args(a), c, &wf);
         expect_search_matches("imatrix uniform", flat, search_args(a), c, nullptr);
       }
+      expect_search_matches("expanded imatrix", flat, search_args(a), expanded_imatrix_cfg(), &wf);
+      expect_search_matches("expanded imatrix uniform", flat, search_args(a), expanded_imatrix_cfg(), nullptr);
     }
 }
 

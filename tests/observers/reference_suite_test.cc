@@ -302,7 +302,8 @@ TEST(RefMse, test_mse_observer_rejects_expand_below_one_R6_7_2) {
 // =====================================================================================
 
 std::shared_ptr<Observer> make_imatrix(Strategy strategy, std::optional<int64_t> group_size,
-                                       const std::vector<double>* importance, ObserverKwargs kwargs = {}) {
+                                       const std::vector<double>* importance, ObserverKwargs kwargs = {},
+                                       bool attach = true) {
   QuantizationArgs a;
   a.num_bits = 4;
   a.symmetric = true;
@@ -311,7 +312,7 @@ std::shared_ptr<Observer> make_imatrix(Strategy strategy, std::optional<int64_t>
   a.observer = "imatrix_mse";
   a.observer_kwargs = std::move(kwargs);
   auto o = load_observer("imatrix_mse", "weight", a.validated());
-  o->attach(8);
+  if (attach) o->attach(8);
   if (importance) {
     Statistics st;
     st.observer = "imatrix_mse";
@@ -397,12 +398,16 @@ TEST(RefImatrix, test_basic_strategies_R6_8_6) {
   }
 }
 
-// TestBasicFunctionality::test_no_importance_falls_back; R6.8.7, Q8.
+// TestBasicFunctionality::test_no_importance_falls_back; R6.8.7, Q8. The reference
+// test attaches and feeds nothing; qobs raises there (R6.12.3, D15), so the fallback
+// values are checked on an observer that was never attached.
 TEST(RefImatrix, test_no_importance_falls_back_R6_8_7) {
   const Tensor w = f32({4, 8}, kLinear42);
-  auto o = make_imatrix(Strategy::kChannel, std::nullopt, nullptr);
+  auto o = make_imatrix(Strategy::kChannel, std::nullopt, nullptr, {}, /*attach=*/false);
   const QParams q = o->observe(w.view()).get_qparams();
   expect_allclose(q.scale, {0.043303750455379486, 0.041556332260370255, 0.036339905112981796, 0.044231656938791275});
+  auto attached = make_imatrix(Strategy::kChannel, std::nullopt, nullptr);
+  expect_error<InvalidArgument>([&] { attached->observe(w.view()); }, "no importance data");
 }
 
 // TestBasicFunctionality::test_importance_changes_result; R6.8.5.
@@ -410,7 +415,7 @@ TEST(RefImatrix, test_importance_changes_result_R6_8_5) {
   const Tensor w = f32({4, 8}, kLinear123);
   const std::vector<double> skew{1000, 1000, 1000, 1000, 0.01, 0.01, 0.01, 0.01};
   auto ow = make_imatrix(Strategy::kChannel, std::nullopt, &skew);
-  auto ou = make_imatrix(Strategy::kChannel, std::nullopt, nullptr);
+  auto ou = make_imatrix(Strategy::kChannel, std::nullopt, nullptr, {}, /*attach=*/false);
   const Tensor sw = ow->observe(w.view()).get_qparams().scale;
   const Tensor su = ou->observe(w.view()).get_qparams().scale;
   EXPECT_FALSE(allclose(sw, su)) << "Extreme importance weighting should produce different scales";

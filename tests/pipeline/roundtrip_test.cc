@@ -415,6 +415,8 @@ TEST(Pipeline, BadInputGivesClearErrorsAndLeavesNothing) {
   o.scheme = "W4A16";
   o.observer = "imatrix_mse";
   EXPECT_NE(error_of(o).find("calibration data"), std::string::npos);
+  o.observer = "nvfp4_expanded_imatrix";  // R6.12.3
+  EXPECT_NE(error_of(o).find("calibration data"), std::string::npos);
   o.observer = "no_such_observer";
   EXPECT_FALSE(error_of(o).empty());
   o.observer.reset();

@@ -1,28 +1,18 @@
 #include "qobs/args.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "core/text.h"
+#include "qobs/formats.h"
 
 namespace qobs {
 
 using ojson = nlohmann::ordered_json;
 
 namespace {
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
-  return out;
-}
-std::string upper(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::toupper(c); });
-  return out;
-}
 
 bool is_group_like(Strategy s) { return s == Strategy::kGroup || s == Strategy::kTensorGroup; }
 
@@ -66,14 +56,14 @@ std::string_view to_string(QuantizationStatus s) {
 }
 
 QuantType parse_quant_type(std::string_view s) {
-  const std::string l = lower(s);
+  const std::string l = ascii_lower(s);
   if (l == "int") return QuantType::kInt;
   if (l == "float") return QuantType::kFloat;
   QOBS_THROW(InvalidArgument, "type: '", s, "' is not one of int, float (R1.1.1)");
 }
 
 Strategy parse_strategy(std::string_view s) {
-  const std::string l = lower(s);
+  const std::string l = ascii_lower(s);
   for (Strategy v : {Strategy::kTensor, Strategy::kChannel, Strategy::kGroup, Strategy::kBlock,
                      Strategy::kToken, Strategy::kTensorGroup, Strategy::kAttnHead})
     if (l == to_string(v)) return v;
@@ -82,7 +72,7 @@ Strategy parse_strategy(std::string_view s) {
 }
 
 Dynamic parse_dynamic(std::string_view s) {
-  const std::string l = lower(s);
+  const std::string l = ascii_lower(s);
   if (l == "local") return Dynamic::kLocal;
   if (l == "true") return Dynamic::kTrue;
   if (l == "false") return Dynamic::kFalse;
@@ -90,7 +80,7 @@ Dynamic parse_dynamic(std::string_view s) {
 }
 
 ActOrder parse_actorder(std::string_view s) {
-  const std::string l = lower(s);
+  const std::string l = ascii_lower(s);
   if (l == "group") return ActOrder::kGroup;
   if (l == "weight") return ActOrder::kWeight;
   if (l == "dynamic") return ActOrder::kDynamic;
@@ -152,8 +142,8 @@ std::pair<float, float> QuantizationArgs::q_range() const {
     const double hi = std::ldexp(1.0, num_bits - 1);
     return {static_cast<float>(-hi), static_cast<float>(hi - 1)};
   }
-  if (num_bits == 8) return {-448.0f, 448.0f};
-  if (num_bits == 4) return {-6.0f, 6.0f};
+  if (num_bits == 8) return {-kFp8E4M3Max, kFp8E4M3Max};
+  if (num_bits == 4) return {-kFp4E2M1Max, kFp4E2M1Max};
   QOBS_THROW(NotImplementedError, "float quantization with num_bits=", num_bits,
              " is not supported: only 4 (FP4 E2M1) and 8 (FP8 E4M3) (R4.1 step 2)");
 }
@@ -579,14 +569,14 @@ std::vector<std::string> preset_names() {
 }
 
 bool is_preset_name(std::string_view name) {
-  const std::string u = upper(name);
+  const std::string u = ascii_upper(name);
   for (const auto& n : preset_names())
     if (n == u) return true;
   return false;
 }
 
 QuantizationScheme preset_scheme(std::string_view name, std::vector<std::string> targets) {
-  const std::string u = upper(name);
+  const std::string u = ascii_upper(name);
   QuantizationScheme s;
   s.targets = std::move(targets);
   if (u == "UNQUANTIZED") return s;

@@ -7,18 +7,13 @@
 #include <memory>
 
 #include "core/check.h"
+#include "core/text.h"
 #include "qobs/formats.h"
 #include "qobs/observer.h"
 
 namespace qobs {
 
 namespace {
-
-std::string lower(std::string_view s) {
-  std::string o(s);
-  for (char& c : o) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return o;
-}
 
 std::string module_of(std::string_view tensor_name) {
   return std::string(tensor_name.substr(0, tensor_name.size() - std::string_view(".weight").size()));
@@ -54,7 +49,7 @@ bool any_match(const std::vector<std::unique_ptr<RE2>>& res, const std::string& 
 
 bool is_linear_weight(std::string_view tensor_name, const Shape& shape) {
   if (shape.size() != 2 || !tensor_name.ends_with(".weight")) return false;
-  const std::string m = lower(module_of(tensor_name));
+  const std::string m = ascii_lower(module_of(tensor_name));
   // Embedding tables and norms are 2-D or named "*.weight" too; transformers names them
   // with these words (embed_tokens, word_embeddings, wte/wpe, LayerNorm, *_norm, ln_f).
   for (const char* word : {"embed", "norm", "position", "token_type", "rotary"})

@@ -1,6 +1,6 @@
 // _qobs: the pybind11 translation layer between Python and the qobs C++ core.
 //
-// STYLE habit 9: this file converts Python objects to qobs types and back, releases
+// A translator, nothing more: this file converts Python objects to qobs types and back, releases
 // the GIL around work, and calls the public API (include/qobs). It holds no arithmetic
 // and no defaults of its own: every default comes from the C++ structs, every check
 // from the core. Conveniences (reference-compatible signatures, enums, returning torch

@@ -42,6 +42,35 @@ using ObserverKwargs = std::map<std::string, KwargValue>;
 /// Reads a numeric kwarg as double (bool/int/double accepted); InvalidArgument otherwise.
 double kwarg_as_double(const std::string& name, const KwargValue& v);
 
+/// One field value as a JSON document or Python keywords give it: the input of the one
+/// QuantizationArgs parser (R1.2), so that JSON, C++ and Python callers get the same
+/// checks and the same messages. QuantizationArgs::from_json converts its document to
+/// these; the Python binding converts keyword arguments.
+struct FieldValue {
+  /// An integer outside the int64 range, as its decimal digits (rejected by name and value).
+  struct BigInt {
+    std::string digits;
+    friend bool operator==(const BigInt&, const BigInt&) = default;
+  };
+  /// A value that has no JSON form (a Python object of another type), by its type name.
+  struct Foreign {
+    std::string type_name;
+    friend bool operator==(const Foreign&, const Foreign&) = default;
+  };
+  using List = std::vector<FieldValue>;
+  /// Keys in the order given: the first failing field is reported.
+  using Map = std::vector<std::pair<std::string, FieldValue>>;
+
+  std::variant<std::nullptr_t, bool, int64_t, BigInt, double, std::string, List, Map, Foreign> value;
+
+  /// The value as it appears in error messages (JSON text; a Foreign value as <type>).
+  std::string dump() const;
+};
+
+/// Observer keyword arguments from an object of scalars (R1.2 observer_kwargs, R6.7.1);
+/// null gives none. `what` names the option in messages.
+ObserverKwargs observer_kwargs_from_field(const FieldValue& v, std::string_view what = "observer_kwargs");
+
 /// All fields and defaults of R1.2. Construct the plain struct, then call
 /// validated() to run the checks and the inference of R1.2.1/R1.3.1 in order.
 struct QuantizationArgs {
@@ -73,6 +102,9 @@ struct QuantizationArgs {
   std::string to_json(int indent = -1) const;
   /// Parses JSON (unknown keys -> InvalidArgument, R1.2.1) and validates.
   static QuantizationArgs from_json(std::string_view json);
+  /// The same parser over already-split fields (unknown keys -> InvalidArgument,
+  /// R1.2.1); fields not given keep the defaults above. Validates.
+  static QuantizationArgs from_fields(const FieldValue::Map& fields);
 
   bool is_fp4() const { return type == QuantType::kFloat && num_bits == 4; }
   /// R2.4.4 should_generate_mx_scales.

@@ -16,7 +16,8 @@
 
 namespace qobs {
 
-/// Immutable description of a small float or integer code format (STYLE habit 6).
+/// Immutable description of a small float or integer code format: the one place each
+/// format's constants are written down (the spec cards above), the rest derived from it.
 struct FormatSpec {
   const char* name;
   int total_bits;
@@ -32,6 +33,31 @@ struct FormatSpec {
 inline constexpr FormatSpec kFp8E4M3Spec{"float8_e4m3fn", 8, 4, 3, 7, false, true, true, 448.0};
 inline constexpr FormatSpec kFp4E2M1Spec{"float4_e2m1", 4, 2, 1, 1, false, false, true, 6.0};
 inline constexpr FormatSpec kE8M0Spec{"e8m0", 8, 8, 0, 127, false, true, false, 1.7014118346046923e38};
+
+// Constants derived from the table, so that no file repeats a format's numbers (all
+// compile-time: using them costs nothing at run time).
+
+/// 2^e, exact for the exponents of these formats.
+constexpr double exp2_int(int e) {
+  double r = 1.0;
+  for (; e > 0; --e) r *= 2.0;
+  for (; e < 0; ++e) r /= 2.0;
+  return r;
+}
+/// Smallest positive normal value of a float format: 2^(1 - bias).
+constexpr double min_normal(const FormatSpec& f) { return exp2_int(1 - f.bias); }
+/// Smallest positive subnormal value (the subnormal step): 2^(1 - bias - mantissa_bits).
+constexpr double min_subnormal(const FormatSpec& f) { return exp2_int(1 - f.bias - f.mantissa_bits); }
+/// Largest biased exponent field of a format.
+constexpr int max_exponent_field(const FormatSpec& f) { return (1 << f.exponent_bits) - 1; }
+
+/// FP8 E4M3 / FP4 E2M1 largest finite magnitude, in f32 for the float kernels (448 / 6).
+inline constexpr float kFp8E4M3Max = static_cast<float>(kFp8E4M3Spec.max_finite);
+inline constexpr float kFp4E2M1Max = static_cast<float>(kFp4E2M1Spec.max_finite);
+/// R4.2: the NVFP4 global scale is (FP8 max x FP4 max) / amax = 2688 / amax.
+inline constexpr double kNvfp4GlobalScaleNumerator = kFp8E4M3Spec.max_finite * kFp4E2M1Spec.max_finite;
+/// The E8M0 exponent bias: code e stands for 2^(e - 127) (R2.4.2, R8.6.2).
+inline constexpr int kE8M0Bias = kE8M0Spec.bias;
 
 // ---- IEEE half formats ------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 // _qobs: the pybind11 translation layer between Python and the qobs C++ core.
 //
-// STYLE habit 9: this file converts Python objects to qobs types and back, releases
+// A translator, nothing more: this file converts Python objects to qobs types and back, releases
 // the GIL around work, and calls the public API (include/qobs). It holds no arithmetic
 // and no defaults of its own: every default comes from the C++ structs, every check
 // from the core. Conveniences (reference-compatible signatures, enums, returning torch
@@ -174,30 +174,50 @@ py::object out_opt(std::optional<Tensor> t) { return t ? out(std::move(*t)) : py
 
 // ---- QuantizationArgs from keywords -----------------------------------------------
 
-qobs::KwargValue kwarg_value(const std::string& name, py::handle v) {
-  // bool first: Python bool is an int subclass.
-  if (py::isinstance<py::bool_>(v)) return v.cast<bool>();
-  if (py::isinstance<py::int_>(v)) return v.cast<int64_t>();
-  if (py::isinstance<py::float_>(v)) return v.cast<double>();
-  if (py::isinstance<py::str>(v)) return v.cast<std::string>();
-  // numpy scalars and 0-d tensors: accept anything that converts to a float exactly
-  // as the reference's kwargs.get() would use it in arithmetic.
-  if (py::hasattr(v, "__float__") && !py::hasattr(v, "__len__"))
-    return py::reinterpret_steal<py::object>(PyNumber_Float(v.ptr())).cast<double>();
-  throw qobs::InvalidArgument("observer kwarg '" + name + "': unsupported value of type " +
-                              std::string(py::str(py::type::of(v).attr("__name__"))) +
-                              " (expected bool, int, float or str)");
+bool is_dtype_object(py::handle v) {
+  // torch.dtype, and numpy.dtype with its per-dtype subclasses: str() gives the name
+  // ("torch.float8_e4m3fn", "float16") that parse_dtype reads.
+  for (py::handle t : py::type::of(v).attr("__mro__"))
+    if (py::str(t.attr("__name__")).cast<std::string>() == "dtype") return true;
+  return false;
 }
 
-qobs::ObserverKwargs kwargs_from_dict(py::handle d) {
-  qobs::ObserverKwargs kw;
-  if (d.is_none()) return kw;
-  for (auto item : py::reinterpret_borrow<py::dict>(d)) {
-    const std::string k = py::str(item.first);
-    kw[k] = kwarg_value(k, item.second);
+/// A keyword value in the core parser's terms (the JSON value it stands for). Only the
+/// Python spelling is translated here; which field takes which value is the core's rule.
+qobs::FieldValue field_value(py::handle v) {
+  // bool first: Python bool is an int subclass.
+  if (v.is_none()) return {nullptr};
+  if (py::isinstance<py::bool_>(v)) return {v.cast<bool>()};
+  if (py::isinstance<py::int_>(v)) {
+    int overflow = 0;
+    const long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+    if (overflow != 0) return {qobs::FieldValue::BigInt{std::string(py::str(v))}};
+    if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
+    return {static_cast<int64_t>(x)};
   }
-  return kw;
+  if (py::isinstance<py::float_>(v)) return {v.cast<double>()};
+  // str-valued enums (compressed-tensors' and ours) are str subclasses and give their
+  // spelling; other enums carry it in .value.
+  if (py::isinstance<py::str>(v)) return {v.cast<std::string>()};
+  if (py::hasattr(v, "value") && py::isinstance<py::str>(v.attr("value"))) return {v.attr("value").cast<std::string>()};
+  if (is_dtype_object(v)) return {std::string(py::str(v))};
+  if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
+    qobs::FieldValue::List l;
+    for (py::handle e : v) l.push_back(field_value(e));
+    return {std::move(l)};
+  }
+  if (py::isinstance<py::dict>(v)) {
+    qobs::FieldValue::Map m;
+    for (auto item : py::reinterpret_borrow<py::dict>(v)) m.emplace_back(py::str(item.first), field_value(item.second));
+    return {std::move(m)};
+  }
+  // numpy scalars and 0-d tensors: a number, as the reference would use it in arithmetic.
+  if (py::hasattr(v, "__float__") && !py::hasattr(v, "__len__"))
+    return {py::reinterpret_steal<py::object>(PyNumber_Float(v.ptr())).cast<double>()};
+  return {qobs::FieldValue::Foreign{py::str(py::type::of(v).attr("__name__"))}};
 }
+
+qobs::ObserverKwargs kwargs_from_dict(py::handle d) { return qobs::observer_kwargs_from_field(field_value(d), "kwargs"); }
 
 py::object kwarg_to_py(const qobs::KwargValue& v) {
   return std::visit([](const auto& x) -> py::object { return py::cast(x); }, v);
@@ -209,109 +229,12 @@ py::dict kwargs_to_dict(const qobs::ObserverKwargs& kw) {
   return d;
 }
 
-std::string as_string(py::handle v) {
-  // str-valued enums (compressed-tensors' and ours) are str subclasses; other enums
-  // carry their spelling in .value.
-  if (py::isinstance<py::str>(v)) return v.cast<std::string>();
-  if (py::hasattr(v, "value") && py::isinstance<py::str>(v.attr("value"))) return v.attr("value").cast<std::string>();
-  return py::str(v);
-}
-
-/// A Python int option as int64. Out-of-range values are bad input (ValueError naming
-/// the option), not pybind11's cast error.
-int64_t int64_option(py::handle v, const std::string& what) {
-  int overflow = 0;
-  const long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
-  if (overflow != 0)
-    throw qobs::InvalidArgument(what + " " + std::string(py::str(v)) + " is out of the int64 range [" +
-                                std::to_string(INT64_MIN) + ", " + std::to_string(INT64_MAX) + "]");
-  if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
-  return static_cast<int64_t>(x);
-}
-
-std::array<int64_t, 2> block_structure_from(py::handle v) {
-  if (py::isinstance<py::str>(v)) return qobs::parse_block_structure(v.cast<std::string>());
-  if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
-    auto seq = py::reinterpret_borrow<py::sequence>(v);
-    if (seq.size() != 2)
-      throw qobs::InvalidArgument("block_structure must have exactly two elements (rows, cols), both positive; got " +
-                                  std::to_string(seq.size()) + " (R1.2.2)");
-    std::array<int64_t, 2> out{};
-    for (std::size_t i = 0; i < 2; ++i) {
-      py::handle e = seq[i];
-      if (py::isinstance<py::bool_>(e) || !py::isinstance<py::int_>(e))
-        throw qobs::InvalidArgument("block_structure elements must be positive integers (R1.2.2)");
-      out[i] = int64_option(e, "block_structure element");
-    }
-    return out;  // positivity is checked by validated()
-  }
-  throw qobs::InvalidArgument("block_structure must be a list of two positive integers or a string \"AxB\" (R1.2.2)");
-}
-
-std::optional<DType> dtype_from(py::handle v) {
-  if (v.is_none()) return std::nullopt;
-  // torch.float8_e4m3fn prints as "torch.float8_e4m3fn", numpy dtypes as "float16".
-  return qobs::parse_dtype(py::isinstance<py::str>(v) ? v.cast<std::string>() : std::string(py::str(v)));
-}
-
-/// Builds QuantizationArgs from keyword arguments spelled as compressed-tensors spells
-/// them. Fields not given keep the C++ defaults; unknown fields are rejected (R1.2.1).
+/// QuantizationArgs from keyword arguments spelled as compressed-tensors spells them,
+/// through the core's parser: the checks and messages of QuantizationArgs.from_json.
 QuantizationArgs args_from_kwargs(const py::kwargs& kw) {
-  QuantizationArgs a;
-  for (auto item : kw) {
-    const std::string k = py::str(item.first);
-    py::handle v = item.second;
-    if (k == "num_bits") {
-      if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v))
-        throw qobs::InvalidArgument("num_bits must be an integer");
-      const int64_t bits = int64_option(v, "num_bits");
-      if (bits < INT32_MIN || bits > INT32_MAX)
-        throw qobs::InvalidArgument("num_bits " + std::to_string(bits) + " is out of the int32 range");
-      a.num_bits = static_cast<int>(bits);
-    } else if (k == "type") {
-      a.type = qobs::parse_quant_type(as_string(v));
-    } else if (k == "symmetric") {
-      if (!py::isinstance<py::bool_>(v)) throw qobs::InvalidArgument("symmetric must be a bool");
-      a.symmetric = v.cast<bool>();
-    } else if (k == "group_size") {
-      if (v.is_none()) a.group_size.reset();
-      else if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v))
-        throw qobs::InvalidArgument("group_size must be an integer or None");
-      else a.group_size = int64_option(v, "group_size");
-    } else if (k == "strategy") {
-      if (v.is_none()) a.strategy.reset();
-      else a.strategy = qobs::parse_strategy(as_string(v));
-    } else if (k == "block_structure") {
-      if (v.is_none()) a.block_structure.reset();
-      else a.block_structure = block_structure_from(v);
-    } else if (k == "dynamic") {
-      if (py::isinstance<py::bool_>(v)) a.dynamic = v.cast<bool>() ? qobs::Dynamic::kTrue : qobs::Dynamic::kFalse;
-      else if (py::isinstance<py::str>(v)) {
-        const std::string s = as_string(v);
-        // R1.1.3: a string must spell "local"; "true"/"false" strings are not booleans.
-        const qobs::Dynamic d = qobs::parse_dynamic(s);
-        if (d != qobs::Dynamic::kLocal)
-          throw qobs::InvalidArgument("dynamic: string value '" + s + "' must be \"local\" (R1.1.3)");
-        a.dynamic = d;
-      } else throw qobs::InvalidArgument("dynamic must be True, False or \"local\" (R1.1.3)");
-    } else if (k == "actorder") {
-      if (v.is_none()) a.actorder = qobs::ActOrder::kNone;
-      else if (py::isinstance<py::bool_>(v)) a.actorder = v.cast<bool>() ? qobs::ActOrder::kGroup : qobs::ActOrder::kNone;
-      else a.actorder = qobs::parse_actorder(as_string(v));
-    } else if (k == "scale_dtype") {
-      a.scale_dtype = dtype_from(v);
-    } else if (k == "zp_dtype") {
-      a.zp_dtype = dtype_from(v);
-    } else if (k == "observer") {
-      if (v.is_none()) a.observer.reset();
-      else a.observer = as_string(v);
-    } else if (k == "observer_kwargs") {
-      a.observer_kwargs = kwargs_from_dict(v);
-    } else {
-      throw qobs::InvalidArgument("QuantizationArgs: unknown field '" + k + "' (R1.2.1)");
-    }
-  }
-  return a.validated();
+  qobs::FieldValue::Map fields;
+  for (auto item : kw) fields.emplace_back(py::str(item.first), field_value(item.second));
+  return QuantizationArgs::from_fields(fields);
 }
 
 py::object opt_str(const std::optional<std::string>& s) { return s ? py::cast(*s) : py::none(); }

@@ -69,6 +69,72 @@ def test_invalid_args_raise_value_error(kwargs, needle):
         QuantizationArgs(**kwargs)
 
 
+# One parser (R1.2): keywords go through the core's parser, so each bad value gives the
+# exception type and the message that the same values give as JSON.
+_BAD_ARGS = [
+    dict(num_bits="8"),
+    dict(num_bits=4.5),
+    dict(num_bits=True),
+    dict(num_bits=2**40),
+    dict(num_bits=2**63),
+    dict(num_bits=6, type="float"),
+    dict(type="bfloat"),
+    dict(type=1),
+    dict(symmetric=1),
+    dict(symmetric="yes"),
+    dict(group_size="128"),
+    dict(group_size=-2),
+    dict(group_size=0),
+    dict(strategy="group", group_size=2**63),
+    dict(strategy="rows"),
+    dict(strategy="group"),
+    dict(strategy=3),
+    dict(strategy="block", block_structure=[2, 4, 8]),
+    dict(strategy="block", block_structure=[4, -1]),
+    dict(strategy="block", block_structure=[2**63, 1]),
+    dict(strategy="block", block_structure=[1.5, 2]),
+    dict(strategy="block", block_structure="0x4"),
+    dict(strategy="block", block_structure=4),
+    dict(dynamic="true"),
+    dict(dynamic="maybe"),
+    dict(dynamic=1),
+    dict(actorder="rows"),
+    dict(actorder=2),
+    dict(strategy="channel", actorder="group"),
+    dict(scale_dtype="float7"),
+    dict(zp_dtype=8),
+    dict(observer=["mse"]),
+    dict(observer_kwargs=[1]),
+    dict(observer_kwargs={"bad": [1, 2]}),
+    dict(num_bits=8, bits=4),
+]
+
+
+def _error(f):
+    try:
+        f()
+    except Exception as e:  # noqa: BLE001 (the type is part of what is compared)
+        return type(e), str(e)
+    return None
+
+
+@pytest.mark.parametrize("kwargs", _BAD_ARGS, ids=[json.dumps(k) for k in _BAD_ARGS])
+def test_bad_keywords_fail_as_the_same_json_does(kwargs):
+    from_json = _error(lambda: QuantizationArgs.model_validate_json(json.dumps(kwargs)))
+    assert from_json is not None
+    assert _error(lambda: QuantizationArgs(**kwargs)) == from_json
+    assert _error(lambda: QuantizationArgs.model_validate(kwargs)) == from_json
+
+
+def test_bad_values_name_field_value_and_rule():
+    with pytest.raises(ValueError, match=r"^QuantizationArgs.num_bits: expected an integer, got 4.5 \(R1.2\)$"):
+        QuantizationArgs(num_bits=4.5)
+    with pytest.raises(ValueError, match=r"num_bits 1099511627776 is out of the int32 range"):
+        QuantizationArgs(num_bits=2**40)
+    with pytest.raises(ValueError, match=r"QuantizationArgs.group_size: expected an integer or null, got <object>"):
+        QuantizationArgs(group_size=object())
+
+
 def test_float_bits_without_fp_storage_type_is_not_implemented():
     # R1.3.1-9 / R1.3.2: float with 6 bits has no storage dtype
     with pytest.raises(NotImplementedError):

@@ -1,5 +1,5 @@
 """The checked-in type stub of the extension (python/qobs/_qobs.pyi) names exactly
-what the extension exports (STYLE habit 9).
+what the extension exports, so that type checkers see the real binding.
 
 Regenerate after changing the binding:
     PYTHONPATH=python pybind11-stubgen qobs._qobs -o /tmp/stubs && cp /tmp/stubs/qobs/_qobs.pyi python/qobs/

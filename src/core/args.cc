@@ -1,27 +1,18 @@
 #include "qobs/args.h"
 
 #include <algorithm>
-#include <cctype>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "core/text.h"
+#include "qobs/formats.h"
 
 namespace qobs {
 
 using ojson = nlohmann::ordered_json;
 
 namespace {
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
-  return out;
-}
-std::string upper(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::toupper(c); });
-  return out;
-}
 
 bool is_group_like(Strategy s) { return s == Strategy::kGroup || s == Strategy::kTensorGroup; }
 
@@ -65,14 +56,14 @@ std::string_view to_string(QuantizationStatus s) {
 }
 
 QuantType parse_quant_type(std::string_view s) {
-  const std::string l = lower(s);
+  const std::string l = ascii_lower(s);
   if (l == "int") return QuantType::kInt;
   if (l == "float") return QuantType::kFloat;
   QOBS_THROW(InvalidArgument, "type: '", s, "' is not one of int, float (R1.1.1)");
 }
 
 Strategy parse_strategy(std::string_view s) {
-  const std::string l = lower(s);
+  const std::string l = ascii_lower(s);
   for (Strategy v : {Strategy::kTensor, Strategy::kChannel, Strategy::kGroup, Strategy::kBlock,
                      Strategy::kToken, Strategy::kTensorGroup, Strategy::kAttnHead})
     if (l == to_string(v)) return v;
@@ -81,7 +72,7 @@ Strategy parse_strategy(std::string_view s) {
 }
 
 Dynamic parse_dynamic(std::string_view s) {
-  const std::string l = lower(s);
+  const std::string l = ascii_lower(s);
   if (l == "local") return Dynamic::kLocal;
   if (l == "true") return Dynamic::kTrue;
   if (l == "false") return Dynamic::kFalse;
@@ -89,7 +80,7 @@ Dynamic parse_dynamic(std::string_view s) {
 }
 
 ActOrder parse_actorder(std::string_view s) {
-  const std::string l = lower(s);
+  const std::string l = ascii_lower(s);
   if (l == "group") return ActOrder::kGroup;
   if (l == "weight") return ActOrder::kWeight;
   if (l == "dynamic") return ActOrder::kDynamic;
@@ -151,8 +142,8 @@ std::pair<float, float> QuantizationArgs::q_range() const {
     const double hi = std::ldexp(1.0, num_bits - 1);
     return {static_cast<float>(-hi), static_cast<float>(hi - 1)};
   }
-  if (num_bits == 8) return {-448.0f, 448.0f};
-  if (num_bits == 4) return {-6.0f, 6.0f};
+  if (num_bits == 8) return {-kFp8E4M3Max, kFp8E4M3Max};
+  if (num_bits == 4) return {-kFp4E2M1Max, kFp4E2M1Max};
   QOBS_THROW(NotImplementedError, "float quantization with num_bits=", num_bits,
              " is not supported: only 4 (FP4 E2M1) and 8 (FP8 E4M3) (R4.1 step 2)");
 }
@@ -253,20 +244,6 @@ ojson kwargs_to_json(const ObserverKwargs& kw) {
   return j;
 }
 
-ObserverKwargs kwargs_from_json(const ojson& j) {
-  QOBS_CHECK(j.is_object(), InvalidArgument, "observer_kwargs must be an object (R1.2)");
-  ObserverKwargs kw;
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    const ojson& v = it.value();
-    if (v.is_boolean()) kw[it.key()] = v.get<bool>();
-    else if (v.is_number_integer()) kw[it.key()] = v.get<int64_t>();
-    else if (v.is_number()) kw[it.key()] = v.get<double>();
-    else if (v.is_string()) kw[it.key()] = v.get<std::string>();
-    else QOBS_THROW(InvalidArgument, "observer_kwargs['", it.key(), "']: unsupported value ", v.dump());
-  }
-  return kw;
-}
-
 std::string dtype_json_name(DType dt) { return "torch." + std::string(dtype_name(dt)); }
 
 ojson args_to_ojson(const QuantizationArgs& a) {
@@ -288,60 +265,125 @@ ojson args_to_ojson(const QuantizationArgs& a) {
   return j;
 }
 
-QuantizationArgs args_from_ojson(const ojson& j) {
-  QOBS_CHECK(j.is_object(), InvalidArgument, "QuantizationArgs JSON must be an object");
+/// A JSON value as the parser's input. An unsigned integer beyond int64 keeps its digits
+/// (get<int64_t>() would wrap it to a negative number).
+FieldValue field_from_ojson(const ojson& v) {
+  switch (v.type()) {
+    case ojson::value_t::null: return {nullptr};
+    case ojson::value_t::boolean: return {v.get<bool>()};
+    case ojson::value_t::number_integer: return {v.get<int64_t>()};
+    case ojson::value_t::number_unsigned: {
+      const auto u = v.get<uint64_t>();
+      if (u > static_cast<uint64_t>(INT64_MAX)) return {FieldValue::BigInt{std::to_string(u)}};
+      return {static_cast<int64_t>(u)};
+    }
+    case ojson::value_t::number_float: return {v.get<double>()};
+    case ojson::value_t::string: return {v.get<std::string>()};
+    case ojson::value_t::array: {
+      FieldValue::List l;
+      for (const auto& e : v) l.push_back(field_from_ojson(e));
+      return {std::move(l)};
+    }
+    case ojson::value_t::object: {
+      FieldValue::Map m;
+      for (auto it = v.begin(); it != v.end(); ++it) m.emplace_back(it.key(), field_from_ojson(it.value()));
+      return {std::move(m)};
+    }
+    default: return {FieldValue::Foreign{v.type_name()}};  // binary / discarded: never from text
+  }
+}
+
+template <typename T>
+const T* get(const FieldValue& v) {
+  return std::get_if<T>(&v.value);
+}
+bool is_null(const FieldValue& v) { return get<std::nullptr_t>(v) != nullptr; }
+bool is_int(const FieldValue& v) { return get<int64_t>(v) || get<FieldValue::BigInt>(v); }
+
+/// An integer field; one beyond int64 is rejected naming `what` and its value.
+int64_t int64_of(const FieldValue& v, std::string_view what) {
+  if (const auto* big = get<FieldValue::BigInt>(v))
+    QOBS_THROW(InvalidArgument, what, " ", big->digits, " is out of the int64 range [", INT64_MIN, ", ", INT64_MAX,
+               "] (R1.2)");
+  return *get<int64_t>(v);
+}
+
+/// The one parser of R1.2 (JSON documents and Python keywords both arrive here).
+QuantizationArgs args_from_fields(const FieldValue::Map& fields) {
   QuantizationArgs a;
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    const std::string& k = it.key();
-    const ojson& v = it.value();
+  for (const auto& [k, v] : fields) {
     auto need = [&](bool ok, const char* what) {
       QOBS_CHECK(ok, InvalidArgument, "QuantizationArgs.", k, ": expected ", what, ", got ", v.dump(), " (R1.2)");
     };
-    if (k == "num_bits") { need(v.is_number_integer(), "an integer"); a.num_bits = v.get<int>(); }
-    else if (k == "type") { need(v.is_string(), "a string"); a.type = parse_quant_type(v.get<std::string>()); }
-    else if (k == "symmetric") { need(v.is_boolean(), "a boolean"); a.symmetric = v.get<bool>(); }
-    else if (k == "group_size") {
-      need(v.is_null() || v.is_number_integer(), "an integer or null");
-      if (!v.is_null()) a.group_size = v.get<int64_t>();
+    const std::string* str = get<std::string>(v);
+    if (k == "num_bits") {
+      need(is_int(v), "an integer");
+      const int64_t bits = int64_of(v, "num_bits");
+      QOBS_CHECK(bits >= INT32_MIN && bits <= INT32_MAX, InvalidArgument, "num_bits ", bits,
+                 " is out of the int32 range (R1.2)");
+      a.num_bits = static_cast<int>(bits);
+    } else if (k == "type") {
+      need(str, "a string");
+      a.type = parse_quant_type(*str);
+    } else if (k == "symmetric") {
+      need(get<bool>(v), "a boolean");
+      a.symmetric = *get<bool>(v);
+    } else if (k == "group_size") {
+      need(is_null(v) || is_int(v), "an integer or null");
+      if (!is_null(v)) a.group_size = int64_of(v, "group_size");
     } else if (k == "strategy") {
-      need(v.is_null() || v.is_string(), "a string or null");
-      if (!v.is_null()) a.strategy = parse_strategy(v.get<std::string>());
+      need(is_null(v) || str, "a string or null");
+      if (str) a.strategy = parse_strategy(*str);
     } else if (k == "block_structure") {
-      if (v.is_null()) continue;
-      if (v.is_string()) { a.block_structure = parse_block_structure(v.get<std::string>()); continue; }
-      need(v.is_array() && v.size() == 2 && v[0].is_number_integer() && v[1].is_number_integer(),
-           "two positive integers");
-      a.block_structure = std::array<int64_t, 2>{v[0].get<int64_t>(), v[1].get<int64_t>()};
-      QOBS_CHECK((*a.block_structure)[0] > 0 && (*a.block_structure)[1] > 0, InvalidArgument,
-                 "block_structure ", v.dump(), " must be two positive integers (R1.2.2)");
+      if (is_null(v)) continue;
+      if (str) {
+        a.block_structure = parse_block_structure(*str);
+        continue;
+      }
+      const auto* l = get<FieldValue::List>(v);
+      need(l && l->size() == 2 && is_int((*l)[0]) && is_int((*l)[1]), "two positive integers");
+      a.block_structure =
+          std::array<int64_t, 2>{int64_of((*l)[0], "block_structure element"), int64_of((*l)[1], "block_structure element")};
+      QOBS_CHECK((*a.block_structure)[0] > 0 && (*a.block_structure)[1] > 0, InvalidArgument, "block_structure ",
+                 v.dump(), " must be two positive integers (R1.2.2)");
     } else if (k == "dynamic") {
-      if (v.is_boolean()) a.dynamic = v.get<bool>() ? Dynamic::kTrue : Dynamic::kFalse;
-      else {
-        need(v.is_string(), "a boolean or \"local\"");
-        QOBS_CHECK(lower(v.get<std::string>()) == "local", InvalidArgument, "dynamic: string value '",
-                   v.get<std::string>(), "' must be \"local\" (R1.1.3)");
+      if (const bool* b = get<bool>(v)) {
+        a.dynamic = *b ? Dynamic::kTrue : Dynamic::kFalse;
+      } else {
+        need(str, "a boolean or \"local\"");
+        // R1.1.3: a string must spell "local"; "true"/"false" strings are not booleans.
+        QOBS_CHECK(parse_dynamic(*str) == Dynamic::kLocal, InvalidArgument, "dynamic: string value '", *str,
+                   "' must be \"local\" (R1.1.3)");
         a.dynamic = Dynamic::kLocal;
       }
     } else if (k == "actorder") {
-      if (v.is_null()) a.actorder = ActOrder::kNone;
-      else if (v.is_boolean()) a.actorder = v.get<bool>() ? ActOrder::kGroup : ActOrder::kNone;
-      else { need(v.is_string(), "a string, boolean or null"); a.actorder = parse_actorder(v.get<std::string>()); }
+      if (is_null(v)) a.actorder = ActOrder::kNone;
+      else if (const bool* b = get<bool>(v)) a.actorder = *b ? ActOrder::kGroup : ActOrder::kNone;
+      else {
+        need(str, "a string, boolean or null");
+        a.actorder = parse_actorder(*str);
+      }
     } else if (k == "scale_dtype") {
-      need(v.is_null() || v.is_string(), "a dtype name or null");
-      if (!v.is_null()) a.scale_dtype = parse_dtype(v.get<std::string>());
+      need(is_null(v) || str, "a dtype name or null");
+      if (str) a.scale_dtype = parse_dtype(*str);
     } else if (k == "zp_dtype") {
-      need(v.is_null() || v.is_string(), "a dtype name or null");
-      if (!v.is_null()) a.zp_dtype = parse_dtype(v.get<std::string>());
+      need(is_null(v) || str, "a dtype name or null");
+      if (str) a.zp_dtype = parse_dtype(*str);
     } else if (k == "observer") {
-      need(v.is_null() || v.is_string(), "a string or null");
-      if (!v.is_null()) a.observer = v.get<std::string>();
+      need(is_null(v) || str, "a string or null");
+      if (str) a.observer = *str;
     } else if (k == "observer_kwargs") {
-      if (!v.is_null()) a.observer_kwargs = kwargs_from_json(v);
+      a.observer_kwargs = observer_kwargs_from_field(v);
     } else {
       QOBS_THROW(InvalidArgument, "QuantizationArgs: unknown field '", k, "' (R1.2.1)");
     }
   }
   return a.validated();
+}
+
+QuantizationArgs args_from_ojson(const ojson& j) {
+  QOBS_CHECK(j.is_object(), InvalidArgument, "QuantizationArgs JSON must be an object");
+  return args_from_fields(std::get<FieldValue::Map>(field_from_ojson(j).value));
 }
 
 ojson parse_json(std::string_view text, const char* what) {
@@ -353,6 +395,47 @@ ojson parse_json(std::string_view text, const char* what) {
 }
 
 }  // namespace
+
+std::string FieldValue::dump() const {
+  struct Dump {
+    std::string operator()(std::nullptr_t) const { return "null"; }
+    std::string operator()(bool b) const { return b ? "true" : "false"; }
+    std::string operator()(int64_t i) const { return std::to_string(i); }
+    std::string operator()(const BigInt& b) const { return b.digits; }
+    std::string operator()(double d) const { return ojson(d).dump(); }  // JSON's spelling of a double
+    std::string operator()(const std::string& s) const { return ojson(s).dump(); }
+    std::string operator()(const List& l) const {
+      std::string out = "[";
+      for (std::size_t i = 0; i < l.size(); ++i) out += (i ? "," : "") + l[i].dump();
+      return out + "]";
+    }
+    std::string operator()(const Map& m) const {
+      std::string out = "{";
+      for (std::size_t i = 0; i < m.size(); ++i) out += (i ? "," : "") + ojson(m[i].first).dump() + ":" + m[i].second.dump();
+      return out + "}";
+    }
+    std::string operator()(const Foreign& f) const { return "<" + f.type_name + ">"; }
+  };
+  return std::visit(Dump{}, value);
+}
+
+ObserverKwargs observer_kwargs_from_field(const FieldValue& v, std::string_view what) {
+  ObserverKwargs kw;
+  if (is_null(v)) return kw;
+  const auto* m = get<FieldValue::Map>(v);
+  QOBS_CHECK(m, InvalidArgument, what, " must be an object of names to values, got ", v.dump(), " (R1.2)");
+  for (const auto& [key, x] : *m) {
+    if (const bool* b = get<bool>(x)) kw[key] = *b;
+    else if (const int64_t* i = get<int64_t>(x)) kw[key] = *i;
+    else if (const double* d = get<double>(x)) kw[key] = *d;
+    else if (const std::string* s = get<std::string>(x)) kw[key] = *s;
+    else QOBS_THROW(InvalidArgument, what, "['", key, "']: unsupported value ", x.dump(),
+                    " (expected a boolean, integer, number or string, R1.2)");
+  }
+  return kw;
+}
+
+QuantizationArgs QuantizationArgs::from_fields(const FieldValue::Map& fields) { return args_from_fields(fields); }
 
 std::string QuantizationArgs::to_json(int indent) const { return args_to_ojson(*this).dump(indent); }
 
@@ -486,14 +569,14 @@ std::vector<std::string> preset_names() {
 }
 
 bool is_preset_name(std::string_view name) {
-  const std::string u = upper(name);
+  const std::string u = ascii_upper(name);
   for (const auto& n : preset_names())
     if (n == u) return true;
   return false;
 }
 
 QuantizationScheme preset_scheme(std::string_view name, std::vector<std::string> targets) {
-  const std::string u = upper(name);
+  const std::string u = ascii_upper(name);
   QuantizationScheme s;
   s.targets = std::move(targets);
   if (u == "UNQUANTIZED") return s;

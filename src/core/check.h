@@ -1,4 +1,5 @@
-// QOBS_CHECK: validate user input at the library boundary (STYLE habit 3/4).
+// QOBS_CHECK: validate user input once, at the library boundary, by throwing (never
+// assert, which NDEBUG removes, and never abort); the kernels then trust their input.
 // Messages name the tensor or option, the offending value and the rule id (docs/RULES.md).
 #pragma once
 

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <string>
 
 #include "core/check.h"
+#include "core/text.h"
 
 namespace qobs {
 namespace {
@@ -42,8 +42,7 @@ std::string_view dtype_name(DType dt) { return info(dt).name; }
 std::string_view safetensors_dtype_name(DType dt) { return info(dt).safetensors; }
 
 DType parse_dtype(std::string_view name) {
-  std::string s(name);
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::string s = ascii_lower(name);
   if (s.rfind("torch.", 0) == 0) s = s.substr(6);
   for (const auto& i : kInfo)
     if (s == i.name) return i.dtype;

@@ -9,6 +9,16 @@
 
 namespace qobs {
 
+namespace {
+
+constexpr int kFp8Bias = kFp8E4M3Spec.bias;
+constexpr int kFp8Mantissa = kFp8E4M3Spec.mantissa_bits;
+/// FP4 E2M1 magnitudes by code (R2.3); the last is the format's maximum.
+constexpr float kFp4Magnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+static_assert(kFp4Magnitudes[7] == kFp4E2M1Max);
+
+}  // namespace
+
 float bf16_to_float(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
 
 uint16_t float_to_bf16(float v) {
@@ -86,8 +96,8 @@ float fp8_e4m3_to_float(uint8_t code) {
   const int exp = (code >> 3) & 0xF;
   const int man = code & 0x7;
   if (exp == 15 && man == 7) return std::numeric_limits<float>::quiet_NaN();
-  float v = exp == 0 ? std::ldexp(static_cast<float>(man), -9)
-                     : std::ldexp(1.0f + static_cast<float>(man) / 8.0f, exp - 7);
+  float v = exp == 0 ? std::ldexp(static_cast<float>(man), 1 - kFp8Bias - kFp8Mantissa)
+                     : std::ldexp(1.0f + static_cast<float>(man) / static_cast<float>(1 << kFp8Mantissa), exp - kFp8Bias);
   return neg ? -v : v;
 }
 
@@ -96,13 +106,13 @@ uint8_t fp8_e4m3_from_double(double v) {
   const uint8_t sign = std::signbit(v) ? 0x80u : 0u;
   double a = std::fabs(v);
   if (a == 0) return sign;
-  if (a > 448.0) return sign | 0x7E;  // saturate, Inf included (torch 2.14 CPU cast)
+  if (a > kFp8E4M3Spec.max_finite) return sign | 0x7E;  // saturate, Inf included (torch 2.14 CPU cast)
   int e;
   std::frexp(a, &e);
   int exp = e - 1;
-  if (exp < -6) {
+  if (exp < 1 - kFp8Bias) {
     // subnormal: multiples of 2^-9; q == 8 is exactly the min normal code 0x08
-    double q = std::nearbyint(std::ldexp(a, 9));
+    double q = std::nearbyint(std::ldexp(a, kFp8Bias - 1 + kFp8Mantissa));
     return sign | static_cast<uint8_t>(q);
   }
   double q = std::nearbyint(std::ldexp(a, 3 - exp));  // [8, 16]
@@ -111,7 +121,7 @@ uint8_t fp8_e4m3_from_double(double v) {
     m = 8;
     ++exp;
   }
-  const int biased = exp + 7;
+  const int biased = exp + kFp8Bias;
   if (biased > 15 || (biased == 15 && m - 8 == 7)) return sign | 0x7E;  // rounds beyond 448: saturate
   return sign | static_cast<uint8_t>((biased << 3) | (m - 8));
 }
@@ -128,24 +138,22 @@ float fp4_round(float x) {
   else if (a <= 2.5f) m = 2.0f;
   else if (a < 3.5f) m = 3.0f;
   else if (a <= 5.0f) m = 4.0f;
-  else m = 6.0f;
+  else m = kFp4E2M1Max;
   // sign(x) * m with sign(+-0) = +0: -0.0 -> +0.0, small negatives -> -0.0.
   const float s = x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f);
   return s * m;
 }
 
 uint8_t fp4_code(float q) {
-  static constexpr float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
   const float a = std::fabs(q);
   uint8_t idx = 0;
   for (uint8_t i = 0; i < 8; ++i)
-    if (kMag[i] == a) idx = i;
+    if (kFp4Magnitudes[i] == a) idx = i;
   return static_cast<uint8_t>((std::signbit(q) ? 0x8u : 0u) | idx);
 }
 
 float fp4_value(uint8_t code) {
-  static constexpr float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  const float m = kMag[code & 0x7u];
+  const float m = kFp4Magnitudes[code & 0x7u];
   return (code & 0x8u) ? -m : m;
 }
 
@@ -176,7 +184,7 @@ double dtype_tiny(DType dt) {
     case DType::kF32:
     case DType::kBF16: return std::ldexp(1.0, -126);
     case DType::kF16: return std::ldexp(1.0, -14);
-    case DType::kF8E4M3: return std::ldexp(1.0, -6);
+    case DType::kF8E4M3: return min_normal(kFp8E4M3Spec);
     default: QOBS_THROW(TypeError, "tiny: ", dtype_name(dt), " is not a float dtype");
   }
 }
@@ -187,7 +195,7 @@ double dtype_max(DType dt) {
     case DType::kF32: return std::numeric_limits<float>::max();
     case DType::kBF16: return bf16_to_float(0x7F7Fu);
     case DType::kF16: return 65504.0;
-    case DType::kF8E4M3: return 448.0;
+    case DType::kF8E4M3: return kFp8E4M3Spec.max_finite;
     case DType::kI8: return 127.0;
     case DType::kI16: return 32767.0;
     case DType::kI32: return 2147483647.0;
@@ -242,7 +250,7 @@ double round_to_power_2(DType dt, double v) {
 
 double zero_scale_eps(DType dt) {
   switch (dt) {
-    case DType::kF8E4M3: return 0.125;
+    case DType::kF8E4M3: return exp2_int(-kFp8Mantissa);
     case DType::kF32: return std::ldexp(1.0, -23);
     case DType::kBF16: return std::ldexp(1.0, -7);
     case DType::kF16: return std::ldexp(1.0, -10);

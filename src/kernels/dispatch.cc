@@ -1,4 +1,4 @@
-// Chooses the implementation of each kernel once per call (STYLE habit 8): the fused,
+// Chooses the implementation of each kernel once per call (not per element): the fused,
 // threaded fast paths at the active SIMD level (QOBS_SIMD / ScopedSimdLevel; "scalar"
 // is the fused loop with the reference's per-element arithmetic). The unfused scalar
 // references in kernels/ref are only called by tests and benchmarks.

@@ -1,6 +1,7 @@
 // The kernel interface shared by the scalar reference (kernels/ref) and the fast paths
 // (kernels/simd, kernels/parallel). Observers call only the functions declared here;
-// which implementation runs is decided once per call (STYLE habit 8).
+// which implementation runs is decided once per call, never per element, so the inner
+// loops carry no dispatch branches.
 //
 // Contract of every kernel: results are bit-identical to the scalar reference in both
 // numeric modes, whatever the thread count or SIMD level.

@@ -3,13 +3,13 @@
 #include "qobs/observer.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <mutex>
 
 #include "core/arith.h"
 #include "core/check.h"
+#include "core/text.h"
 #include "observers/builtin_observers.h"
 
 namespace qobs {
@@ -483,11 +483,9 @@ Statistics Statistics::deserialize(std::span<const uint8_t> bytes) {
 // ---- registry ---------------------------------------------------------------------------
 
 std::string normalize_observer_name(std::string_view name) {
-  std::string out(name);
-  for (char& c : out) {
-    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string out = ascii_lower(name);
+  for (char& c : out)
     if (c == '_' || c == ' ') c = '-';
-  }
   return out;
 }
 

@@ -83,7 +83,7 @@ Tensor encode_e8m0(const Tensor& scale, std::string_view label) {
                " has no E8M0 code (needs a positive finite value, R8.6.2)");
     int exp2 = 0;
     std::frexp(s, &exp2);  // s = m * 2^exp2 with m in [0.5, 1): floor(log2 s) = exp2 - 1
-    const int64_t e = 127 + (exp2 - 1);
+    const int64_t e = kE8M0Bias + (exp2 - 1);
     dst[i] = static_cast<uint8_t>(static_cast<uint64_t>(e) & 0xFFu);  // wraps like the reference cast
   }
   return out;
@@ -96,7 +96,7 @@ Tensor decode_e8m0(const Tensor& codes, DType out_dtype) {
   Tensor out(out_dtype, codes.shape());
   const uint8_t* src = codes.data_as<uint8_t>();
   for (int64_t i = 0; i < codes.numel(); ++i)
-    out.set(i, src[i] == 0xFF ? std::nan("") : std::ldexp(1.0, static_cast<int>(src[i]) - 127));
+    out.set(i, src[i] == 0xFF ? std::nan("") : std::ldexp(1.0, static_cast<int>(src[i]) - kE8M0Bias));
   return out;
 }
 

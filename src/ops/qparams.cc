@@ -53,10 +53,10 @@ Tensor generate_gparam(const Tensor& min_in, const Tensor& max_in, NumericMode m
   const double lo = detail::nan_min(mn.get(0), 0.0), hi = detail::nan_max(mx.get(0), 0.0);
   double amax = detail::nan_max(std::fabs(lo), std::fabs(hi));
   amax = detail::nan_max(amax, dtype_tiny(dt));
-  // 2688 / a, the host scalar divided by the tensor in a's dtype (Q9: bf16 rounds to
+  // 2688 / a (FP8 max x FP4 max), the host scalar divided by the tensor in a's dtype (Q9: bf16 rounds to
   // 8 significant bits; Q10: f16 overflows for a < ~0.041).
   // PyTorch evaluates `scalar / tensor` as reciprocal(tensor) * scalar: two roundings.
-  double g = a.mul(a.div(1.0, amax), 448.0 * 6.0);
+  double g = a.mul(a.div(1.0, amax), kNvfp4GlobalScaleNumerator);
   if (!std::isfinite(g)) g = 1.0;  // R4.2 step 4
   return Tensor::from_values(DType::kF32, {1}, {g});
 }
@@ -69,7 +69,7 @@ Tensor generate_mx_scales(const Tensor& absmax, int num_bits) {
   Tensor out(absmax.dtype(), absmax.shape());
   for (int64_t i = 0; i < absmax.numel(); ++i) {
     const double rp2 = round_to_power_2(absmax.dtype(), absmax.get(i));
-    out.set(i, a.sub(a.add(127.0, std::floor(std::log2(rp2))), off));
+    out.set(i, a.sub(a.add(kE8M0Bias, std::floor(std::log2(rp2))), off));
   }
   return out;
 }

@@ -7,16 +7,11 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/text.h"
 
 namespace qobs::detail {
 
 namespace {
-
-std::string lower(std::string_view s) {
-  std::string o(s);
-  for (char& c : o) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return o;
-}
 
 std::string last_component(std::string_view module) {
   const auto p = module.rfind('.');
@@ -32,7 +27,7 @@ constexpr const char* kKnownClasses[] = {"Linear", "Embedding"};
 
 std::string infer_module_class(std::string_view module, const Shape& weight_shape) {
   if (weight_shape.size() != 2) return "";
-  const std::string m = lower(module);
+  const std::string m = ascii_lower(module);
   const std::string last = last_component(m);
   // transformers' names for nn.Embedding tables: embed_tokens, word_embeddings,
   // position_embeddings, token_type_embeddings, GPT-2's wte / wpe.

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "core/check.h"
+#include "core/text.h"
 #include "pipeline/match.h"
 #include "qobs/formats.h"
 #include "qobs/observer.h"

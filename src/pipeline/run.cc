@@ -191,7 +191,7 @@ void run_jobs(const Checkpoint& ckpt, const QuantizePlan& plan, const QuantizeOp
             check_cancel();
             r = calibrate_job(ckpt, plan, j, o.baseline);
           } catch (...) {
-            err = std::current_exception();  // rethrown on the calling thread (STYLE habit 4)
+            err = std::current_exception();  // rethrown on the calling thread: library code never aborts
           }
         }
         {

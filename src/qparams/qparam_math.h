@@ -1,6 +1,7 @@
 // Element-level qparam and fake-quantization arithmetic, header-inline so that the
 // reference kernels and the fused fast kernels evaluate exactly the same sequence of
-// rounded operations (STYLE habit 7). Every step cites RULES §4/§5.
+// rounded operations, written down next to the code in the reference's order (divide or
+// multiply, round before clamp, dtype of intermediates). Every step cites RULES §4/§5.
 #pragma once
 
 #include <cmath>
@@ -118,7 +119,7 @@ inline ElemQParams compute_qparams_elem(double mn, double mx, const QParamPlan& 
       // R2.4.2: E = 127 + floor(log2(round_to_power_2(a))) - off, in a's dtype (exact)
       const double off = p.num_bits == 4 ? 2.0 : 8.0;
       const double rp2 = round_to_power_2(p.stat_dt == DType::kF64 ? DType::kF64 : p.stat_dt, amax);
-      scale = a.sub(a.add(127.0, std::floor(std::log2(rp2))), off);
+      scale = a.sub(a.add(kE8M0Bias, std::floor(std::log2(rp2))), off);
     } else {
       // divide by the host scalar W/2 (127.5 for int8; Q13 clips the positive extreme)
       scale = a.div(amax, p.half_range);
@@ -136,7 +137,7 @@ inline ElemQParams compute_qparams_elem(double mn, double mx, const QParamPlan& 
   // step 5: round to scale_dtype and back (keep = true)
   if (p.scale_dtype) scale = s.cast(round_to_dtype_value(scale, p.scale_target));
   // step 6: MX exponent -> power of two, computed in f32 then cast back
-  if (p.mx) scale = s.cast(static_cast<double>(std::ldexp(1.0f, static_cast<int>(scale) - 127)));
+  if (p.mx) scale = s.cast(static_cast<double>(std::ldexp(1.0f, static_cast<int>(scale) - kE8M0Bias)));
   // step 7: zero scales become eps of (scale_dtype or scale dtype)
   if (scale == 0.0) scale = p.eps;
   // step 8: zero point to zp_dtype. A zero range gives 0/0 = NaN before the eps
@@ -211,7 +212,7 @@ struct ShrunkQParams {
         z = z < q_max ? z : q_max;
       }
       if (has_global) s = global_scale * s;
-      if (fp8_scale) s = round_to_float_dtype(DType::kF8E4M3, s < 448.0f ? s : 448.0f);
+      if (fp8_scale) s = round_to_float_dtype(DType::kF8E4M3, s < kFp8E4M3Max ? s : kFp8E4M3Max);
       s = s == 0.0f ? eps : s;
       // step 8: RNE to the integer zero-point dtype (|z| < 2^23 after the clamps)
       z = z > zp_lo ? z : zp_lo;

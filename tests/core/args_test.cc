@@ -1,6 +1,7 @@
 // RULES §1 QuantizationArgs, schemes, presets and configs, and R8.1.2 format inference.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -114,6 +115,101 @@ TEST(Args, R1_2_2_BlockStructureParsing) {
   c.strategy = Strategy::kBlock;
   c.block_structure = std::array<int64_t, 2>{4, -1};
   expect_error<InvalidArgument>([&] { c.validated(); }, {"positive"});
+}
+
+// One parser (R1.2): a bad value gives the same message whether it arrives as JSON or as
+// fields (the Python binding's keywords). Each row: the JSON document, the same values as
+// fields, and a substring the message must contain.
+using FV = FieldValue;
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InvalidArgument& e) {
+    return std::string("InvalidArgument: ") + e.what();
+  } catch (const NotImplementedError& e) {
+    return std::string("NotImplementedError: ") + e.what();
+  } catch (const std::exception& e) {
+    return std::string("other: ") + e.what();
+  }
+  return "(no exception)";
+}
+
+TEST(Args, R1_2_SameMessageFromJsonAndFields) {
+  const auto big = [](const char* d) { return FV{FV::BigInt{d}}; };
+  const auto list = [](std::initializer_list<FV> l) { return FV{FV::List(l)}; };
+  struct Case {
+    const char* json;
+    FV::Map fields;
+    const char* needle;
+  };
+  const Case cases[] = {
+      {R"({"num_bits": "8"})", {{"num_bits", {std::string("8")}}}, "QuantizationArgs.num_bits: expected an integer, got \"8\""},
+      {R"({"num_bits": 4.5})", {{"num_bits", {4.5}}}, "expected an integer, got 4.5"},
+      {R"({"num_bits": true})", {{"num_bits", {true}}}, "expected an integer, got true"},
+      {R"({"num_bits": 1099511627776})", {{"num_bits", {int64_t{1} << 40}}}, "num_bits 1099511627776 is out of the int32 range"},
+      {R"({"num_bits": 9223372036854775808})", {{"num_bits", big("9223372036854775808")}},
+       "num_bits 9223372036854775808 is out of the int64 range"},
+      {R"({"num_bits": 6, "type": "float"})", {{"num_bits", {int64_t{6}}}, {"type", {std::string("float")}}}, "R1.3.2"},
+      {R"({"type": "bfloat"})", {{"type", {std::string("bfloat")}}}, "type: 'bfloat' is not one of int, float"},
+      {R"({"type": 1})", {{"type", {int64_t{1}}}}, "QuantizationArgs.type: expected a string, got 1"},
+      {R"({"symmetric": 1})", {{"symmetric", {int64_t{1}}}}, "expected a boolean, got 1"},
+      {R"({"group_size": "128"})", {{"group_size", {std::string("128")}}}, "expected an integer or null"},
+      {R"({"group_size": -2})", {{"group_size", {int64_t{-2}}}}, "group_size -2 is invalid"},
+      {R"({"strategy": "group", "group_size": 9223372036854775808})",
+       {{"strategy", {std::string("group")}}, {"group_size", big("9223372036854775808")}},
+       "group_size 9223372036854775808 is out of the int64 range"},
+      {R"({"strategy": "rows"})", {{"strategy", {std::string("rows")}}}, "strategy: 'rows' is not one of"},
+      {R"({"strategy": "group"})", {{"strategy", {std::string("group")}}}, "R1.3.1-3"},
+      {R"({"strategy": "block", "block_structure": [2, 4, 8]})",
+       {{"strategy", {std::string("block")}}, {"block_structure", list({{int64_t{2}}, {int64_t{4}}, {int64_t{8}}})}},
+       "expected two positive integers, got [2,4,8]"},
+      {R"({"strategy": "block", "block_structure": [4, -1]})",
+       {{"strategy", {std::string("block")}}, {"block_structure", list({{int64_t{4}}, {int64_t{-1}}})}},
+       "block_structure [4,-1] must be two positive integers"},
+      {R"({"strategy": "block", "block_structure": [9223372036854775808, 1]})",
+       {{"strategy", {std::string("block")}}, {"block_structure", list({big("9223372036854775808"), {int64_t{1}}})}},
+       "block_structure element 9223372036854775808 is out of the int64 range"},
+      {R"({"strategy": "block", "block_structure": "0x4"})",
+       {{"strategy", {std::string("block")}}, {"block_structure", {std::string("0x4")}}}, "positive"},
+      {R"({"dynamic": "true"})", {{"dynamic", {std::string("true")}}}, "dynamic: string value 'true' must be \"local\""},
+      {R"({"dynamic": 1})", {{"dynamic", {int64_t{1}}}}, "expected a boolean or \"local\", got 1"},
+      {R"({"actorder": "rows"})", {{"actorder", {std::string("rows")}}}, "actorder: 'rows' is not one of"},
+      {R"({"actorder": 2})", {{"actorder", {int64_t{2}}}}, "expected a string, boolean or null, got 2"},
+      {R"({"scale_dtype": "float7"})", {{"scale_dtype", {std::string("float7")}}}, "float7"},
+      {R"({"zp_dtype": 8})", {{"zp_dtype", {int64_t{8}}}}, "expected a dtype name or null, got 8"},
+      {R"({"observer": ["mse"]})", {{"observer", list({{std::string("mse")}})}}, "expected a string or null, got [\"mse\"]"},
+      {R"({"observer_kwargs": [1]})", {{"observer_kwargs", list({{int64_t{1}}})}}, "observer_kwargs must be an object"},
+      {R"({"observer_kwargs": {"bad": [1, 2]}})",
+       {{"observer_kwargs", {FV::Map{{"bad", list({{int64_t{1}}, {int64_t{2}}})}}}}},
+       "observer_kwargs['bad']: unsupported value [1,2]"},
+      {R"({"num_bits": 8, "bits": 4})", {{"num_bits", {int64_t{8}}}, {"bits", {int64_t{4}}}}, "unknown field 'bits'"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.json);
+    const std::string from_json = message_of([&] { QuantizationArgs::from_json(c.json); });
+    const std::string from_fields = message_of([&] { QuantizationArgs::from_fields(c.fields); });
+    EXPECT_NE(from_json.find(c.needle), std::string::npos) << from_json;
+    EXPECT_EQ(from_json, from_fields);
+  }
+  // A value with no JSON form (a Python object) is named by its type.
+  expect_error<InvalidArgument>([] { QuantizationArgs::from_fields({{"num_bits", {FV::Foreign{"set"}}}}); },
+                                {"QuantizationArgs.num_bits: expected an integer, got <set>"});
+}
+
+TEST(Args, R1_2_FieldsGiveTheSameArgsAsJson) {
+  const FV::Map fields{{"num_bits", {int64_t{4}}},
+                       {"type", {std::string("float")}},
+                       {"strategy", {std::string("tensor_group")}},
+                       {"group_size", {int64_t{16}}},
+                       {"dynamic", {std::string("LOCAL")}},
+                       {"scale_dtype", {std::string("torch.float8_e4m3fn")}},
+                       {"observer_kwargs", {FV::Map{{"maxshrink", {0.25}}, {"patience", {int64_t{3}}}}}}};
+  const auto j = QuantizationArgs::from_json(
+      R"({"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16, "dynamic": "LOCAL",
+          "scale_dtype": "torch.float8_e4m3fn", "observer_kwargs": {"maxshrink": 0.25, "patience": 3}})");
+  EXPECT_EQ(QuantizationArgs::from_fields(fields), j);
+  EXPECT_EQ(j.observer_kwargs.at("patience"), KwargValue(int64_t{3}));
+  EXPECT_EQ(QuantizationArgs::from_fields({}), QuantizationArgs{}.validated());
 }
 
 TEST(Args, R1_2_2_DtypeFields) {

@@ -1,4 +1,4 @@
-// Fast kernels against the scalar reference (STYLE habit 1): every available
+// Fast kernels against the scalar reference (the executable specification): every available
 // SIMD level x thread counts {1, 2, 3}, many shapes (sizes around the vector widths and
 // the 4096-element summation block), every format and strategy, both numeric modes.
 //

@@ -1,5 +1,5 @@
 // The fast quantize / dequantize / fake_quantize and packing kernels against their
-// scalar references (STYLE habit 1), bit for bit: every available SIMD level x
+// scalar references (the executable specification), bit for bit: every available SIMD level x
 // thread counts {1, 2, 3}, shapes around the vector widths (1..65 columns, 4097), every
 // strategy (tensor, channel, token, group 1/16/32/128, tensor_group with a global
 // scale, block, g_idx orders), x in f32 / bf16 / f16 (f64 once), INT2/4/8 symmetric and

@@ -77,7 +77,7 @@ void parallel_for(int64_t num_tasks, int num_threads, const std::function<void(i
     // Outside a pool (a kernel called directly, e.g. from Python) threads are started
     // per call: the kernels call this once per tensor with tasks of >= tens of
     // microseconds, so the ~20 us start-up is noise and no global pool state is needed
-    // (STYLE habit 5).
+    // (no global mutable state beyond the observer registry).
     std::vector<std::thread> threads;
     threads.reserve(static_cast<std::size_t>(workers - 1));
     for (int w = 1; w < workers; ++w) threads.emplace_back([&b, w] { b.run(w); });

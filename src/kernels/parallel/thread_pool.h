@@ -1,4 +1,5 @@
-// Deterministic parallel-for over task indices (STYLE habit 8). Work is split by whole
+// Deterministic parallel-for over task indices, above the kernels (a kernel runs one
+// task on one thread; the caller chooses the thread count). Work is split by whole
 // tasks (groups or fixed blocks), each task writes only its own outputs, and partial
 // results are combined by the caller in task order, so results never depend on the
 // thread count. An exception thrown by a task is captured and rethrown on the caller

@@ -27,12 +27,13 @@ HWY_INLINE VF fp8_round(VF c) {
   const DF df;
   const DU du;
   const VF a = hn::Abs(c);
-  const VF sub = hn::Mul(hn::Round(hn::Mul(a, hn::Set(df, 512.0f))), hn::Set(df, 1.0f / 512.0f));
+  const VF sub = hn::Mul(hn::Round(hn::Mul(a, hn::Set(df, static_cast<float>(1.0 / min_subnormal(kFp8E4M3Spec))))),
+                         hn::Set(df, static_cast<float>(min_subnormal(kFp8E4M3Spec))));
   auto u = hn::BitCast(du, a);
   const auto lsb = hn::And(hn::ShiftRight<20>(u), hn::Set(du, 1u));
   u = hn::And(hn::Add(u, hn::Add(hn::Set(du, 0x7FFFFu), lsb)), hn::Set(du, 0xFFF00000u));
   const VF nrm = hn::BitCast(df, u);
-  const VF mag = hn::IfThenElse(hn::Lt(a, hn::Set(df, 0.015625f)), sub, nrm);
+  const VF mag = hn::IfThenElse(hn::Lt(a, hn::Set(df, static_cast<float>(min_normal(kFp8E4M3Spec)))), sub, nrm);
   return hn::CopySign(mag, c);
 }
 
@@ -47,7 +48,7 @@ HWY_INLINE VF fp4_round(VF c) {
   m = hn::IfThenElse(hn::Ge(a, hn::Set(df, 1.75f)), hn::Set(df, 2.0f), m);
   m = hn::IfThenElse(hn::Gt(a, hn::Set(df, 2.5f)), hn::Set(df, 3.0f), m);
   m = hn::IfThenElse(hn::Ge(a, hn::Set(df, 3.5f)), hn::Set(df, 4.0f), m);
-  m = hn::IfThenElse(hn::Gt(a, hn::Set(df, 5.0f)), hn::Set(df, 6.0f), m);
+  m = hn::IfThenElse(hn::Gt(a, hn::Set(df, 5.0f)), hn::Set(df, kFp4E2M1Max), m);
   return hn::CopySign(m, c);  // the sign of a zero never reaches an error term
 }
 

@@ -30,6 +30,6 @@ HWY_INLINE void shrunk_qparams_lanes(const qobs::detail::ShrunkQParams& Q, VF cm
     z = hn::IfThenZeroElse(zero_range, hn::Round(z));  // RNE to the integer zero-point dtype
   }
   if (Q.has_global) s = hn::Mul(hn::Set(df, Q.global_scale), s);
-  if (Q.fp8_scale) s = fp8_round(hn::Min(s, hn::Set(df, 448.0f)));
+  if (Q.fp8_scale) s = fp8_round(hn::Min(s, hn::Set(df, qobs::kFp8E4M3Max)));
   s = hn::IfThenElse(hn::Eq(s, zero), hn::Set(df, Q.eps), s);
 }

@@ -56,7 +56,7 @@ SimdLevel best_simd_level() {
 SimdLevel active_simd_level() {
   const int o = g_override.load(std::memory_order_relaxed);
   if (o >= 0) return static_cast<SimdLevel>(o);
-  static const SimdLevel from_env = level_from_env();  // read once (STYLE habit 5)
+  static const SimdLevel from_env = level_from_env();  // read once: read-only afterwards, no other global state
   return from_env;
 }
 

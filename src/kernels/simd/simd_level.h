@@ -1,4 +1,5 @@
-// Which instruction set the fast kernels use (STYLE habit 2/8). The level is detected
+// Which instruction set the fast kernels use, chosen once per call and never changing
+// the results (every level is bit-identical to the scalar reference). The level is detected
 // once; QOBS_SIMD=scalar|avx2|avx512|auto forces one, and ScopedSimdLevel lets tests
 // run every available level in one process. A forced level the CPU lacks falls back
 // to the best available one below it (avx512 -> avx2 -> scalar).

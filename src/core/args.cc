@@ -480,6 +480,18 @@ ojson scheme_to_ojson(const QuantizationScheme& s) {
   return j;
 }
 
+// A JSON list of strings (targets, ignore lists), or InvalidArgument naming `what`.
+std::vector<std::string> string_list(const ojson& v, const std::string& what, const char* rule) {
+  QOBS_CHECK(v.is_array(), InvalidArgument, what, " must be a list of strings, got ", v.dump(), " (", rule, ")");
+  std::vector<std::string> out;
+  for (const auto& t : v) {
+    QOBS_CHECK(t.is_string(), InvalidArgument, what, " must be a list of strings, got the element ", t.dump(), " (",
+               rule, ")");
+    out.push_back(t.get<std::string>());
+  }
+  return out;
+}
+
 QuantizationScheme scheme_from_ojson(const ojson& j) {
   QOBS_CHECK(j.is_object(), InvalidArgument, "QuantizationScheme JSON must be an object");
   QuantizationScheme s;
@@ -488,11 +500,7 @@ QuantizationScheme scheme_from_ojson(const ojson& j) {
     const std::string& k = it.key();
     const ojson& v = it.value();
     if (k == "targets") {
-      QOBS_CHECK(v.is_array(), InvalidArgument, "QuantizationScheme.targets must be a list of strings (R1.4.1)");
-      for (const auto& t : v) {
-        QOBS_CHECK(t.is_string(), InvalidArgument, "QuantizationScheme.targets must be a list of strings (R1.4.1)");
-        s.targets.push_back(t.get<std::string>());
-      }
+      s.targets = string_list(v, "QuantizationScheme.targets", "R1.4.1");
       has_targets = true;
     } else if (k == "weights") {
       if (!v.is_null()) s.weights = args_from_ojson(v);
@@ -501,6 +509,8 @@ QuantizationScheme scheme_from_ojson(const ojson& j) {
     } else if (k == "output_activations") {
       if (!v.is_null()) s.output_activations = args_from_ojson(v);
     } else if (k == "format") {
+      QOBS_CHECK(v.is_null() || v.is_string(), InvalidArgument, "QuantizationScheme.format must be a string, got ",
+                 v.dump(), " (R1.4.1)");
       if (!v.is_null()) s.format = v.get<std::string>();
     } else {
       QOBS_THROW(InvalidArgument, "QuantizationScheme: unknown field '", k, "' (R1.4.1)");
@@ -715,9 +725,12 @@ QuantizationConfig QuantizationConfig::from_json(std::string_view json) {
   QOBS_CHECK(j.is_object(), InvalidArgument, "QuantizationConfig JSON must be an object");
   QuantizationConfig c;
   if (j.contains("config_groups") && !j["config_groups"].is_null()) {
+    QOBS_CHECK(j["config_groups"].is_object(), InvalidArgument,
+               "QuantizationConfig.config_groups must be an object of named groups, got ", j["config_groups"].dump(),
+               " (R1.6.1)");
     for (auto it = j["config_groups"].begin(); it != j["config_groups"].end(); ++it) {
       if (it.value().is_array() && is_preset_name(it.key())) {
-        c.config_groups.emplace_back(it.key(), preset_scheme(it.key(), it.value().get<std::vector<std::string>>()));
+        c.config_groups.emplace_back(it.key(), preset_scheme(it.key(), string_list(it.value(), "QuantizationConfig.config_groups." + it.key(), "R1.6.1")));
       } else {
         c.config_groups.emplace_back(it.key(), scheme_from_ojson(it.value()));
       }
@@ -736,7 +749,7 @@ QuantizationConfig QuantizationConfig::from_json(std::string_view json) {
   }
   if (j.contains("global_compression_ratio") && j["global_compression_ratio"].is_number())
     c.global_compression_ratio = j["global_compression_ratio"].get<double>();
-  if (j.contains("ignore") && j["ignore"].is_array()) c.ignore = j["ignore"].get<std::vector<std::string>>();
+  if (j.contains("ignore") && !j["ignore"].is_null()) c.ignore = string_list(j["ignore"], "QuantizationConfig.ignore", "R1.6.1");
   return c;
 }
 

@@ -817,4 +817,21 @@ TEST(Args, R8_1_2_InferCompressionFormatRules) {
 }
 
 }  // namespace
+// Found by the args fuzzer: a field of the wrong JSON type escaped as nlohmann's
+// type_error (not a qobs error, so Python saw a bare RuntimeError).
+TEST(Args, R1_6_1_WrongJsonTypesAreInvalidArgument) {
+  expect_error<InvalidArgument>([] { (void)QuantizationScheme::from_json(R"({"targets": [], "format": 1})"); },
+                                {"QuantizationScheme.format must be a string, got 1"});
+  expect_error<InvalidArgument>([] { (void)QuantizationConfig::from_json(R"({"config_groups": 1})"); },
+                                {"config_groups must be an object", "got 1"});
+  expect_error<InvalidArgument>([] { (void)QuantizationConfig::from_json(R"({"config_groups": {"W4A16": [1]}})"); },
+                                {"config_groups.W4A16 must be a list of strings", "element 1"});
+  expect_error<InvalidArgument>([] { (void)QuantizationConfig::from_json(R"({"ignore": [1]})"); },
+                                {"QuantizationConfig.ignore must be a list of strings", "element 1"});
+  expect_error<InvalidArgument>([] { (void)QuantizationConfig::from_json(R"({"ignore": "lm_head"})"); },
+                                {"QuantizationConfig.ignore must be a list of strings"});
+  EXPECT_EQ(QuantizationConfig::from_json(R"({"ignore": ["lm_head"], "config_groups": {"W4A16": ["Linear"]}})").ignore,
+            std::vector<std::string>{"lm_head"});
+}
+
 }  // namespace qobs

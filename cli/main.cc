@@ -135,9 +135,10 @@ struct OptionError : std::runtime_error {
 // The values a user most often mistypes, checked before any file is read and reported in
 // terms of the option given; the library's own messages speak of presets and registries.
 void check_option_values(const qobs::QuantizeOptions& q) {
-  if (!qobs::is_preset_name(q.scheme))
+  // With --config the groups carry their own schemes (checked when the file is read).
+  if (!q.scheme.empty() && !qobs::is_preset_name(q.scheme))
     throw OptionError("--scheme " + q.scheme + ": no such scheme; `qobs schemes` lists them (rule R1.5.1 in docs/RULES.md)");
-  if (!qobs::preset_scheme(q.scheme).weights)
+  if (!q.scheme.empty() && !qobs::preset_scheme(q.scheme).weights)
     throw OptionError("--scheme " + q.scheme + " quantizes nothing; choose a scheme that quantizes weights (`qobs schemes`)");
   if (!q.observer) return;
   const std::string key = qobs::normalize_observer_name(*q.observer);

@@ -195,9 +195,15 @@ void MseObserver::update_state(std::map<std::string, Tensor>& st, const FlatView
   }
 }
 
-ImatrixMseObserver::ImatrixMseObserver(std::string base, QuantizationArgs args, ObserverOptions opt)
-    : Observer(std::move(base), std::move(args), std::move(opt)) {
-  KwargReader r{args_.observer_kwargs, "imatrix_mse", {}};
+ImatrixMseObserver::ImatrixMseObserver(std::string_view obs_name, std::string base, QuantizationArgs args,
+                                       ObserverOptions opt)
+    : Observer(std::move(base), std::move(args), std::move(opt)), obs_name_(obs_name) {
+  KwargReader r{args_.observer_kwargs, obs_name_, {}};
+  if (obs_name_ != "imatrix_mse") {
+    strict_ = r.flag("strict", false);
+    r.reject_unknown();
+    return;
+  }
   cfg_.imatrix = true;
   cfg_.maxshrink = r.num("maxshrink", 0.95);
   const double patience = r.num("patience", 5);
@@ -222,7 +228,7 @@ ImatrixMseObserver::ImatrixMseObserver(std::string base, QuantizationArgs args, 
 }
 
 void ImatrixMseObserver::attach(int64_t in_features) {
-  QOBS_CHECK(in_features > 0, InvalidArgument, "imatrix_mse.attach: in_features must be positive, got ", in_features,
+  QOBS_CHECK(in_features > 0, InvalidArgument, obs_name_, ".attach: in_features must be positive, got ", in_features,
              " (R6.8.3)");
   state_["importance_sum"] = Tensor(DType::kF32, {in_features});
   state_["importance_count"] = Tensor(DType::kI64, {});
@@ -246,7 +252,7 @@ void ImatrixMseObserver::accumulate_input(const TensorView& x) {
     count.set(0, count.get(0) + 1.0);
     return;
   }
-  QOBS_CHECK(x.dim() >= 1 && x.shape[x.dim() - 1] == in, InvalidArgument, "imatrix_mse: input of shape ",
+  QOBS_CHECK(x.dim() >= 1 && x.shape[x.dim() - 1] == in, InvalidArgument, obs_name_, ": input of shape ",
              shape_str(x.shape), " does not end in in_features ", in, " (R6.8.3)");
   const int64_t rows = x.numel() / in;
   // sum += sum over all but the last dim of x^2 in f32 (x converted to f32 first)
@@ -268,14 +274,14 @@ std::optional<std::vector<float>> ImatrixMseObserver::validated_importance(const
     return std::nullopt;
   };
   if (base_name_ != "weight")
-    return fail(NotImplementedError("imatrix_mse is only supported for weight observers (R6.8.4-1)"), "not a weight");
+    return fail(NotImplementedError(obs_name_ + " is only supported for weight observers (R6.8.4-1)"), "not a weight");
   const Strategy st = args_.get_strategy();
   if (st == Strategy::kTensor)
-    return fail(NotImplementedError("imatrix_mse does not support the TENSOR strategy (R6.8.4-2)"), "tensor strategy");
+    return fail(NotImplementedError(obs_name_ + " does not support the TENSOR strategy (R6.8.4-2)"), "tensor strategy");
   auto sit = state_.find("importance_sum");
   auto cit = state_.find("importance_count");
   if (sit == state_.end() || cit == state_.end() || cit->second.get(0) == 0)
-    return fail(InvalidArgument("imatrix_mse: no importance data available (R6.8.4-3)"), "no importance data");
+    return fail(InvalidArgument(obs_name_ + ": no importance data available (R6.8.4-3)"), "no importance data");
   const Tensor& sum = sit->second;
   const double count = cit->second.get(0);
   std::vector<float> imp(static_cast<std::size_t>(sum.numel()));
@@ -283,30 +289,48 @@ std::optional<std::vector<float>> ImatrixMseObserver::validated_importance(const
   for (int64_t i = 0; i < sum.numel(); ++i) {
     const float v = static_cast<float>(sum.get(i)) / static_cast<float>(count);
     if (!std::isfinite(v))
-      return fail(InvalidArgument(detail::concat("imatrix_mse: importance has a non-finite value ", v, " at index ", i,
+      return fail(InvalidArgument(detail::concat(obs_name_, ": importance has a non-finite value ", v, " at index ", i,
                                                  " (R6.8.4-4)")),
                   "non-finite importance");
     if (v < 0)
-      return fail(InvalidArgument(detail::concat("imatrix_mse: importance has a negative value ", v, " at index ", i,
+      return fail(InvalidArgument(detail::concat(obs_name_, ": importance has a negative value ", v, " at index ", i,
                                                  " (R6.8.4-4)")),
                   "negative importance");
     all_zero = all_zero && v == 0;
     imp[static_cast<std::size_t>(i)] = v;
   }
-  if (all_zero) return fail(InvalidArgument("imatrix_mse: importance is all zeros (R6.8.4-4)"), "all-zero importance");
+  if (all_zero) return fail(InvalidArgument(obs_name_ + ": importance is all zeros (R6.8.4-4)"), "all-zero importance");
   int64_t expected = 0;
   const Shape fs = flat.layout.flat_shape();
   if (st == Strategy::kChannel) expected = fs.back();
   else if (st == Strategy::kGroup || st == Strategy::kTensorGroup) expected = fs[2] * fs[3];
   else
-    return fail(NotImplementedError(detail::concat("imatrix_mse: unsupported strategy ", to_string(st), " (R6.8.4-5)")),
+    return fail(NotImplementedError(detail::concat(obs_name_, ": unsupported strategy ", to_string(st), " (R6.8.4-5)")),
                 "unsupported strategy");
   if (static_cast<int64_t>(imp.size()) != expected)
-    return fail(InvalidArgument(detail::concat("imatrix_mse: importance size mismatch: ", imp.size(), " values for ",
+    return fail(InvalidArgument(detail::concat(obs_name_, ": importance size mismatch: ", imp.size(), " values for ",
                                                expected, " columns (R6.8.4-6)")),
                 "size mismatch");
   last_path_ = "importance";
   return imp;
+}
+
+FlatView ImatrixMseObserver::importance_weights(const std::vector<float>& imp, const FlatView& flat) const {
+  double mean_acc = 0;
+  for (float v : imp) mean_acc += v;
+  const float mean = static_cast<float>(mean_acc) / static_cast<float>(imp.size());
+  const float denom = mean + std::ldexp(1.0f, -126);
+  const int64_t cols = static_cast<int64_t>(imp.size());
+  const int64_t rows = flat.layout.num_qparams() * flat.layout.group_len() / cols;
+  // One row of weights viewed with row stride 0: the search reads the same columns
+  // for every row, so no rows x cols tensor is materialized (64 MB at 4096^2).
+  auto wt = std::make_shared<Tensor>(DType::kF32, Shape{cols});
+  float* wp = wt->data_as<float>();
+  for (int64_t c = 0; c < cols; ++c) wp[c] = imp[static_cast<std::size_t>(c)] / denom;
+  const TensorView broadcast(wt->data(), DType::kF32, Shape{rows, cols}, Shape{0, 1});
+  FlatView w = flatten_for_calibration(broadcast, "weight", args_);
+  w.owned = wt;
+  return w;
 }
 
 void ImatrixMseObserver::update_state(std::map<std::string, Tensor>& st, const FlatView& flat) const {
@@ -317,21 +341,7 @@ void ImatrixMseObserver::update_state(std::map<std::string, Tensor>& st, const F
     // R6.8.7 / Q8: the same imatrix search with w = 1
     r = kernels::grid_search(flat, sargs, cfg_, nullptr);
   } else {
-    // R6.8.5: w = imp / (mean(imp) + 2^-126), broadcast over rows, flattened like the weight
-    double mean_acc = 0;
-    for (float v : *imp) mean_acc += v;
-    const float mean = static_cast<float>(mean_acc) / static_cast<float>(imp->size());
-    const float denom = mean + std::ldexp(1.0f, -126);
-    const int64_t cols = static_cast<int64_t>(imp->size());
-    const int64_t rows = flat.layout.num_qparams() * flat.layout.group_len() / cols;
-    // One row of weights viewed with row stride 0: the search reads the same columns
-    // for every row, so no rows x cols tensor is materialized (64 MB at 4096^2).
-    auto wt = std::make_shared<Tensor>(DType::kF32, Shape{cols});
-    float* wp = wt->data_as<float>();
-    for (int64_t c = 0; c < cols; ++c) wp[c] = (*imp)[static_cast<std::size_t>(c)] / denom;
-    const TensorView broadcast(wt->data(), DType::kF32, Shape{rows, cols}, Shape{0, 1});
-    FlatView w = flatten_for_calibration(broadcast, "weight", args_);
-    w.owned = wt;
+    const FlatView w = importance_weights(*imp, flat);
     r = kernels::grid_search(flat, sargs, cfg_, &w);
   }
   const Shape& qs = flat.layout.qparam_shape;

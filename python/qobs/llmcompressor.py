@@ -5,6 +5,7 @@ statistics and qparams are computed by the qobs C++ core:
 
     qobs_memoryless_minmax  qobs_static_minmax  qobs_minmax  qobs_memoryless_mse
     qobs_mse  qobs_nvfp4_expanded_mse  qobs_imatrix_mse
+    qobs_lsq_mse  qobs_imatrix_lsq   (qobs's own, docs/LSQ.md)
 
 so that ``QuantizationArgs(observer="qobs_mse")`` in any llm-compressor recipe uses
 them with no other change. They are subclasses of llm-compressor's ``Observer`` and
@@ -41,6 +42,9 @@ QOBS_OBSERVERS: Dict[str, str] = {
     "qobs_mse": "mse",
     "qobs_nvfp4_expanded_mse": "nvfp4_expanded_mse",
     "qobs_imatrix_mse": "imatrix_mse",
+    # qobs's own least-squares observers (docs/LSQ.md), not in the reference
+    "qobs_lsq_mse": "lsq_mse",
+    "qobs_imatrix_lsq": "imatrix_lsq",
 }
 
 _REDUCE = {"min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX, "sum": dist.ReduceOp.SUM}
@@ -141,7 +145,7 @@ class QobsObserver(_LcObserver):
     # -- module hooks (imatrix) ---------------------------------------------------
     def attach(self, module: torch.nn.Module) -> None:
         """R6.8.3: importance E[x^2] per input feature through a forward-pre hook."""
-        if self._qobs_name != "imatrix_mse":
+        if self._qobs_name not in ("imatrix_mse", "imatrix_lsq"):
             return
         self.detach(module)
         if not hasattr(module, "in_features"):

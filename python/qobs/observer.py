@@ -34,6 +34,8 @@ __all__ = [
     "MovingAverageMSEObserver",
     "NVFP4ExpandedMSEObserver",
     "IMatrixMSEObserver",
+    "LsqMSEObserver",
+    "IMatrixLsqObserver",
     "fuse_observers",
     "reduce_statistics",
     "registered_observers",
@@ -196,7 +198,7 @@ class Observer:
         if not hasattr(module, "in_features"):
             return
         self._core.attach(int(module.in_features))
-        if self._core.name != "imatrix_mse":
+        if self._core.name not in ("imatrix_mse", "imatrix_lsq"):
             return
         core = self._core
         self._kind = "torch"  # a module's hook sees torch tensors
@@ -266,6 +268,9 @@ MemorylessMSEObserver = _concrete("MemorylessMSEObserver", "memoryless_mse", "R6
 MovingAverageMSEObserver = _concrete("MovingAverageMSEObserver", "mse", "R6.7 moving average")
 NVFP4ExpandedMSEObserver = _concrete("NVFP4ExpandedMSEObserver", "nvfp4_expanded_mse", "R6.7")
 IMatrixMSEObserver = _concrete("IMatrixMSEObserver", "imatrix_mse", "R6.8")
+# qobs's own least-squares observers (docs/LSQ.md), not in the reference
+LsqMSEObserver = _concrete("LsqMSEObserver", "lsq_mse", "docs/LSQ.md#L1")
+IMatrixLsqObserver = _concrete("IMatrixLsqObserver", "imatrix_lsq", "docs/LSQ.md#L3")
 
 _CLASSES = {
     _qobs.normalize_observer_name(c._registry_name): c
@@ -277,6 +282,8 @@ _CLASSES = {
         MovingAverageMSEObserver,
         NVFP4ExpandedMSEObserver,
         IMatrixMSEObserver,
+        LsqMSEObserver,
+        IMatrixLsqObserver,
     )
 }
 

@@ -96,6 +96,7 @@ def fake_quant(w, args, qp):
     return qobs.fake_quantize(w, qp["scale"], qp["zero_point"], args, global_scale=qp.get("global_scale")).float()
 
 
+@torch.no_grad()
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--time", action="store_true", help="also time each observer on a 4096x4096 bf16 weight")

@@ -106,8 +106,8 @@ QuantizationScheme resolve_scheme(const QuantizeOptions& o) {
   QOBS_CHECK(!needs_data(s.output_activations), InvalidArgument, "scheme ", o.scheme,
              " quantizes output activations statically, which needs calibration data (R1.6.2)");
   const std::string obs = calibration_observer_name("weight", s.weights->observer.value_or("memoryless_minmax"));
-  QOBS_CHECK(obs != "imatrix_mse", InvalidArgument,
-             "observer imatrix_mse needs input-activation importance from calibration data (R6.8), which `qobs "
+  QOBS_CHECK(obs != "imatrix_mse" && obs != "imatrix_lsq", InvalidArgument, "observer ", obs,
+             " needs input-activation importance from calibration data (R6.8), which `qobs "
              "quantize` does not run; choose memoryless_mse or memoryless_minmax");
   // Instantiate once so that an unknown name or a bad kwarg fails before any work.
   load_observer(obs, "weight", *s.weights);

@@ -150,6 +150,10 @@ class Observer : public std::enable_shared_from_this<Observer> {
 
   /// Statistic names that must all exist for has_statistics() (R6.1.3).
   virtual std::vector<std::string> statistic_names() const { return {"min_vals", "max_vals"}; }
+  /// Phase 2's qparams from this observer's statistics with the (fused) global scale
+  /// (R6.1.4 step 3): calculate_qparams of min_vals / max_vals. The least-squares
+  /// observers search the stored values here instead (docs/LSQ.md).
+  virtual ScaleZeroPoint qparams_from_statistics(const Tensor* global_scale);
   /// Called by get_qparams after the qparams are computed, before deletion.
   virtual void on_statistics_deleted() {}
 

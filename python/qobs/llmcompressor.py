@@ -6,6 +6,7 @@ statistics and qparams are computed by the qobs C++ core:
     qobs_memoryless_minmax  qobs_static_minmax  qobs_minmax  qobs_memoryless_mse
     qobs_mse  qobs_nvfp4_expanded_mse  qobs_fouroversix  qobs_imatrix_mse
     qobs_nvfp4_expanded_imatrix
+    qobs_lsq_mse  qobs_imatrix_lsq   (qobs's own, docs/LSQ.md)
 
 so that ``QuantizationArgs(observer="qobs_mse")`` in any llm-compressor recipe uses
 them with no other change. They are subclasses of llm-compressor's ``Observer`` and
@@ -64,6 +65,9 @@ QOBS_OBSERVERS: Dict[str, str] = {
     "qobs_fouroversix": "fouroversix",
     "qobs_imatrix_mse": "imatrix_mse",
     "qobs_nvfp4_expanded_imatrix": "nvfp4_expanded_imatrix",
+    # qobs's own least-squares observers (docs/LSQ.md), not in the reference
+    "qobs_lsq_mse": "lsq_mse",
+    "qobs_imatrix_lsq": "imatrix_lsq",
 }
 
 _LC_NAME = {core: lc for lc, core in QOBS_OBSERVERS.items()}

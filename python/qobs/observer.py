@@ -37,6 +37,8 @@ __all__ = [
     "IMatrixMSEObserver",
     "NVFP4ExpandedIMatrixObserver",
     "IMATRIX_OBSERVERS",
+    "LsqMSEObserver",
+    "IMatrixLsqObserver",
     "fuse_observers",
     "reduce_statistics",
     "registered_observers",
@@ -55,7 +57,7 @@ _STAT_ALIASES = {"_imatrix_sum": "importance_sum", "_imatrix_count": "importance
 _STAT_NAMES_REF = {v: k for k, v in _STAT_ALIASES.items()}
 
 # Core names of the observers that collect input importance through attach (R6.8, R6.12).
-IMATRIX_OBSERVERS = ("imatrix_mse", "nvfp4_expanded_imatrix")
+IMATRIX_OBSERVERS = ("imatrix_mse", "nvfp4_expanded_imatrix", "imatrix_lsq")
 
 
 class Observer:
@@ -280,6 +282,9 @@ MovingAverageMSEObserver = _concrete("MovingAverageMSEObserver", "mse", "R6.7 mo
 NVFP4ExpandedMSEObserver = _concrete("NVFP4ExpandedMSEObserver", "nvfp4_expanded_mse", "R6.7")
 IMatrixMSEObserver = _concrete("IMatrixMSEObserver", "imatrix_mse", "R6.8")
 NVFP4ExpandedIMatrixObserver = _concrete("NVFP4ExpandedIMatrixObserver", "nvfp4_expanded_imatrix", "R6.12")
+# qobs's own least-squares observers (docs/LSQ.md), not in the reference
+LsqMSEObserver = _concrete("LsqMSEObserver", "lsq_mse", "docs/LSQ.md#L1")
+IMatrixLsqObserver = _concrete("IMatrixLsqObserver", "imatrix_lsq", "docs/LSQ.md#L3")
 
 _CLASSES = {
     _qobs.normalize_observer_name(c._registry_name): c
@@ -292,6 +297,8 @@ _CLASSES = {
         NVFP4ExpandedMSEObserver,
         IMatrixMSEObserver,
         NVFP4ExpandedIMatrixObserver,
+        LsqMSEObserver,
+        IMatrixLsqObserver,
     )
 }
 # R6.13.1: the alias builds the class of nvfp4_expanded_mse

@@ -84,6 +84,35 @@ struct GridSearchResult {
 GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,
                              const FlatView* weights = nullptr);
 
+/// The least-squares observers' search (lsq_mse, imatrix_lsq; docs/LSQ.md).
+struct LsqSearchConfig {
+  /// imatrix_lsq: importance-weighted error, the wide scale grid (docs/LSQ.md#L3).
+  bool weighted = false;
+  NumericMode mode = NumericMode::kParity;
+  int num_threads = 0;  ///< 0 = QOBS_NUM_THREADS or the hardware concurrency
+};
+
+struct LsqSearchResult {
+  /// Per qparam element, the stored values: scale in scale_dtype (the dtype
+  /// calculate_qparams gives the scale), zero point on the zp dtype's grid.
+  std::vector<double> scale, zero_point;
+  DType scale_dtype = DType::kF32;
+  int64_t candidates_evaluated = 0;  ///< (scale, zero point) pairs scored, all groups
+};
+
+/// Per group, the (scale, zero point) of least (weighted) squared QDQ error among the
+/// candidates of docs/LSQ.md#L1, scored under the real quantizer (R5.1) with the
+/// qparams as stored. args: the real (validated) args; global_scale: the tensor_group
+/// global scale the qparams will be applied with, or nullptr. weights: per-element
+/// importance flattened like `flat` (imatrix_lsq), or nullptr. Threaded over groups.
+LsqSearchResult lsq_search(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
+                           const FlatView* weights = nullptr, const Tensor* global_scale = nullptr);
+
+/// The (weighted) squared QDQ error of group q of `flat` for stored qparams, scored as
+/// lsq_search scores candidates (tests and benchmarks). weights: group_len values or null.
+double qdq_group_error(const FlatView& flat, const QuantizationArgs& args, double scale, double zero_point,
+                       int64_t q, const Tensor* global_scale, NumericMode mode, const float* weights = nullptr);
+
 /// The three R5.1 element-wise operations over tensors.
 enum class QdqOp { kFakeQuantize, kQuantize, kDequantize };
 
@@ -103,6 +132,9 @@ Tensor unpack_fp4(const Tensor& packed, DType out_dtype, std::string_view label,
 namespace ref {
 /// Scalar references: the executable specification the fast paths are tested against.
 void minmax(const FlatView& flat, float* mins, float* maxs);
+/// lsq_search on the caller's thread.
+LsqSearchResult lsq_search(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
+                           const FlatView* weights = nullptr, const Tensor* global_scale = nullptr);
 GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,
                              const FlatView* weights = nullptr);
 /// Element by element through Tensor::get / set and the qparam_math.h element steps.

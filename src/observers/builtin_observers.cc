@@ -195,8 +195,18 @@ void MseObserver::update_state(std::map<std::string, Tensor>& st, const FlatView
   }
 }
 
+ImatrixMseObserver::ImatrixMseObserver(std::string_view obs_name, std::string base, QuantizationArgs args,
+                                       ObserverOptions opt)
+    : Observer(std::move(base), std::move(args), std::move(opt)), kind_(Kind::kImatrix), obs_name_(obs_name) {
+  KwargReader r{args_.observer_kwargs, obs_name_, {}};
+  strict_ = r.flag("strict", false);
+  r.reject_unknown();
+}
+
 ImatrixMseObserver::ImatrixMseObserver(Kind kind, std::string base, QuantizationArgs args, ObserverOptions opt)
-    : Observer(std::move(base), std::move(args), std::move(opt)), kind_(kind) {
+    : Observer(std::move(base), std::move(args), std::move(opt)),
+      kind_(kind),
+      obs_name_(kind == Kind::kImatrix ? "imatrix_mse" : "nvfp4_expanded_imatrix") {
   const std::string obs(name());
   // R6.8.1 / R6.12.1: nvfp4_expanded_imatrix only changes the defaults
   const bool nv = kind_ == Kind::kNvfp4Expanded;
@@ -324,6 +334,24 @@ std::optional<std::vector<float>> ImatrixMseObserver::validated_importance(const
   return imp;
 }
 
+FlatView ImatrixMseObserver::importance_weights(const std::vector<float>& imp, const FlatView& flat) const {
+  double mean_acc = 0;
+  for (float v : imp) mean_acc += v;
+  const float mean = static_cast<float>(mean_acc) / static_cast<float>(imp.size());
+  const float denom = mean + std::ldexp(1.0f, -126);
+  const int64_t cols = static_cast<int64_t>(imp.size());
+  const int64_t rows = flat.layout.num_qparams() * flat.layout.group_len() / cols;
+  // One row of weights viewed with row stride 0: the search reads the same columns
+  // for every row, so no rows x cols tensor is materialized (64 MB at 4096^2).
+  auto wt = std::make_shared<Tensor>(DType::kF32, Shape{cols});
+  float* wp = wt->data_as<float>();
+  for (int64_t c = 0; c < cols; ++c) wp[c] = imp[static_cast<std::size_t>(c)] / denom;
+  const TensorView broadcast(wt->data(), DType::kF32, Shape{rows, cols}, Shape{0, 1});
+  FlatView w = flatten_for_calibration(broadcast, "weight", args_);
+  w.owned = wt;
+  return w;
+}
+
 void ImatrixMseObserver::update_state(std::map<std::string, Tensor>& st, const FlatView& flat) const {
   const auto imp = validated_importance(flat);
   const QuantizationArgs sargs = search_args_for(args_);
@@ -332,21 +360,7 @@ void ImatrixMseObserver::update_state(std::map<std::string, Tensor>& st, const F
     // R6.8.7 / Q8: the same imatrix search with w = 1
     r = kernels::grid_search(flat, sargs, cfg_, nullptr);
   } else {
-    // R6.8.5: w = imp / (mean(imp) + 2^-126), broadcast over rows, flattened like the weight
-    double mean_acc = 0;
-    for (float v : *imp) mean_acc += v;
-    const float mean = static_cast<float>(mean_acc) / static_cast<float>(imp->size());
-    const float denom = mean + std::ldexp(1.0f, -126);
-    const int64_t cols = static_cast<int64_t>(imp->size());
-    const int64_t rows = flat.layout.num_qparams() * flat.layout.group_len() / cols;
-    // One row of weights viewed with row stride 0: the search reads the same columns
-    // for every row, so no rows x cols tensor is materialized (64 MB at 4096^2).
-    auto wt = std::make_shared<Tensor>(DType::kF32, Shape{cols});
-    float* wp = wt->data_as<float>();
-    for (int64_t c = 0; c < cols; ++c) wp[c] = (*imp)[static_cast<std::size_t>(c)] / denom;
-    const TensorView broadcast(wt->data(), DType::kF32, Shape{rows, cols}, Shape{0, 1});
-    FlatView w = flatten_for_calibration(broadcast, "weight", args_);
-    w.owned = wt;
+    const FlatView w = importance_weights(*imp, flat);
     r = kernels::grid_search(flat, sargs, cfg_, &w);
   }
   const Shape& qs = flat.layout.qparam_shape;

@@ -77,9 +77,7 @@ class ImatrixMseObserver : public Observer {
  public:
   enum class Kind { kImatrix, kNvfp4Expanded };
   ImatrixMseObserver(Kind kind, std::string base, QuantizationArgs args, ObserverOptions opt);
-  std::string_view name() const override {
-    return kind_ == Kind::kImatrix ? "imatrix_mse" : "nvfp4_expanded_imatrix";
-  }
+  std::string_view name() const override { return obs_name_; }
   bool statistics_reveal_non_finite() const override { return true; }  // as MseObserver
   void update_state(std::map<std::string, Tensor>& st, const FlatView& flat) const override;
   std::vector<std::pair<std::string, ReduceOp>> sync_table() const override {
@@ -92,10 +90,18 @@ class ImatrixMseObserver : public Observer {
   /// Which path the last search took ("importance" or "uniform fallback: <why>"), Q8.
   const std::string& last_path() const { return last_path_; }
 
- private:
+ protected:
+  /// imatrix_lsq shares the importance statistics and their checks under its own name;
+  /// it accepts the `strict` kwarg only.
+  ImatrixMseObserver(std::string_view obs_name, std::string base, QuantizationArgs args, ObserverOptions opt);
   /// R6.8.4: the validated per-column importance, or nullopt for the uniform fallback.
   std::optional<std::vector<float>> validated_importance(const FlatView& flat) const;
+  /// R6.8.5: w = imp / (mean(imp) + 2^-126) broadcast over rows, flattened like `flat`.
+  FlatView importance_weights(const std::vector<float>& imp, const FlatView& flat) const;
+
+ private:
   Kind kind_;
+  std::string obs_name_;
   kernels::GridSearchConfig cfg_;
   bool strict_ = false;
   bool attached_ = false;

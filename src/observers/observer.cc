@@ -11,6 +11,7 @@
 #include "core/check.h"
 #include "core/text.h"
 #include "observers/builtin_observers.h"
+#include "observers/lsq_observers.h"
 
 namespace qobs {
 
@@ -219,13 +220,16 @@ QParams Observer::get_qparams() {
              options_.label.empty() ? base_name_ : options_.label, "': observe a tensor first (R6.1.4)");
   QParams out;
   out.global_scale = get_global_scale();
-  auto sz = kernels::calculate_qparams(state_.at("min_vals"), state_.at("max_vals"), args_,
-                                       out.global_scale ? &*out.global_scale : nullptr, options_.mode,
-                                       options_.num_threads);
+  auto sz = qparams_from_statistics(out.global_scale ? &*out.global_scale : nullptr);
   out.scale = std::move(sz.scale);
   out.zero_point = std::move(sz.zero_point);
   delete_statistics(true);
   return out;
+}
+
+ScaleZeroPoint Observer::qparams_from_statistics(const Tensor* global_scale) {
+  return kernels::calculate_qparams(state_.at("min_vals"), state_.at("max_vals"), args_, global_scale, options_.mode,
+                                    options_.num_threads);
 }
 
 void Observer::delete_statistics(bool cooperative) {
@@ -530,6 +534,13 @@ Registry& registry() {
     add("fouroversix", [](const std::string& b, const QuantizationArgs& a, const ObserverOptions& o) {
       return std::make_shared<MseObserver>(MseObserver::Kind::kNvfp4Expanded, b, a, o);
     });
+    // qobs's own least-squares observers (docs/LSQ.md), beside the reference's
+    add("lsq_mse", [](const std::string& b, const QuantizationArgs& a, const ObserverOptions& o) {
+      return std::make_shared<LsqObserver>(b, a, o);
+    });
+    add("imatrix_lsq", [](const std::string& b, const QuantizationArgs& a, const ObserverOptions& o) {
+      return std::make_shared<ImatrixLsqObserver>(b, a, o);
+    });
     reg->builtin_count = reg->entries.size();
     return reg;
   }();
@@ -584,7 +595,7 @@ std::shared_ptr<Observer> load_observer(std::string_view name, std::string_view 
 
 bool observer_needs_importance(std::string_view name) {
   const std::string n = normalize_observer_name(name);
-  return n == "imatrix-mse" || n == "nvfp4-expanded-imatrix";
+  return n == "imatrix-mse" || n == "nvfp4-expanded-imatrix" || n == "imatrix-lsq";
 }
 
 std::string calibration_observer_name(std::string_view base_name, std::string_view name) {

@@ -1,0 +1,438 @@
+// The least-squares observers' search (docs/LSQ.md): per group, a superset of the
+// reference's candidate qparams plus least-squares refits, every candidate scored with
+// the qparams exactly as they will be stored and applied by the real quantizer (R5.1),
+// the minimum kept. Groups are independent, so the threaded call (kernels::lsq_search)
+// and the scalar reference (kernels::ref::lsq_search) run the same per-group function
+// and agree bit for bit.
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/arith.h"
+#include "core/check.h"
+#include "kernels/kernels.h"
+#include "kernels/parallel/thread_pool.h"
+#include "kernels/search/select.h"
+#include "qparams/qparam_math.h"
+
+namespace qobs::kernels {
+
+namespace {
+
+using detail::Arith;
+using detail::ElemQParams;
+using detail::QdqPlan;
+using detail::QParamPlan;
+
+/// The reference's candidate lists, each (expand, shrink factors as multiplied): every
+/// (min, max) pair memoryless_mse and imatrix_mse (and, with a global scale,
+/// nvfp4_expanded_mse) can choose, eager and chunked (R6.6.5, R6.7.2, R6.8.6). A superset of each reference observer's
+/// choices, so the minimum over them is never worse than any of those choices.
+std::vector<std::pair<double, std::vector<double>>> reference_candidate_lists(DType dt, bool fp4_global) {
+  std::vector<std::pair<double, std::vector<double>>> out;
+  GridSearchConfig mse;  // memoryless_mse defaults
+  GridSearchConfig im;
+  im.imatrix = true;
+  im.maxshrink = 0.95;
+  im.grid = 20;
+  GridSearchConfig nv;
+  nv.maxshrink = 1.0 - 0.8 / 1.8;
+  nv.grid = 200;
+  nv.expand = 1.8;
+  std::vector<GridSearchConfig> cfgs{mse, im};
+  if (fp4_global) cfgs.push_back(nv);  // nvfp4_expanded_mse is the NVFP4 observer
+  for (GridSearchConfig c : cfgs) {
+    for (bool chunked : {false, true}) {
+      c.chunked = chunked;
+      std::vector<double> p = detail::search_shrink_factors(c, dt);
+      p.push_back(1.0);  // the min-max choice (memoryless_minmax), and a fallback when S = 0
+      out.emplace_back(c.expand, std::move(p));
+    }
+  }
+  return out;
+}
+
+/// Per-call constants of the search.
+struct LsqPlan {
+  DType dt;
+  QParamPlan qplan;  ///< calculate_qparams of the real args with the global scale
+  QdqPlan dplan;     ///< the QDQ the stored qparams will see
+  std::optional<double> global;
+  DType scale_dt;  ///< dtype of the stored scale
+  bool fp_scale_codes = false;  ///< NVFP4-like: FP8 E4M3 scale_dtype on a float type
+  bool mx = false;
+  bool symmetric = true;
+  std::vector<std::pair<double, std::vector<double>>> ref_lists;
+  LsqSearchConfig cfg;
+};
+
+/// The stored scale of a raw scale value (R4.1 steps 5 and 7, in the scale dtype).
+double stored_scale(double s, const LsqPlan& P) {
+  const Arith as{P.scale_dt, P.cfg.mode};
+  double v = as.cast(s);
+  // MX: scale_dtype (uint8) holds the exponent, not the scale (R4.1 steps 5-6)
+  if (P.qplan.scale_dtype && !P.mx) v = as.cast(detail::round_to_dtype_value(v, P.qplan.scale_target));
+  if (v == 0.0) v = P.qplan.eps;
+  return v;
+}
+
+/// The stored zero point of a raw value (R4.1 steps 3 and 8).
+double stored_zero_point(double z, const LsqPlan& P) {
+  if (P.symmetric) return 0.0;
+  z = detail::clamp_nan(z, P.qplan.q_min, P.qplan.q_max);
+  return std::isnan(z) ? 0.0 : detail::round_to_dtype_value(z, P.qplan.zp_target);
+}
+
+/// One group's values and weights, and the scorer of a stored (scale, zero point).
+struct Group {
+  const float* x;
+  const float* w;  // nullptr: unweighted
+  int64_t n;
+  const LsqPlan* P;
+  int64_t evaluations = 0;
+
+  /// The scale as the QDQ applies it: stored / global in f32 (R5.1.1 step 1).
+  double applied(double s) const {
+    if (!P->global) return s;
+    const Arith a{P->dplan.s_dt, P->cfg.mode};
+    return a.div(s, *P->global);
+  }
+  double error(double s, double z) {
+    ++evaluations;
+    const double sa = applied(s);
+    double e = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const double d = x[j] - detail::qdq_elem(x[j], sa, z, P->dplan);
+      e += (w ? static_cast<double>(w[j]) : 1.0) * d * d;
+    }
+    return e;
+  }
+  /// The integer codes q - z of the stored qparams (for the least-squares refit).
+  void codes(double s, double z, std::vector<double>& q) const {
+    const double sa = applied(s);
+    q.resize(static_cast<std::size_t>(n));
+    for (int64_t j = 0; j < n; ++j) q[static_cast<std::size_t>(j)] = detail::quantize_elem(x[j], sa, z, P->dplan);
+  }
+};
+
+struct Best {
+  double err = INFINITY, scale = 0, zp = 0;
+  void offer(double e, double s, double z) {
+    // ties keep the earlier candidate; the reference candidates come first
+    if (e < err) {
+      err = e;
+      scale = s;
+      zp = z;
+    }
+  }
+};
+
+/// Least-squares refit of (scale, zero point) for the codes of (s, z), re-rounded and
+/// re-scored, repeated while the error falls (docs/LSQ.md#L2).
+void refit(Group& g, double s, double z, double e, Best& best) {
+  std::vector<double> q;
+  for (int it = 0; it < 8; ++it) {
+    g.codes(s, z, q);
+    double sww = 0, swq = 0, swqq = 0, swx = 0, swqx = 0;
+    for (int64_t j = 0; j < g.n; ++j) {
+      const double wj = g.w ? static_cast<double>(g.w[j]) : 1.0;
+      const double qj = q[static_cast<std::size_t>(j)] - (g.P->symmetric ? 0.0 : z);
+      sww += wj;
+      swq += wj * qj;
+      swqq += wj * qj * qj;
+      swx += wj * g.x[j];
+      swqx += wj * qj * g.x[j];
+    }
+    double ns, nz = z;
+    if (g.P->symmetric) {
+      if (!(swqq > 0)) return;
+      ns = swqx / swqq;  // argmin_s sum w (x - s c)^2 for fixed codes c
+    } else {
+      // x ~ s * q + b over the raw codes q, then z = -b / s (2x2 normal equations)
+      double sq = 0, sqq = 0, sqx = 0;
+      for (int64_t j = 0; j < g.n; ++j) {
+        const double wj = g.w ? static_cast<double>(g.w[j]) : 1.0;
+        const double qj = q[static_cast<std::size_t>(j)];
+        sq += wj * qj;
+        sqq += wj * qj * qj;
+        sqx += wj * qj * g.x[j];
+      }
+      const double det = sww * sqq - sq * sq;
+      if (!(det > 0)) return;
+      ns = (sww * sqx - sq * swx) / det;
+      const double b = (swx - ns * sq) / sww;
+      if (!(ns > 0)) return;
+      nz = stored_zero_point(-b / stored_scale(ns, *g.P), *g.P);
+    }
+    if (!(ns > 0) || !std::isfinite(ns)) return;
+    ns = stored_scale(ns, *g.P);
+    if (ns == s && nz == z) return;
+    const double ne = g.error(ns, nz);
+    best.offer(ne, ns, nz);
+    if (!(ne < e)) return;
+    s = ns;
+    z = nz;
+    e = ne;
+  }
+}
+
+/// Codes outside the window can still win under a skewed weighting: walk outwards while
+/// a lower bound of a code's error stays below the best error. Below the window an
+/// element beyond q_max x scale is clipped, costing at least w (|x| - q_max s)^2; above
+/// it an element under a quarter step rounds to 0, costing w x^2. Both bounds grow
+/// monotonically away from the window, so the walk ends at the exhaustive optimum.
+void extend_code_window(Group& g, int lo, int hi, Best& best) {
+  const double qmax = g.P->qplan.q_max;
+  const double safety = 1.0 - 1e-6;  // the bounds ignore the last rounding of each step
+  for (int c = lo - 1; c >= 1; --c) {
+    const double s = stored_scale(fp8_e4m3_to_float(static_cast<uint8_t>(c)), *g.P);
+    const double top = qmax * g.applied(s);
+    double bound = 0;
+    for (int64_t j = 0; j < g.n; ++j) {
+      const double over = std::fabs(g.x[j]) - top;
+      if (over > 0) bound += (g.w ? static_cast<double>(g.w[j]) : 1.0) * over * over;
+    }
+    if (bound * safety >= best.err) break;
+    best.offer(g.error(s, 0.0), s, 0.0);
+  }
+  for (int c = hi + 1; c <= 126; ++c) {
+    const double s = stored_scale(fp8_e4m3_to_float(static_cast<uint8_t>(c)), *g.P);
+    const double quarter = 0.24 * g.applied(s);  // below a quarter of the first FP4 step 0.5
+    double bound = 0;
+    for (int64_t j = 0; j < g.n; ++j)
+      if (std::fabs(g.x[j]) < quarter) bound += (g.w ? static_cast<double>(g.w[j]) : 1.0) * g.x[j] * g.x[j];
+    if (bound * safety >= best.err) break;
+    best.offer(g.error(s, 0.0), s, 0.0);
+  }
+}
+
+/// Symmetric integer grids: the exact least-squares sweep of docs/LSQ.md#L2. Between
+/// two breakpoints |x_j| / (k + 1/2) every code is fixed, so the error is a quadratic in
+/// s with its minimum at B / C (B = sum w x q, C = sum w q^2) clamped to the interval.
+/// Sweeping s downward from f_hi x base to f_lo x base updates B and C per crossing;
+/// the best few interval minima (of the error without the dtype roundings) are then
+/// scored, with their stored neighbours, under the real quantizer.
+std::vector<double> sweep_scales(const Group& g, double base, double f_lo, double f_hi) {
+  const double qpos = g.P->qplan.q_max, qneg = -g.P->qplan.q_min;
+  const double s_hi = base * f_hi, s_lo = base * f_lo;
+  struct Bp {
+    double s;
+    double dB, dC;
+  };
+  std::vector<Bp> bps;
+  double A = 0, B = 0, C = 0;
+  for (int64_t j = 0; j < g.n; ++j) {
+    const double w = g.w ? static_cast<double>(g.w[j]) : 1.0;
+    const double ax = std::fabs(g.x[j]);
+    const double lim = g.x[j] >= 0 ? qpos : qneg;
+    A += w * ax * ax;
+    double k = std::min(lim, std::nearbyint(ax / s_hi));
+    B += w * ax * k;
+    C += w * k * k;
+    for (; k < lim; ++k) {
+      const double at = ax / (k + 0.5);
+      if (at < s_lo) break;
+      bps.push_back({at, w * ax, w * (2 * k + 1)});
+    }
+  }
+  std::sort(bps.begin(), bps.end(), [](const Bp& a, const Bp& b) { return a.s > b.s; });
+  std::vector<std::pair<double, double>> minima;  // (continuous error, s)
+  double upper = s_hi;
+  auto interval = [&](double lower) {
+    if (C > 0) {
+      const double s = std::clamp(B / C, lower, upper);
+      minima.emplace_back(A - 2 * s * B + s * s * C, s);
+    }
+  };
+  for (const Bp& b : bps) {
+    interval(b.s);
+    B += b.dB;
+    C += b.dC;
+    upper = b.s;
+  }
+  interval(s_lo);
+  std::sort(minima.begin(), minima.end());
+  std::vector<double> out;
+  for (std::size_t i = 0; i < std::min<std::size_t>(4, minima.size()); ++i) out.push_back(minima[i].second);
+  return out;
+}
+
+/// One qparam element: the search of docs/LSQ.md#L1.
+ElemQParams search_group(Group& g, const LsqPlan& P) {
+  const Arith a{P.dt, P.cfg.mode};
+  double lo = INFINITY, hi = -INFINITY;
+  for (int64_t j = 0; j < g.n; ++j) {
+    lo = detail::nan_min(lo, g.x[j]);
+    hi = detail::nan_max(hi, g.x[j]);
+  }
+  Best best;
+  // (1) every choice of the reference observers, as calculate_qparams would store it
+  std::vector<std::pair<double, double>> cands;
+  for (const auto& [expand, ps] : P.ref_lists) {
+    const double m0 = a.mul(lo, expand), M0 = a.mul(hi, expand);
+    for (double p : ps) {
+      const ElemQParams sz = detail::compute_qparams_elem(a.mul(m0, p), a.mul(M0, p), P.qplan);
+      cands.emplace_back(sz.scale, sz.zero_point);
+    }
+  }
+  const ElemQParams minmax = detail::compute_qparams_elem(lo, hi, P.qplan);
+  if (!std::isfinite(lo) || !std::isfinite(hi) || (lo == 0 && hi == 0)) return minmax;
+  const double amax = std::max(std::fabs(lo), std::fabs(hi));
+
+  int window_lo = 0, window_hi = -1;
+  if (P.fp_scale_codes && !P.mx) {
+    // (2) FP8 E4M3 block-scale codes around q0 = E4M3(amax / q_max x global)
+    const int q0 = fp8_e4m3_from_double(minmax.scale);
+    const int down = P.cfg.weighted ? 8 : 3;
+    for (int c = std::max(1, q0 - down); c <= std::min(126, q0 + 7); ++c)
+      cands.emplace_back(stored_scale(fp8_e4m3_to_float(static_cast<uint8_t>(c)), P), 0.0);
+    window_lo = std::max(1, q0 - down);
+    window_hi = std::min(126, q0 + 7);
+  } else if (P.mx) {
+    // (2) E8M0 exponents floor - 1, floor, floor + 1 of log2(amax) - log2(q_max)
+    const double off = P.qplan.num_bits == 4 ? 2.0 : 8.0;
+    const int e = static_cast<int>(std::floor(std::log2(amax)) - off);
+    for (int d = -1; d <= 1; ++d)
+      if (e + d + 127 >= 0 && e + d + 127 <= 254)  // an E8M0 code (R2.4.2 after step 5's uint8 clamp)
+        cands.emplace_back(stored_scale(static_cast<double>(std::ldexp(1.0f, e + d)), P), 0.0);
+  }
+  std::sort(cands.begin(), cands.end());
+  cands.erase(std::unique(cands.begin(), cands.end()), cands.end());
+  std::vector<double> errs(cands.size());
+  for (std::size_t i = 0; i < cands.size(); ++i) {
+    errs[i] = g.error(cands[i].first, cands[i].second);
+    best.offer(errs[i], cands[i].first, cands[i].second);
+  }
+  if (window_lo <= window_hi) extend_code_window(g, window_lo, window_hi, best);
+  if (P.fp_scale_codes || P.mx) return {best.scale, best.zp};
+
+  // (3) integer grids: (weighted) a log grid of scales far below the max; asymmetric
+  // zero points z0 - 1 .. z0 + 1 around the best candidates; the best few refit by least
+  // squares (a refit of every candidate costs several times more and rarely wins).
+  std::vector<std::pair<double, double>> extra;
+  if (P.symmetric) {
+    const double base = amax / P.qplan.half_range;
+    for (double sc : sweep_scales(g, base, P.cfg.weighted ? 0.04 : 0.5, 2.0))
+      for (double f : {1.0 - 1.0 / 256, 1.0, 1.0 + 1.0 / 256}) extra.emplace_back(stored_scale(sc * f, P), 0.0);
+  } else {
+    const double base = P.symmetric ? amax / P.qplan.half_range
+                                    : (std::max(hi, 0.0) - std::min(lo, 0.0)) / P.qplan.range;
+    // weighted: 0.04x .. 1.25x; unweighted: 0.5x .. 1.25x around the reference's range
+    const double f_lo = P.cfg.weighted ? 0.04 : 0.5;
+    const int steps = P.cfg.weighted ? 48 : 16;
+    for (int i = 0; i < steps; ++i) {
+      const double f = f_lo * std::pow(1.25 / f_lo, static_cast<double>(i) / (steps - 1));
+      const double s = stored_scale(base * f, P);
+      const double z = P.symmetric ? 0.0 : stored_zero_point(P.qplan.q_min - std::min(lo, 0.0) * f / s, P);
+      extra.emplace_back(s, z);
+    }
+  }
+  std::vector<std::tuple<double, double, double>> scored;  // (error, scale, zero point)
+  for (std::size_t i = 0; i < cands.size(); ++i) scored.emplace_back(errs[i], cands[i].first, cands[i].second);
+  auto score = [&](const std::vector<std::pair<double, double>>& more) {
+    for (const auto& [s, z] : more) {
+      if (std::any_of(scored.begin(), scored.end(),
+                      [&](const auto& t) { return std::get<1>(t) == s && std::get<2>(t) == z; }))
+        continue;
+      const double e = g.error(s, z);
+      best.offer(e, s, z);
+      scored.emplace_back(e, s, z);
+    }
+  };
+  score(extra);
+  constexpr std::size_t kRefits = 6;
+  auto top = [&] {
+    std::sort(scored.begin(), scored.end());
+    return std::vector<std::tuple<double, double, double>>(
+        scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(std::min(kRefits, scored.size())));
+  };
+  if (!P.symmetric) {
+    std::vector<std::pair<double, double>> zs;
+    for (const auto& [e, s, z] : top())
+      for (double dz : {-1.0, 1.0}) zs.emplace_back(s, stored_zero_point(z + dz, P));
+    score(zs);
+  }
+  for (const auto& [e, s, z] : top()) refit(g, s, z, e, best);
+  return {best.scale, best.zp};
+}
+
+LsqPlan make_plan(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
+                  const Tensor* global_scale) {
+  LsqPlan P;
+  P.dt = flat.dtype;
+  QOBS_CHECK(is_floating(P.dt) && P.dt != DType::kF8E4M3, TypeError, "lsq search: observed tensor must be f32/bf16/f16/f64, got ",
+             dtype_name(P.dt), " (docs/LSQ.md#L1)");
+  P.cfg = cfg;
+  P.global = detail::global_scale_value(global_scale);
+  P.qplan = QParamPlan::make(args, P.dt, P.global, cfg.mode);
+  P.scale_dt = P.qplan.scale_dt;
+  P.mx = P.qplan.mx;
+  P.symmetric = args.symmetric;
+  P.fp_scale_codes = args.type == QuantType::kFloat && P.qplan.scale_dtype == DType::kF8E4M3;
+  // R5.1.1: with a global scale, stored / global is an f32 tensor; x / s widens to it
+  const DType s_dt = P.global ? detail::promote_float_dtypes(P.scale_dt, DType::kF32) : P.scale_dt;
+  P.dplan = QdqPlan::make(args, P.dt, s_dt, true, true, cfg.mode);
+  P.ref_lists = reference_candidate_lists(P.dt, P.global.has_value());
+  return P;
+}
+
+LsqSearchResult run(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
+                    const FlatView* weights, const Tensor* global_scale, int threads) {
+  const LsqPlan P = make_plan(flat, args, cfg, global_scale);
+  const int64_t nq = flat.layout.num_qparams();
+  const int64_t len = flat.layout.num_obs() * flat.layout.group_len();
+  if (weights)
+    QOBS_CHECK(weights->layout.num_qparams() == nq && weights->layout.group_len() == flat.layout.group_len(),
+               ShapeError, "lsq search: importance view does not match the observed tensor (docs/LSQ.md#L3)");
+  LsqSearchResult res;
+  res.scale_dtype = P.scale_dt;
+  res.scale.resize(static_cast<std::size_t>(nq));
+  res.zero_point.resize(static_cast<std::size_t>(nq));
+  std::vector<int64_t> evals(static_cast<std::size_t>(nq));
+  const int64_t per_task = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, len));
+  const int64_t tasks = (nq + per_task - 1) / per_task;
+  parallel_for(tasks, threads, [&](int64_t t, int) {
+    std::vector<float> x(static_cast<std::size_t>(len)), w(weights ? static_cast<std::size_t>(len) : 0);
+    for (int64_t q = t * per_task; q < std::min(nq, (t + 1) * per_task); ++q) {
+      flat.gather(q, x.data());
+      if (weights) weights->gather(q, w.data());
+      Group g{x.data(), weights ? w.data() : nullptr, len, &P};
+      const ElemQParams r = search_group(g, P);
+      res.scale[static_cast<std::size_t>(q)] = r.scale;
+      res.zero_point[static_cast<std::size_t>(q)] = r.zero_point;
+      evals[static_cast<std::size_t>(q)] = g.evaluations;
+    }
+  });
+  for (int64_t e : evals) res.candidates_evaluated += e;
+  return res;
+}
+
+}  // namespace
+
+LsqSearchResult lsq_search(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
+                           const FlatView* weights, const Tensor* global_scale) {
+  return run(flat, args, cfg, weights, global_scale, cfg.num_threads);
+}
+
+namespace ref {
+LsqSearchResult lsq_search(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
+                           const FlatView* weights, const Tensor* global_scale) {
+  return run(flat, args, cfg, weights, global_scale, 1);
+}
+}  // namespace ref
+
+double qdq_group_error(const FlatView& flat, const QuantizationArgs& args, double scale, double zero_point,
+                       int64_t q, const Tensor* global_scale, NumericMode mode, const float* weights) {
+  LsqSearchConfig cfg;
+  cfg.mode = mode;
+  const LsqPlan P = make_plan(flat, args, cfg, global_scale);
+  const int64_t len = flat.layout.num_obs() * flat.layout.group_len();
+  std::vector<float> x(static_cast<std::size_t>(len));
+  flat.gather(q, x.data());
+  Group g{x.data(), weights, len, &P};
+  return g.error(scale, zero_point);
+}
+
+}  // namespace qobs::kernels

@@ -10,7 +10,7 @@ Run with the reference's interpreter (torch, safetensors, llmcompressor):
 It writes a Llama-shaped bf16 checkpoint (random N(0, 0.02) weights with a few outliers
 per row, fixed seed), quantizes it with both tools using the same scheme, observer and
 thread count (`--threads N` for qobs; torch.set_num_threads(N) and one worker for the
-reference), each in its own process (peak RSS is each process's own, from wait4), then
+reference), each in its own process (peak RSS is each process's own, from GNU time), then
 compares every tensor of the two outputs byte for byte (embeddings excluded on both
 sides: model_free_ptq and qobs differ in whether they quantize them). Where a scale of
 an MSE observer differs, tools/check_ties.py decides on that weight whether every
@@ -80,18 +80,21 @@ def reference_worker(a):
 
 
 def timed(cmd, env=None):
-    """Runs cmd; wall seconds, the child's own peak RSS (MB, from wait4) and its stdout."""
+    """Runs cmd; wall seconds, the child's own peak RSS (MB) and its stdout. The peak
+    comes from GNU time run between this process and the child: wait4's ru_maxrss of a
+    direct child counts the pages of this (torch-sized) interpreter it was forked from."""
+    gnu_time = "/usr/bin/time"
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
-        p = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True)
-        _, status, ru = os.wait4(p.pid, 0)  # reaps it: Popen never sees the status
+        r = subprocess.run([gnu_time, "-f", "QOBS_MAXRSS_KB=%M"] + cmd, env=env, stdout=out, stderr=err, text=True)
         secs = time.perf_counter() - t0
-        p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        if p.returncode != 0:
-            sys.exit(f"{cmd[0]} failed ({p.returncode}):\n{err.read()[-3000:]}")
-        return secs, ru.ru_maxrss / 1024.0, out.read()
+        errs = err.read()
+        if r.returncode != 0:
+            sys.exit(f"{cmd[0]} failed ({r.returncode}):\n{errs[-3000:]}")
+        kb = [line.split("=", 1)[1] for line in errs.splitlines() if line.startswith("QOBS_MAXRSS_KB=")]
+        return secs, float(kb[-1]) / 1024.0, out.read()
 
 
 def load_all(folder):

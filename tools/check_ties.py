@@ -37,15 +37,24 @@ SCHEMES = {  # the weight args of the presets, as both sides spell them
 
 def load_weight(a, torch):
     if a.safetensors:
-        from safetensors import safe_open
+        # the file format directly (u64 header length, JSON header, raw bytes): the qobs
+        # side's interpreter need not have the safetensors package
+        import struct
 
-        with safe_open(a.safetensors, "pt") as f:
-            return f.get_tensor(a.tensor)
+        with open(a.safetensors, "rb") as f:
+            (hlen,) = struct.unpack("<Q", f.read(8))
+            info = json.loads(f.read(hlen))[a.tensor]
+            b, e = info["data_offsets"]
+            f.seek(8 + hlen + b)
+            raw = bytearray(f.read(e - b))
+        dt = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}[info["dtype"]]
+        return torch.frombuffer(raw, dtype=dt).reshape(info["shape"])
     rows, cols = (int(v) for v in a.random.split("x"))
     g = torch.Generator().manual_seed(a.seed)
     w = torch.randn(rows, cols, generator=g) * 0.02
-    idx = torch.randint(0, cols, (rows, 3), generator=g)
-    w.scatter_(1, idx, torch.randn(rows, 3, generator=g) * 0.3)  # a few outliers per row
+    if a.outliers > 0:  # a few outliers per row, as real checkpoints have
+        idx = torch.randint(0, cols, (rows, a.outliers), generator=g)
+        w.scatter_(1, idx, torch.randn(rows, a.outliers, generator=g) * 0.3)
     return w.to(getattr(torch, a.dtype))
 
 
@@ -83,7 +92,8 @@ def reference_side(a):
     q_min = torch.from_numpy(np.load(os.path.join(a.tmp, "qobs_min.npy"))).to(ref_min.dtype)
     q_max = torch.from_numpy(np.load(os.path.join(a.tmp, "qobs_max.npy"))).to(ref_min.dtype)
     differ = ((ref_min != q_min) | (ref_max != q_max)).nonzero().reshape(-1)
-    result = {"groups": ref_min.numel(), "disagreements": int(differ.numel()), "ties": 0, "non_ties": []}
+    result = {"groups": ref_min.numel(), "disagreements": int(differ.numel()), "ties": 0, "tie_details": [],
+              "non_ties": []}
     if differ.numel() == 0:
         print(json.dumps(result))
         return
@@ -129,6 +139,8 @@ def reference_side(a):
         slack = float(bound[i_ref, k]) + float(bound[i_q, k]) + ulp
         if abs(s_r - s_q) <= slack:
             result["ties"] += 1
+            result["tie_details"].append({"group": g, "ref_step": i_ref, "qobs_step": i_q, "ref_err": s_r,
+                                          "qobs_err": s_q, "slack": slack})
         else:
             result["non_ties"].append({"group": g, "ref_step": i_ref, "qobs_step": i_q, "ref_err": s_r, "qobs_err": s_q,
                                        "slack": slack})
@@ -138,11 +150,13 @@ def reference_side(a):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--random", metavar="ROWSxCOLS", help="random N(0, 0.02) weight with 3 outliers per row")
+    src.add_argument("--random", metavar="ROWSxCOLS", help="random N(0, 0.02) weight with --outliers outliers per row")
     src.add_argument("--safetensors", help="a .safetensors file (with --tensor)")
     p.add_argument("--tensor", help="tensor name in --safetensors")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32", "float16"))
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--outliers", type=int, default=3,
+                   help="outliers per row of --random (0: the plain weight of bench/compare_reference.py)")
     p.add_argument("--scheme", default="W4A16", choices=sorted(SCHEMES))
     p.add_argument("--observer", default="memoryless_mse", choices=("memoryless_mse", "nvfp4_expanded_mse"))
     p.add_argument("--threads", type=int, default=2)
@@ -171,6 +185,8 @@ def main():
     what = a.tensor or f"random {a.random} {a.dtype} seed {a.seed}"
     print(f"{what}: {a.scheme} {a.observer}: {res['groups']} groups, {res['disagreements']} disagreements, "
           f"{res['ties']} proven ties, {len(res['non_ties'])} non-ties")
+    for t in res["tie_details"][:10]:
+        print(f"  tie: {t}")
     for nt in res["non_ties"][:10]:
         print(f"  non-tie: {nt}")
     return 1 if res["non_ties"] else 0

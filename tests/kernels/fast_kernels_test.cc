@@ -313,7 +313,8 @@ TEST(FastMinMax, ActivationBatchAsOneGroup) {
   for (const QuantizationArgs& a :
        {make_args(8, QuantType::kInt, true, Strategy::kTensor), make_args(8, QuantType::kFloat, false, Strategy::kTensor)})
     for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
-      for (const Shape& shape : {Shape{16, 4096}, Shape{257, 255}, Shape{2, 3, 11001}, Shape{65, 1009}})
+      for (const Shape& shape :
+           {Shape{16, 4096}, Shape{257, 255}, Shape{2, 3, 11001}, Shape{65, 1009}, Shape{64, 512}, Shape{3, 5, 7}})
         for (Pattern p : {Pattern::kNormal, Pattern::kSignedZeros, Pattern::kZeroGroups, Pattern::kPositive})
           for (int poison = 0; poison < 4; ++poison) {
             int64_t n = 1;
@@ -331,6 +332,21 @@ TEST(FastMinMax, ActivationBatchAsOneGroup) {
             expect_minmax_matches(flat, std::string(dtype_name(dt)) + " " + shape_str(shape) + " pattern=" +
                                             std::to_string(static_cast<int>(p)) + " poison=" + std::to_string(poison));
           }
+}
+
+TEST(FastMinMax, ActivationGroupsAcrossTokens) {
+  // Group activation scales: several qparam elements, with every token an observation
+  // of each group, whose values are then not contiguous (read by gathering).
+  for (const QuantizationArgs& a : {make_args(8, QuantType::kInt, true, Strategy::kGroup, 8),
+                                    make_args(8, QuantType::kInt, false, Strategy::kGroup, 16)})
+    for (DType dt : {DType::kF32, DType::kBF16})
+      for (const Shape& shape : {Shape{7, 32}, Shape{2, 9, 48}, Shape{1, 16}}) {
+        int64_t n = 1;
+        for (int64_t d : shape) n *= d;
+        const Tensor t = Tensor::from_floats(dt, shape, make_data(n, Pattern::kSignedZeros, static_cast<uint32_t>(n)));
+        expect_minmax_matches(flatten_for_calibration(t.view(), "input", a),
+                              std::string(dtype_name(dt)) + " " + shape_str(shape));
+      }
 }
 
 // ---- imatrix column sums -----------------------------------------------------------

@@ -17,10 +17,11 @@ using namespace qobs::kernels::detail;
 
 namespace {
 
-/// True when all values of a one-qparam view (an activation batch under the tensor
-/// strategy: every token an observation) lie contiguous in (obs, group) order, which
-/// FlatView::group_is_contiguous does not cover for more than one observation.
-bool single_group_contiguous(const FlatView& flat) {
+/// True when the values of each qparam element lie contiguous in (obs, group) order,
+/// also with several observations per element (an activation batch under the tensor
+/// strategy: every token an observation), which FlatView::group_is_contiguous does not
+/// cover. load_group then reads group q in place from group_offset(q).
+bool values_contiguous(const FlatView& flat) {
   if (flat.group_is_contiguous()) return true;
   std::vector<Axis> axes = flat.layout.obs_axes;
   axes.insert(axes.end(), flat.layout.group_axes.begin(), flat.layout.group_axes.end());
@@ -38,10 +39,10 @@ bool single_group_contiguous(const FlatView& flat) {
 void minmax(const FlatView& flat, float* mins, float* maxs, SimdLevel level, int num_threads) {
   const int64_t nq = flat.layout.num_qparams();
   const int64_t len = flat.layout.num_obs() * flat.layout.group_len();
-  const bool contiguous = flat.group_is_contiguous();
+  const bool contiguous = values_contiguous(flat);
   const int threads = resolve_num_threads(num_threads);
   const bool vec_dtype = flat.dtype == DType::kF32 || flat.dtype == DType::kBF16 || flat.dtype == DType::kF16;
-  if (nq == 1 && vec_dtype && len >= (int64_t{1} << 16) && single_group_contiguous(flat)) {
+  if (nq == 1 && vec_dtype && len >= (int64_t{1} << 16) && contiguous) {
     // One huge group (tensor strategy, e.g. a static activation scale over a whole
     // calibration batch): split the range; min / max combine exactly in any order except
     // for the sign of a zero, which group_minmax's rule settles below. bf16 / f16 are

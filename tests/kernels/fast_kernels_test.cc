@@ -315,7 +315,8 @@ TEST(FastMinMax, ActivationBatchAsOneGroup) {
     for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
       for (const Shape& shape :
            {Shape{16, 4096}, Shape{257, 255}, Shape{2, 3, 11001}, Shape{65, 1009}, Shape{64, 512}, Shape{3, 5, 7}})
-        for (Pattern p : {Pattern::kNormal, Pattern::kSignedZeros, Pattern::kZeroGroups, Pattern::kPositive})
+        for (Pattern p : {Pattern::kNormal, Pattern::kSignedZeros, Pattern::kZeroGroups, Pattern::kPositive,
+                          Pattern::kEqualGroups})
           for (int poison = 0; poison < 4; ++poison) {
             int64_t n = 1;
             for (int64_t d : shape) n *= d;

@@ -12,7 +12,7 @@ namespace qobs::bench {
 
 /// int4_g128: INT4 symmetric, group 128 (W4A16). nvfp4: FP4 E2M1 tensor_group 16 with
 /// fp8 scales (NVFP4). int8_channel: INT8 symmetric per channel. fp8_channel: FP8
-/// per channel.
+/// per channel. int8_tensor / fp8_tensor: one scale per tensor (static activations, W8A8).
 inline QuantizationArgs scheme_args(const std::string& name) {
   QuantizationArgs a;
   if (name == "int4_g128") {
@@ -32,8 +32,15 @@ inline QuantizationArgs scheme_args(const std::string& name) {
     a.num_bits = 8;
     a.type = QuantType::kFloat;
     a.strategy = Strategy::kChannel;
+  } else if (name == "int8_tensor") {
+    a.num_bits = 8;
+    a.strategy = Strategy::kTensor;
+  } else if (name == "fp8_tensor") {
+    a.num_bits = 8;
+    a.type = QuantType::kFloat;
+    a.strategy = Strategy::kTensor;
   } else {
-    throw std::invalid_argument("unknown scheme '" + name + "' (int4_g128, nvfp4, int8_channel, fp8_channel)");
+    throw std::invalid_argument("unknown scheme '" + name + "' (int4_g128, nvfp4, int8_channel, fp8_channel, int8_tensor, fp8_tensor)");
   }
   return a.validated();
 }

@@ -68,6 +68,28 @@ void BM_Observer(benchmark::State& state, std::string observer, std::string sche
         benchmark::Counter(n * static_cast<double>(candidates(observer)), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+/// One calibration batch of activations (tokens x hidden) through an activation
+/// observer, as llm-compressor's calibration hooks call it once per batch per Linear:
+/// the observer keeps its running statistics across iterations (static / EMA).
+void BM_ActivationObserver(benchmark::State& state, std::string observer, std::string scheme, DType dt, int64_t rows,
+                           int64_t cols) {
+  const qobs::Tensor& x = weight(rows, cols, dt);
+  auto obs = qobs::load_observer(observer, "input", qobs::bench::scheme_args(scheme));
+  for (auto _ : state) obs->observe(x.view());
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * rows * cols *
+                          static_cast<int64_t>(qobs::dtype_size(dt)));
+}
+
+/// The imatrix forward-pre hook's work on one batch: sum of x^2 per input feature.
+void BM_ImatrixAccumulate(benchmark::State& state, DType dt, int64_t rows, int64_t cols) {
+  const qobs::Tensor& x = weight(rows, cols, dt);
+  auto obs = qobs::load_observer("imatrix_mse", "weight", qobs::bench::scheme_args("int4_g128"));
+  obs->attach(cols);
+  for (auto _ : state) obs->accumulate_input(x.view());
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * rows * cols *
+                          static_cast<int64_t>(qobs::dtype_size(dt)));
+}
+
 /// The min-max kernel alone (kernels::minmax on the flattened view), without the
 /// observer's input check, statistics tensors and qparam computation.
 void BM_MinMaxKernel(benchmark::State& state, std::string scheme, DType dt, int64_t rows, int64_t cols) {
@@ -153,6 +175,19 @@ void register_all() {
         ->MinTime(0.5);
     for (DType dt : {DType::kF32, DType::kBF16}) {
       const std::string d = dt == DType::kF32 ? "f32" : "bf16";
+      // activations: one 2048-token batch of the hidden size
+      const std::string act = "2048x" + std::to_string(s.cols);
+      for (const char* o : {"memoryless_minmax", "static_minmax", "minmax"})
+        benchmark::RegisterBenchmark(("activation/" + std::string(o) + "/int8_tensor/" + d + "/" + act).c_str(),
+                                     BM_ActivationObserver, std::string(o), std::string("int8_tensor"), dt, 2048, s.cols)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime()
+            ->MinTime(0.5);
+      benchmark::RegisterBenchmark(("activation/imatrix_accumulate/" + d + "/" + act).c_str(), BM_ImatrixAccumulate, dt,
+                                   2048, s.cols)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime()
+          ->MinTime(0.5);
       for (const char* scheme : {"int4_g128", "nvfp4", "int8_channel"})
         benchmark::RegisterBenchmark(("minmax_kernel/" + std::string(scheme) + "/" + d + "/" + sh).c_str(),
                                      BM_MinMaxKernel, std::string(scheme), dt, s.rows, s.cols)

@@ -82,6 +82,26 @@ def test_activation_statistics_accumulate_like_builtin(lc, torch, name):
     assert _same(qr["scale"], qo["scale"], torch)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_calibration_batches_take_the_fast_path_like_builtin(lc, torch, dtype):
+    # Batches large enough for the threaded in-place min-max (>= 2^16 values), as a
+    # calibration hook hands them over: requiring grad, non-contiguous, contiguous.
+    Observer, QuantizationArgs = lc
+    args = dict(num_bits=8, type="int", strategy="tensor", symmetric=True)
+    for name in ("static_minmax", "minmax"):
+        ref = Observer.load_from_registry(name, base_name="input", args=QuantizationArgs(**args, observer=name))
+        ours = Observer.load_from_registry("qobs_" + name, base_name="input", args=QuantizationArgs(**args))
+        torch.manual_seed(2)
+        for i in range(3):
+            x = (torch.randn(4, 128, 520) * (i + 1)).to(getattr(torch, dtype))
+            x[1, 7, 3] = -0.0
+            batch = [x.requires_grad_(dtype == "float32"), x.detach().transpose(1, 2), x.detach()][i]
+            ref(batch.detach())
+            ours(batch)
+        sr, so = ref.get_statistics(), ours.get_statistics()
+        assert _same(sr["min_vals"], so["min_vals"], torch) and _same(sr["max_vals"], so["max_vals"], torch)
+
+
 def test_observer_kwargs_reach_the_core(lc, torch):
     Observer, QuantizationArgs = lc
     args = QuantizationArgs(num_bits=8, strategy="tensor")

@@ -12,7 +12,9 @@
 #include "kernels/parallel/thread_pool.h"
 #include "kernels/qdq_fast.h"
 #include "kernels/qparams_fast.h"
+#include "kernels/simd/minmax_simd.h"  // widen_simd
 #include "kernels/simd/simd_level.h"
+#include "qobs/formats.h"
 #endif
 
 namespace qobs::kernels {
@@ -123,6 +125,54 @@ int64_t first_non_finite(const TensorView& v, int num_threads) {
 }
 
 #if QOBS_HAVE_FAST_KERNELS
+namespace {
+
+/// Rows [0, rows) of columns [c0, c1) of a contiguous f32 matrix into acc: the column
+/// loop is independent per lane, so the compiler vectorises it without reordering any
+/// column's sum.
+void add_squares(const float* x, int64_t rows, int64_t cols, int64_t c0, int64_t c1, double* acc) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * cols;
+    for (int64_t c = c0; c < c1; ++c) {
+      const float v = row[c];
+      acc[c] += static_cast<double>(v * v);
+    }
+  }
+}
+
+}  // namespace
+
+void sum_squares_by_column(const TensorView& x, int64_t cols, double* acc, int num_threads) {
+  const bool vec_dtype = x.dtype == DType::kF32 || x.dtype == DType::kBF16 || x.dtype == DType::kF16;
+  if (!vec_dtype || !x.is_contiguous() || cols <= 0) return ref::sum_squares_by_column(x, cols, acc);
+  const int64_t rows = x.numel() / cols;
+  const int threads = resolve_num_threads(num_threads);
+  // Column blocks of at least 256 (a task streams whole cache lines of every row and
+  // keeps its accumulators in L1); small inputs stay on the caller.
+  const int64_t want = rows * cols >= (int64_t{1} << 16) ? int64_t{threads} * 2 : 1;
+  const int64_t num_tasks = std::max<int64_t>(1, std::min(want, cols / 256));
+  const int64_t block = ((cols + num_tasks - 1) / num_tasks + 7) / 8 * 8;
+  const SimdLevel level = active_simd_level();
+  parallel_for((cols + block - 1) / block, num_tasks == 1 ? 1 : threads, [&](int64_t t, int) {
+    const int64_t c0 = t * block, c1 = std::min(cols, c0 + block);
+    if (x.dtype == DType::kF32) {
+      add_squares(static_cast<const float*>(x.data), rows, cols, c0, c1, acc);
+      return;
+    }
+    // bf16 / f16: widen one row's block at a time (exact), then the f32 loop
+    const auto* src = static_cast<const uint16_t*>(x.data);
+    const bool bf16 = x.dtype == DType::kBF16;
+    std::vector<float> buf(static_cast<std::size_t>(c1 - c0));
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint16_t* row = src + r * cols + c0;
+      if (level != SimdLevel::kScalar) detail::widen_simd(level, row, c1 - c0, bf16, buf.data());
+      else
+        for (int64_t c = 0; c < c1 - c0; ++c) buf[static_cast<std::size_t>(c)] = bf16 ? bf16_to_float(row[c]) : f16_to_float(row[c]);
+      add_squares(buf.data(), 1, c1 - c0, 0, c1 - c0, acc + c0);
+    }
+  });
+}
+
 void minmax(const FlatView& flat, float* mins, float* maxs, int num_threads) {
   fast::minmax(flat, mins, maxs, active_simd_level(), num_threads);
 }
@@ -133,6 +183,9 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
 }
 #else
 // Built with QOBS_FAST_KERNELS=OFF: the scalar references (single-threaded).
+void sum_squares_by_column(const TensorView& x, int64_t cols, double* acc, int) {
+  ref::sum_squares_by_column(x, cols, acc);
+}
 void minmax(const FlatView& flat, float* mins, float* maxs, int) { ref::minmax(flat, mins, maxs); }
 
 GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,

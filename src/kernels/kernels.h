@@ -26,6 +26,13 @@ namespace qobs::kernels {
 /// num_threads: 0 = QOBS_NUM_THREADS or the hardware concurrency.
 void minmax(const FlatView& flat, float* mins, float* maxs, int num_threads = 0);
 
+/// The imatrix hook's statistic (R6.8.3): acc[c] += x[r, c]^2 for every row r of x viewed
+/// as [numel / cols, cols], each square taken in f32 (the value converted to f32 first)
+/// and added in f64, rows in order. Every column is one sequential f64 sum, so the
+/// result does not depend on vector width or thread count (columns are split, rows
+/// never). Contiguous f32 / bf16 / f16 views take the vector path; others the reference.
+void sum_squares_by_column(const TensorView& x, int64_t cols, double* acc, int num_threads = 0);
+
 /// Flat (row-major) index of the first NaN / +-Inf element of a float tensor, or -1.
 /// Threaded scan of the bit patterns for contiguous f32 / bf16 / f16 views (the
 /// observers' input check); other views are scanned element by element.
@@ -135,6 +142,7 @@ void minmax(const FlatView& flat, float* mins, float* maxs);
 /// lsq_search on the caller's thread.
 LsqSearchResult lsq_search(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
                            const FlatView* weights = nullptr, const Tensor* global_scale = nullptr);
+void sum_squares_by_column(const TensorView& x, int64_t cols, double* acc);
 GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,
                              const FlatView* weights = nullptr);
 /// Element by element through Tensor::get / set and the qparam_math.h element steps.

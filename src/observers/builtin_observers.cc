@@ -262,13 +262,10 @@ void ImatrixMseObserver::accumulate_input(const TensorView& x) {
   QOBS_CHECK(x.dim() >= 1 && x.shape[x.dim() - 1] == in, InvalidArgument, name(), ": input of shape ",
              shape_str(x.shape), " does not end in in_features ", in, " (R6.8.3)");
   const int64_t rows = x.numel() / in;
-  // sum += sum over all but the last dim of x^2 in f32 (x converted to f32 first)
+  // sum += sum over all but the last dim of x^2, each square in f32 (x converted to
+  // f32 first), summed per feature in f64 and rounded once (A2)
   std::vector<double> acc(static_cast<std::size_t>(in), 0.0);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < in; ++c) {
-      const float v = static_cast<float>(x.get(r * in + c));
-      acc[static_cast<std::size_t>(c)] += static_cast<double>(v * v);
-    }
+  kernels::sum_squares_by_column(x, in, acc.data(), options_.num_threads);
   for (int64_t c = 0; c < in; ++c)
     sum.set(c, static_cast<float>(sum.get(c) + static_cast<double>(static_cast<float>(acc[static_cast<std::size_t>(c)]))));
   count.set(0, count.get(0) + static_cast<double>(rows));

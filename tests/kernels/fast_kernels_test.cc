@@ -314,6 +314,106 @@ TEST(FastMinMax, NanAndInfPropagateLikeReference) {
   }
 }
 
+TEST(FastMinMax, ActivationBatchAsOneGroup) {
+  // A static activation scale (tensor strategy on an "input" view) is one group whose
+  // observations are the tokens: the kernel reads it in place as one range split over
+  // threads, bf16 / f16 widened chunk by chunk. Sizes around the split threshold
+  // (2^16), the 4096-element chunk and the part boundaries; zero signs; NaN / Inf
+  // anywhere, including a chunk's last element.
+  for (const QuantizationArgs& a :
+       {make_args(8, QuantType::kInt, true, Strategy::kTensor), make_args(8, QuantType::kFloat, false, Strategy::kTensor)})
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+      for (const Shape& shape :
+           {Shape{16, 4096}, Shape{257, 255}, Shape{2, 3, 11001}, Shape{65, 1009}, Shape{64, 512}, Shape{3, 5, 7}})
+        for (Pattern p : {Pattern::kNormal, Pattern::kSignedZeros, Pattern::kZeroGroups, Pattern::kPositive,
+                          Pattern::kEqualGroups})
+          for (int poison = 0; poison < 4; ++poison) {
+            int64_t n = 1;
+            for (int64_t d : shape) n *= d;
+            std::vector<float> v = make_data(n, p, static_cast<uint32_t>(n + poison), 4096);
+            if (poison == 1) v[static_cast<std::size_t>(n / 3)] = NAN;
+            if (poison == 2) v[4095] = -INFINITY;
+            if (poison == 3) {
+              v[static_cast<std::size_t>(n - 1)] = INFINITY;
+              v[7] = -INFINITY;
+            }
+            const Tensor t = Tensor::from_floats(dt, shape, v);
+            const FlatView flat = flatten_for_calibration(t.view(), "input", a);
+            ASSERT_EQ(flat.layout.num_qparams(), 1);
+            expect_minmax_matches(flat, std::string(dtype_name(dt)) + " " + shape_str(shape) + " pattern=" +
+                                            std::to_string(static_cast<int>(p)) + " poison=" + std::to_string(poison));
+          }
+}
+
+TEST(FastMinMax, ActivationGroupsAcrossTokens) {
+  // Group activation scales: several qparam elements, with every token an observation
+  // of each group, whose values are then not contiguous (read by gathering).
+  for (const QuantizationArgs& a : {make_args(8, QuantType::kInt, true, Strategy::kGroup, 8),
+                                    make_args(8, QuantType::kInt, false, Strategy::kGroup, 16)})
+    for (DType dt : {DType::kF32, DType::kBF16})
+      for (const Shape& shape : {Shape{7, 32}, Shape{2, 9, 48}, Shape{1, 16}}) {
+        int64_t n = 1;
+        for (int64_t d : shape) n *= d;
+        const Tensor t = Tensor::from_floats(dt, shape, make_data(n, Pattern::kSignedZeros, static_cast<uint32_t>(n)));
+        expect_minmax_matches(flatten_for_calibration(t.view(), "input", a),
+                              std::string(dtype_name(dt)) + " " + shape_str(shape));
+      }
+}
+
+// ---- imatrix column sums -----------------------------------------------------------
+
+/// sum_squares_by_column at every SIMD level and thread count against the reference
+/// loop, bit for bit (NaN compares as NaN), starting from the same non-zero sums.
+void expect_column_sums_match(const TensorView& x, int64_t cols, const std::string& what) {
+  std::vector<double> want(static_cast<std::size_t>(cols));
+  for (int64_t c = 0; c < cols; ++c) want[static_cast<std::size_t>(c)] = 0.25 * static_cast<double>(c % 5);
+  std::vector<double> start = want;
+  ref::sum_squares_by_column(x, cols, want.data());
+  for (SimdLevel level : available_simd_levels())
+    for (int threads : {1, 2, 3}) {
+      ScopedSimdLevel guard(level);
+      std::vector<double> got = start;
+      sum_squares_by_column(x, cols, got.data(), threads);
+      for (int64_t c = 0; c < cols; ++c) {
+        const double w = want[static_cast<std::size_t>(c)], g = got[static_cast<std::size_t>(c)];
+        ASSERT_TRUE(std::isnan(w) ? std::isnan(g) : std::memcmp(&w, &g, sizeof w) == 0)
+            << what << " c=" << c << " ref " << w << " fast " << g << " " << to_string(level) << " t" << threads;
+      }
+    }
+}
+
+TEST(ColumnSquares, MatchesReferenceLoopEverywhere) {
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+    for (int64_t cols : {1, 7, 8, 9, 255, 256, 257, 513, 1000, 4099})
+      for (int64_t rows : {1, 3, 17, 70})
+        for (Pattern p : {Pattern::kNormal, Pattern::kHugeRange, Pattern::kSubnormal, Pattern::kEqualGroups}) {
+          std::vector<float> v = make_data(rows * cols, p, static_cast<uint32_t>(rows * 31 + cols), 8);
+          if (p == Pattern::kEqualGroups && rows > 2) {
+            v[static_cast<std::size_t>(cols)] = NAN;  // column 0 of row 1
+            v[static_cast<std::size_t>(rows * cols - 1)] = INFINITY;
+          }
+          const Tensor t = Tensor::from_floats(dt, {rows, cols}, v);
+          expect_column_sums_match(t.view(), cols,
+                                   std::string(dtype_name(dt)) + " " + std::to_string(rows) + "x" + std::to_string(cols));
+        }
+}
+
+TEST(ColumnSquares, BatchedAndStridedInputs) {
+  // [batch, seq, hidden] inputs reduce over every leading dim; a transposed (strided)
+  // view takes the reference loop and must give the same sums as its contiguous copy.
+  const std::vector<float> v = make_data(4 * 33 * 300, Pattern::kNormal, 5);
+  const Tensor t = Tensor::from_floats(DType::kBF16, {4, 33, 300}, v);
+  expect_column_sums_match(t.view(), 300, "bf16 4x33x300");
+  const Tensor m = Tensor::from_floats(DType::kF32, {300, 132}, v);
+  const TensorView transposed(m.data(), DType::kF32, {132, 300}, {1, 132});
+  std::vector<double> strided(300), copied(300);
+  sum_squares_by_column(transposed, 300, strided.data(), 2);
+  const Tensor copy = Tensor::copy_of(transposed);
+  sum_squares_by_column(copy.view(), 300, copied.data(), 2);
+  for (std::size_t c = 0; c < 300; ++c) ASSERT_EQ(strided[c], copied[c]) << c;
+  expect_column_sums_match(transposed, 300, "transposed f32");
+}
+
 // ---- grid search -------------------------------------------------------------------
 
 TEST(FastGridSearch, EveryFormatStrategyDtypeAndSize) {

@@ -220,7 +220,11 @@ TEST_F(MpiQuantize, AKilledRankPublishesNothing) {
     if (pid == 0) {
       ::freopen("kill.log", "w", stdout);
       ::freopen("kill.log", "a", stderr);
-      const std::string cmd = mpirun(3) + cli() + " quantize in --scheme W4A16 --observer mse --threads 1 --quiet -o out";
+      // A search of ~2000 candidates per group keeps the run going for seconds even on an
+      // idle machine, so that the kill lands mid-run.
+      const std::string cmd = mpirun(3) + cli() +
+                              " quantize in --scheme W4A16 --observer mse --observer-kwarg grid=2000 "
+                              "--observer-kwarg maxshrink=0.99 --observer-kwarg patience=100000 --threads 1 --quiet -o out";
       execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }

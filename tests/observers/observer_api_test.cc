@@ -285,6 +285,30 @@ TEST(ObserverApi, R6_1_2_NonFiniteInputLeavesEarlierStatisticsIntact) {
       }
 }
 
+TEST(ObserverApi, R6_1_2_NonFiniteInCalibrationSizedBatchRejected) {
+  // A batch large enough for the threaded in-place min-max (>= 2^16 values, one
+  // observation per token): NaN / Inf in a late chunk is still found and rejected, and
+  // the running statistics keep the earlier batch.
+  const int64_t tokens = 300, hidden = 520, at = 150001;
+  std::vector<float> v(static_cast<std::size_t>(tokens * hidden));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(static_cast<int64_t>(i % 97) - 48) / 16.0f;
+  for (double bad : {std::numeric_limits<double>::quiet_NaN(), -std::numeric_limits<double>::infinity()})
+    for (const char* name : {"static_minmax", "minmax"})
+      for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+        SCOPED_TRACE(std::string(name) + " " + std::to_string(bad) + " " + std::string(dtype_name(dt)));
+        auto o = load_observer(name, "input", args_of(Strategy::kTensor));
+        o->observe(Tensor::from_floats(dt, {tokens, hidden}, v).view());
+        EXPECT_EQ(stat(*o, "min_vals"), -3.0);
+        EXPECT_EQ(stat(*o, "max_vals"), 3.0);
+        std::vector<float> poisoned = v;
+        poisoned[static_cast<std::size_t>(at)] = static_cast<float>(bad);
+        const Tensor x = Tensor::from_floats(dt, {tokens, hidden}, poisoned);
+        expect_error<InvalidArgument>([&] { o->observe(x.view()); }, {"non-finite", "flat index 150001"});
+        EXPECT_EQ(stat(*o, "min_vals"), -3.0);
+        EXPECT_EQ(stat(*o, "max_vals"), 3.0);
+      }
+}
+
 // ---- R6.4 / R6.5 min-max family --------------------------------------------------------------
 
 TEST(ObserverApi, R6_4_MemorylessAndStaticMinMax) {

@@ -28,7 +28,11 @@ int resolve_num_threads(int requested) {
                "': expected a positive integer");
     return static_cast<int>(v);
   }
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Asked once: glibc answers by reading /sys on every call (about 5 us), and one
+  // observer call resolves its threads several times (2048 tiny activation batches per
+  // Linear add up).
+  static const int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return hardware;
 }
 
 // The state of one parallel_for call, shared by the threads that run its tasks.

@@ -27,6 +27,15 @@ void minmax(const FlatView& flat, float* mins, float* maxs) {
   }
 }
 
+void sum_squares_by_column(const TensorView& x, int64_t cols, double* acc) {
+  const int64_t rows = x.numel() / cols;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const float v = static_cast<float>(x.get(r * cols + c));
+      acc[c] += static_cast<double>(v * v);
+    }
+}
+
 GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,
                              const FlatView* weights) {
   const DType dt = flat.dtype;

@@ -8,27 +8,70 @@
 #include "kernels/search/group_data.h"
 #include "kernels/search/search.h"
 #include "kernels/simd/minmax_simd.h"
+#include "qobs/formats.h"
 #include "qparams/qparam_math.h"
 
 namespace qobs::kernels::fast {
 
 using namespace qobs::kernels::detail;
 
+namespace {
+
+/// True when the values of each qparam element lie contiguous in (obs, group) order,
+/// also with several observations per element (an activation batch under the tensor
+/// strategy: every token an observation), which FlatView::group_is_contiguous does not
+/// cover. load_group then reads group q in place from group_offset(q).
+bool values_contiguous(const FlatView& flat) {
+  if (flat.group_is_contiguous()) return true;
+  std::vector<Axis> axes = flat.layout.obs_axes;
+  axes.insert(axes.end(), flat.layout.group_axes.begin(), flat.layout.group_axes.end());
+  int64_t expect = 1;
+  for (std::size_t d = axes.size(); d-- > 0;) {
+    if (axes[d].size == 1) continue;
+    if (axes[d].stride != expect) return false;
+    expect *= axes[d].size;
+  }
+  return true;
+}
+
+}  // namespace
+
 void minmax(const FlatView& flat, float* mins, float* maxs, SimdLevel level, int num_threads) {
   const int64_t nq = flat.layout.num_qparams();
   const int64_t len = flat.layout.num_obs() * flat.layout.group_len();
-  const bool contiguous = flat.group_is_contiguous();
+  const bool contiguous = values_contiguous(flat);
   const int threads = resolve_num_threads(num_threads);
-  if (nq == 1 && contiguous && flat.dtype == DType::kF32 && threads > 1 && len >= (int64_t{1} << 16)) {
-    // One huge group (tensor strategy): split the range; min / max combine exactly in
-    // any order except for the sign of a zero, which group_minmax's rule settles below.
-    const float* x = static_cast<const float*>(flat.data) + flat.group_offset(0);
-    const int64_t parts = threads * 4, step = (len + parts - 1) / parts;
+  const bool vec_dtype = flat.dtype == DType::kF32 || flat.dtype == DType::kBF16 || flat.dtype == DType::kF16;
+  if (nq == 1 && vec_dtype && len >= (int64_t{1} << 16) && contiguous) {
+    // One huge group (tensor strategy, e.g. a static activation scale over a whole
+    // calibration batch): split the range; min / max combine exactly in any order except
+    // for the sign of a zero, which group_minmax's rule settles below. bf16 / f16 are
+    // widened a cache-sized chunk at a time instead of into one copy of the tensor.
+    const std::size_t es = dtype_size(flat.dtype);
+    const auto* base = static_cast<const unsigned char*>(flat.data) + static_cast<std::size_t>(flat.group_offset(0)) * es;
+    const int64_t parts = threads == 1 ? 1 : threads * 4, step = (len + parts - 1) / parts;
+    constexpr int64_t kChunk = 4096;
     std::vector<double> lo(static_cast<std::size_t>(parts)), hi(static_cast<std::size_t>(parts));
     parallel_for(parts, threads, [&](int64_t p, int) {
       const int64_t b = p * step, e = std::min(len, b + step);
       double l = INFINITY, h = -INFINITY;
-      if (e > b) group_minmax(x + b, e - b, level, &l, &h);
+      if (flat.dtype == DType::kF32) {
+        if (e > b) group_minmax(reinterpret_cast<const float*>(base) + b, e - b, level, &l, &h);
+      } else {
+        const auto* src = reinterpret_cast<const uint16_t*>(base);
+        const bool bf16 = flat.dtype == DType::kBF16;
+        float buf[kChunk];
+        for (int64_t c = b; c < e; c += kChunk) {  // chunks in index order: later equal zeros win
+          const int64_t n = std::min(kChunk, e - c);
+          if (level != SimdLevel::kScalar) widen_simd(level, src + c, n, bf16, buf);
+          else
+            for (int64_t j = 0; j < n; ++j) buf[j] = bf16 ? bf16_to_float(src[c + j]) : f16_to_float(src[c + j]);
+          double cl, ch;
+          group_minmax(buf, n, level, &cl, &ch);
+          l = qobs::detail::nan_min(l, cl);
+          h = qobs::detail::nan_max(h, ch);
+        }
+      }
       lo[static_cast<std::size_t>(p)] = l;
       hi[static_cast<std::size_t>(p)] = h;
     });
@@ -44,7 +87,6 @@ void minmax(const FlatView& flat, float* mins, float* maxs, SimdLevel level, int
   const int64_t target_tasks = threads == 1 ? 1 : threads * 8;
   // Small groups laid end to end (NVFP4's 16, MXFP4's 32): eight per pass
   // (minmax_groups_simd), tasks of whole passes.
-  const bool vec_dtype = flat.dtype == DType::kF32 || flat.dtype == DType::kBF16 || flat.dtype == DType::kF16;
   const bool eight_at_once =
       level != SimdLevel::kScalar && vec_dtype && len % 8 == 0 && len <= 64 && flat.groups_end_to_end();
   const int64_t unit = eight_at_once ? 8 : 1;

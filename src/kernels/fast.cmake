@@ -15,7 +15,6 @@ list(APPEND QOBS_KERNEL_SOURCES
      kernels/qparams_fast.cc
      kernels/simd/pow_poly.cc
      kernels/search/plan.cc
-     kernels/search/group_data.cc
      kernels/search/exact.cc
      kernels/search/certified.cc
      kernels/search/batch.cc

@@ -1,7 +1,7 @@
 // Reading groups (minmax_simd.cc): NaN-propagating min / max, eight small groups per
 // pass, and the exact widening of bf16 / f16 values. Scalar twins: the nan_min /
 // nan_max loop of ref::minmax (the caller settles the sign of a zero result, see
-// settle_zero_signs in search/group_data.cc) and bf16_to_float / f16_to_float.
+// settle_zero_signs in search/group_data.h) and bf16_to_float / f16_to_float.
 #pragma once
 
 #include <cstdint>

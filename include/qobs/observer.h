@@ -217,6 +217,13 @@ const std::vector<std::vector<std::string>>& fused_layer_names();
 /// (Q1/Q2 debugging aid). Empty for non-MSE observers.
 std::vector<double> grid_candidates(const Observer& observer);
 
+/// For the importance-weighted observers (imatrix_mse, nvfp4_expanded_imatrix,
+/// imatrix_lsq): how the last search weighted its errors, "importance", or
+/// "uniform fallback: <reason>" when the importance could not be used and the search
+/// ran unweighted as the reference's does (Q8; <reason> in the reference's words, e.g.
+/// "TENSOR strategy not supported"). Empty before a search and for other observers.
+std::string imatrix_search_path(const Observer& observer);
+
 /// Generation-2 adapter (R7.4.1): min/max hooks and a one-call observer returning
 /// (scale, zero_point). Two independent statistic tracks, one for the qparam path and
 /// one for the global-scale path; statistics are never consumed.

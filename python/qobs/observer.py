@@ -17,6 +17,7 @@ Differences from the reference that a caller can see, all deliberate:
 
 from __future__ import annotations
 
+import logging
 import warnings
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
@@ -58,6 +59,22 @@ _STAT_NAMES_REF = {v: k for k, v in _STAT_ALIASES.items()}
 
 # Core names of the observers that collect input importance through attach (R6.8, R6.12).
 IMATRIX_OBSERVERS = ("imatrix_mse", "nvfp4_expanded_imatrix", "imatrix_lsq")
+
+
+_logger = logging.getLogger(__name__)
+# The reference logs its imatrix fallback warnings once per message (loguru's log_once).
+_warned: set = set()
+
+
+def _warn_imatrix_fallback(core: Any) -> None:
+    """Q8: an importance-weighted observer that could not use its importance searches
+    unweighted; the reference says so in a warning, in these words."""
+    path = core.imatrix_search_path()
+    if path.startswith("uniform fallback: "):
+        message = f"imatrix_mse: {path[len('uniform fallback: '):]}. Falling back to uniform MSE."
+        if message not in _warned:
+            _warned.add(message)
+            _logger.warning(message)
 
 
 class Observer:
@@ -130,6 +147,8 @@ class Observer:
         """R6.1.2: accumulate statistics from `observed`; returns self."""
         self._core.observe(observed)
         self._kind = kind_of(observed)
+        if self._core.name in IMATRIX_OBSERVERS:
+            _warn_imatrix_fallback(self._core)
         return self
 
     forward = __call__

@@ -724,6 +724,9 @@ PYBIND11_MODULE(_qobs, m) {
       })
       .def("grid_candidates", [](const qobs::Observer& o) {
         return with_observer_locked(o, [&] { return qobs::grid_candidates(o); });
+      })
+      .def("imatrix_search_path", [](const qobs::Observer& o) {
+        return with_observer_locked(o, [&] { return qobs::imatrix_search_path(o); });
       });
 
   m.def("load_observer",

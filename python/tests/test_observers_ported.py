@@ -246,3 +246,31 @@ def test_imatrix_strict_validation():
         o(w)
     # without strict: uniform fallback (Q8), no error
     assert IMatrixMSEObserver(base_name="weight", args=group_args)(w).has_statistics
+
+
+def test_imatrix_fallback_is_logged_in_the_references_words(caplog, monkeypatch):
+    # Q8: without strict the search runs unweighted; the reference says so in a warning
+    # (once per message), and so does qobs, through logging.
+    import logging
+
+    import qobs.observer as qobs_observer
+
+    monkeypatch.setattr(qobs_observer, "_warned", set())
+    w = np.random.default_rng(0).standard_normal((8, 64)).astype(np.float32)
+    group_args = QuantizationArgs(num_bits=4, group_size=16)
+    tensor_args = QuantizationArgs(num_bits=4, strategy="tensor")
+    with caplog.at_level(logging.WARNING, logger="qobs"):
+        IMatrixMSEObserver(base_name="weight", args=group_args)(w)
+        IMatrixMSEObserver(base_name="weight", args=group_args)(w)  # logged once
+        o = IMatrixMSEObserver(base_name="weight", args=tensor_args)
+        o.attach(64)
+        o.accumulate_input(np.ones((2, 64), np.float32))
+        o(w)
+        o = IMatrixMSEObserver(base_name="weight", args=group_args)
+        o.attach(64)
+        o.accumulate_input(np.ones((2, 64), np.float32))
+        o(w)  # importance used: nothing to say
+    assert [(r.name, r.getMessage()) for r in caplog.records] == [
+        ("qobs.observer", "imatrix_mse: no importance data available. Falling back to uniform MSE."),
+        ("qobs.observer", "imatrix_mse: TENSOR strategy not supported. Falling back to uniform MSE."),
+    ]

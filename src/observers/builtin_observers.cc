@@ -279,14 +279,14 @@ std::optional<std::vector<float>> ImatrixMseObserver::validated_importance(const
     return std::nullopt;
   };
   if (base_name_ != "weight")
-    return fail(NotImplementedError(obs + " is only supported for weight observers (R6.8.4-1)"), "not a weight");
+    return fail(NotImplementedError(obs + " is only supported for weight observers (R6.8.4-1)"), "only supported for weight observers");
   const Strategy st = args_.get_strategy();
   if (st == Strategy::kTensor)
-    return fail(NotImplementedError(obs + " does not support the TENSOR strategy (R6.8.4-2)"), "tensor strategy");
+    return fail(NotImplementedError(obs + " does not support the TENSOR strategy (R6.8.4-2)"), "TENSOR strategy not supported");
   auto sit = state_.find("importance_sum");
   auto cit = state_.find("importance_count");
   if (sit == state_.end() || cit == state_.end())
-    return fail(InvalidArgument(obs + ": no importance data available (R6.8.4-3)"), "no importance data");
+    return fail(InvalidArgument(obs + ": no importance data available (R6.8.4-3)"), "no importance data available");
   // R6.12.3 (D15): attached to a module that no input reached -- a data-free run. The
   // reference falls back to the uniform search with a log line; a weight calibrated
   // without the importance its recipe asked for is an error here, strict or not.
@@ -307,26 +307,26 @@ std::optional<std::vector<float>> ImatrixMseObserver::validated_importance(const
     if (!std::isfinite(v))
       return fail(InvalidArgument(detail::concat(obs, ": importance has a non-finite value ", v, " at index ", i,
                                                  " (R6.8.4-4)")),
-                  "non-finite importance");
+                  "contains non-finite values");
     if (v < 0)
       return fail(InvalidArgument(detail::concat(obs, ": importance has a negative value ", v, " at index ", i,
                                                  " (R6.8.4-4)")),
-                  "negative importance");
+                  "contains negative values");
     all_zero = all_zero && v == 0;
     imp[static_cast<std::size_t>(i)] = v;
   }
-  if (all_zero) return fail(InvalidArgument(obs + ": importance is all zeros (R6.8.4-4)"), "all-zero importance");
+  if (all_zero) return fail(InvalidArgument(obs + ": importance is all zeros (R6.8.4-4)"), "all zeros");
   int64_t expected = 0;
   const Shape fs = flat.layout.flat_shape();
   if (st == Strategy::kChannel) expected = fs.back();
   else if (st == Strategy::kGroup || st == Strategy::kTensorGroup) expected = fs[2] * fs[3];
   else
     return fail(NotImplementedError(detail::concat(obs, ": unsupported strategy ", to_string(st), " (R6.8.4-5)")),
-                "unsupported strategy");
+                detail::concat("unsupported strategy ", to_string(st)));
   if (static_cast<int64_t>(imp.size()) != expected)
     return fail(InvalidArgument(detail::concat(obs, ": importance size mismatch: ", imp.size(), " values for ",
                                                expected, " columns (R6.8.4-6)")),
-                "size mismatch");
+                detail::concat("size mismatch: expected ", expected, ", got ", imp.size()));
   last_path_ = "importance";
   return imp;
 }

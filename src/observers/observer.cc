@@ -614,6 +614,11 @@ std::vector<double> grid_candidates(const Observer& observer) {
   return {};
 }
 
+std::string imatrix_search_path(const Observer& observer) {
+  if (const auto* m = dynamic_cast<const detail::ImatrixMseObserver*>(&observer)) return m->last_path();
+  return {};
+}
+
 // ---- generation-2 adapter (R7.4) --------------------------------------------------------
 
 MinMaxHookAdapter::MinMaxHookAdapter(std::string_view observer_name, std::string_view base_name,

@@ -394,7 +394,29 @@ int run_quantize(Args& a, bool demo) {
   ProgressPrinter printer(a.quiet);
   a.q.cancel = &g_cancel;
   install_stop_handlers();
-  const qobs::QuantizeReport r = qobs::quantize_checkpoint(a.q, [&](const qobs::Progress& p) { printer(p); });
+  qobs::QuantizeReport r;
+  try {
+    r = qobs::quantize_checkpoint(a.q, [&](const qobs::Progress& p) { printer(p); });
+  } catch (const std::exception& e) {
+#ifdef QOBS_MPI
+    if (ranks && g_signal == 0) {
+      // Every rank fails with the same agreed error. Rank 0 reports it, then the ranks
+      // meet once more: a rank that exited first would have mpirun stop the job, rank 0
+      // included, possibly before the message was out.
+      if (ranks->rank() == 0) {
+        std::fprintf(stderr, "qobs: error: %s\n", e.what());
+        std::fflush(stderr);
+      }
+      try {
+        ranks->allgather(std::string());
+      } catch (const std::exception&) {
+        // a peer is gone: nothing left to wait for
+      }
+      return 1;
+    }
+#endif
+    throw;
+  }
   std::cout << r.summary_table();
   if (!a.q.dry_run) {
     std::cout << "wrote " << r.output_dir << " (config.json with quantization_config, "

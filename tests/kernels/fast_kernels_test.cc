@@ -10,6 +10,7 @@
 // style direct calls, since observers reject non-finite input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -332,7 +333,7 @@ TEST(FastMinMax, ActivationBatchAsOneGroup) {
             for (int64_t d : shape) n *= d;
             std::vector<float> v = make_data(n, p, static_cast<uint32_t>(n + poison), 4096);
             if (poison == 1) v[static_cast<std::size_t>(n / 3)] = NAN;
-            if (poison == 2) v[4095] = -INFINITY;
+            if (poison == 2) v[static_cast<std::size_t>(std::min<int64_t>(4095, n - 1))] = -INFINITY;
             if (poison == 3) {
               v[static_cast<std::size_t>(n - 1)] = INFINITY;
               v[7] = -INFINITY;

@@ -311,7 +311,10 @@ int64_t int64_of(const FieldValue& v, std::string_view what) {
 /// The one parser of R1.2 (JSON documents and Python keywords both arrive here).
 QuantizationArgs args_from_fields(const FieldValue::Map& fields) {
   QuantizationArgs a;
-  for (const auto& [k, v] : fields) {
+  for (const auto& field : fields) {
+    // named references, not a structured binding: clang 14 cannot capture those
+    const auto& k = field.first;
+    const auto& v = field.second;
     auto need = [&](bool ok, const char* what) {
       QOBS_CHECK(ok, InvalidArgument, "QuantizationArgs.", k, ": expected ", what, ", got ", v.dump(), " (R1.2)");
     };

@@ -332,7 +332,8 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   std::vector<std::tuple<double, double, double>> scored;  // (error, scale, zero point)
   for (std::size_t i = 0; i < cands.size(); ++i) scored.emplace_back(errs[i], cands[i].first, cands[i].second);
   auto score = [&](const std::vector<std::pair<double, double>>& more) {
-    for (const auto& [s, z] : more) {
+    for (const auto& sz : more) {
+      const double s = sz.first, z = sz.second;  // not a structured binding: clang 14 cannot capture one
       if (std::any_of(scored.begin(), scored.end(),
                       [&](const auto& t) { return std::get<1>(t) == s && std::get<2>(t) == z; }))
         continue;

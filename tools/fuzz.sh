@@ -5,6 +5,7 @@
 # input that caused it is left in $build/artifacts/<target>/. Needs clang and libFuzzer
 # (Debian 12: clang libclang-rt-14-dev; llvm-14 for symbolized stacks).
 #   QOBS_FUZZ_SECONDS  seconds per target (default 60)
+#   QOBS_FUZZ_SEED     libFuzzer -seed (default 1: CI explores the same inputs on every run)
 #   QOBS_FUZZ_BUILD    build folder (default build-fuzz)
 #   QOBS_FUZZ_TARGETS  targets to run (default: safetensors checkpoint args)
 #   CMAKE_CXX_COMPILER_LAUNCHER  e.g. ccache, passed to CMake when set
@@ -43,7 +44,7 @@ for t in "${targets[@]}"; do
   echo "== fuzz: $t for ${seconds} s"
   log="$build/$t.log"
   # -timeout: one input taking longer than that is a hang, reported as a crash.
-  if ! "$build/fuzz/qobs_${t}_fuzz" -max_total_time="$seconds" -timeout=25 -rss_limit_mb=2048 -print_final_stats=1 \
+  if ! "$build/fuzz/qobs_${t}_fuzz" -max_total_time="$seconds" -seed="${QOBS_FUZZ_SEED:-1}" -timeout=25 -rss_limit_mb=2048 -print_final_stats=1 \
       -artifact_prefix="$artifacts" "${dict[@]}" "$corpus" >"$log" 2>&1; then
     tail -n 80 "$log"
     echo "== fuzz: $t FAILED; reproducer in $artifacts (rerun: $build/fuzz/qobs_${t}_fuzz <file>)" >&2

@@ -24,7 +24,9 @@ inline void check_pack_bits(int num_bits, std::string_view label) {
              num_bits, " (R8.3.6)");
 }
 
-inline int64_t packed_words(int64_t n, int num_bits) { return (n * num_bits + 31) / 32; }
+/// ceil(n * num_bits / 32) for n >= 0 and 1..8 bits, without forming n * num_bits: n
+/// may come from a hostile checkpoint's weight_shape, where the product would overflow.
+inline int64_t packed_words(int64_t n, int num_bits) { return n / 32 * num_bits + ((n % 32) * num_bits + 31) / 32; }
 
 /// Appends the low `num_bits` of u to a little-endian bit stream starting at stream bit
 /// `bit` (R8.3.1). Words are accumulated as uint32 and stored as their two's-complement
@@ -91,6 +93,8 @@ inline PackedRows check_unpack_int_rows(const Tensor& packed, int num_bits, int6
   check_pack_bits(num_bits, label);
   QOBS_CHECK(packed.dtype() == DType::kI32 && packed.dim() >= 1, InvalidArgument, name_or(label),
              ": packed weights must be int32 with at least one dimension (R8.3.1)");
+  QOBS_CHECK(cols >= 0, InvalidArgument, name_or(label), ": unpacking needs a non-negative column count, got ", cols,
+             " (R8.3.1)");
   PackedRows p;
   p.cols = cols;
   p.words = packed_words(cols, num_bits);

@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
 #include "qobs/error.h"
 #include "qobs/formats.h"
+#include "qparams/packing_rows.h"
 
 namespace qobs {
 namespace {
@@ -163,4 +165,16 @@ TEST(Packing, R8_6_2_E8M0EdgesAndTruncation) {
 }
 
 }  // namespace
+// Found by the checkpoint fuzzer: a hostile weight_shape gave a column count whose
+// cols * num_bits overflowed (UBSan) before the packed width was checked.
+TEST(Packing, R8_3_1_HugeOrNegativeColumnCountsAreErrorsNotOverflow) {
+  const Tensor packed(DType::kI32, {2, 3});
+  EXPECT_THROW(unpack_int_rows(packed, 4, std::numeric_limits<int64_t>::max() - 5), ShapeError);
+  EXPECT_THROW(unpack_int_rows(packed, 8, int64_t{1} << 62), ShapeError);
+  EXPECT_THROW(unpack_int_rows(packed, 4, -1), InvalidArgument);
+  EXPECT_EQ(detail::packed_words(std::numeric_limits<int64_t>::max(), 8), (std::numeric_limits<int64_t>::max() / 32) * 8 + 8);
+  for (int64_t n : {0, 1, 31, 32, 33, 1000})
+    for (int b = 1; b <= 8; ++b) EXPECT_EQ(detail::packed_words(n, b), (n * b + 31) / 32) << n << " " << b;
+}
+
 }  // namespace qobs

@@ -87,7 +87,7 @@ def dequantize(x_q: Any, scale: Any, zero_point: Any = None, args: Any = None, g
                global_scale: Any = None, dtype: Any = None, *, mode: str = "parity") -> Any:
     """R5.1.3 with known args; result dtype `dtype` (default: scale's dtype)."""
     if args is None:
-        raise NotImplementedError("qobs.dequantize needs the quantization args (SPEC Note R5.6.1)")
+        raise NotImplementedError("qobs.dequantize needs the quantization args: pass args= (rule R5.6.1 in docs/RULES.md)")
     r = _qobs.dequantize(x_q, scale, zero_point, as_core_args(args), g_idx, global_scale, _dtype_name(dtype), mode)
     return to_kind(r, kind_of(x_q, scale))
 

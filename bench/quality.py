@@ -102,7 +102,10 @@ def main():
     ap.add_argument("--time", action="store_true", help="also time each observer on a 4096x4096 bf16 weight")
     ap.add_argument("--calib", type=int, default=400)
     ap.add_argument("--heldout", type=int, default=200)
+    ap.add_argument("--formats", default=",".join(FORMATS),
+                    help="comma-separated subset of: " + ", ".join(FORMATS))
     opt = ap.parse_args()
+    formats = {f: FORMATS[f] for f in (x.strip() for x in opt.formats.split(",")) if f}
     from transformers import AutoModel, AutoTokenizer
 
     torch.manual_seed(0)
@@ -116,7 +119,7 @@ def main():
     originals = {n: m.weight.detach().clone() for n, m in linears(model)}
     print(f"# MiniLM quality ({len(originals)} Linear weights as bf16; {len(calib)} calibration sentences, "
           f"{len(held)} held-out)\n")
-    for fmt, preset in FORMATS.items():
+    for fmt, preset in formats.items():
         args = qobs.preset_name_to_scheme(preset, ["Linear"]).weights
         rows = {}
         for obs_name in OBSERVERS:
@@ -157,7 +160,7 @@ def main():
         print("| format | " + " | ".join(OBSERVERS) + " |\n|---|" + "---|" * len(OBSERVERS))
         w = (torch.randn(4096, 4096) * 0.02).to(torch.bfloat16)
         imp = torch.rand(4096) + 0.1
-        for fmt, preset in FORMATS.items():
+        for fmt, preset in formats.items():
             args = qobs.preset_name_to_scheme(preset, ["Linear"]).weights
             cells = []
             for obs_name in OBSERVERS:

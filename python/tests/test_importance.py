@@ -6,8 +6,6 @@ executable ($QOBS_CLI, else build/cli/qobs) and are skipped without it.
 """
 
 import json
-import os
-import pathlib
 import struct
 import subprocess
 
@@ -15,15 +13,6 @@ import numpy as np
 import pytest
 
 import qobs
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def _cli():
-    p = pathlib.Path(os.environ.get("QOBS_CLI", ROOT / "build" / "cli" / "qobs"))
-    if not p.exists():
-        pytest.skip(f"qobs CLI not built at {p}")
-    return p
 
 
 def _block(torch, dtype):
@@ -231,15 +220,14 @@ def _write_checkpoint(torch, model, folder):
 
 @pytest.mark.parametrize("scheme,observer", [("W4A16", "imatrix_mse"), ("NVFP4A16", "nvfp4_expanded_imatrix"),
                                              ("W4A16", "imatrix_lsq")])
-def test_cli_quantize_with_collected_importance(torch, tmp_path, scheme, observer):
-    cli = _cli()
+def test_cli_quantize_with_collected_importance(torch, qobs_cli, tmp_path, scheme, observer):
     model = _block(torch, torch.bfloat16)
     del model.model.layers[0].mlp.unused
     _write_checkpoint(torch, model, tmp_path / "in")
     imp = tmp_path / "imp.safetensors"
     qobs.collect_importance(model, _batches(torch, torch.bfloat16, 3), imp)
     out = tmp_path / "out"
-    base = [str(cli), "quantize", str(tmp_path / "in"), "-o", str(out), "--scheme", scheme, "--observer", observer,
+    base = [str(qobs_cli), "quantize", str(tmp_path / "in"), "-o", str(out), "--scheme", scheme, "--observer", observer,
             "--quiet"]
     r = subprocess.run(base, capture_output=True, text=True)
     assert r.returncode == 1 and "--importance FILE" in r.stderr, r.stderr

@@ -9,23 +9,11 @@ compressed-tensors / safetensors or without a built CLI ($QOBS_CLI, else build/c
 """
 
 import json
-import os
-import pathlib
 import subprocess
 
 import pytest
 
 import qobs
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def _cli():
-    p = pathlib.Path(os.environ.get("QOBS_CLI", ROOT / "build" / "cli" / "qobs"))
-    if not p.exists():
-        pytest.skip(f"qobs CLI not built at {p}")
-    return p
-
 
 def _bits(torch, t):
     return t.contiguous().view(-1).view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
@@ -39,13 +27,12 @@ def _without_observer(config):
 
 
 @pytest.mark.parametrize("scheme", ["W4A16", "NVFP4A16"])
-def test_lsq_outputs_load_like_minmax(torch, tmp_path, scheme):
+def test_lsq_outputs_load_like_minmax(torch, qobs_cli, tmp_path, scheme):
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("compressed_tensors")
     safetensors_torch = pytest.importorskip("safetensors.torch")
     from transformers.utils.quantization_config import CompressedTensorsConfig
 
-    cli = _cli()
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
@@ -60,7 +47,7 @@ def test_lsq_outputs_load_like_minmax(torch, tmp_path, scheme):
     files, configs, loaded = {}, {}, {}
     for observer, extra in runs.items():
         out = tmp_path / observer
-        subprocess.run([str(cli), "quantize", str(src), "-o", str(out), "--scheme", scheme, "--observer", observer,
+        subprocess.run([str(qobs_cli), "quantize", str(src), "-o", str(out), "--scheme", scheme, "--observer", observer,
                         "--quiet", *extra], check=True)
         files[observer] = safetensors_torch.load_file(out / "model.safetensors")
         configs[observer] = json.loads((out / "config.json").read_text())
@@ -72,7 +59,7 @@ def test_lsq_outputs_load_like_minmax(torch, tmp_path, scheme):
         qweights = [k[: -len(".weight_scale")] for k in files[observer] if k.endswith(".weight_scale")]
         dtype = str(sd[qweights[0] + ".weight"].dtype).replace("torch.", "")
         dq = tmp_path / f"{observer}-dq.safetensors"
-        subprocess.run([str(cli), "dequantize", str(out), "-o", str(dq), "--dtype", dtype], check=True,
+        subprocess.run([str(qobs_cli), "dequantize", str(out), "-o", str(dq), "--dtype", dtype], check=True,
                        capture_output=True)
         for name, t in safetensors_torch.load_file(dq).items():
             assert torch.equal(_bits(torch, sd[name].detach().to(t.dtype)), _bits(torch, t)), (observer, name)

@@ -40,6 +40,7 @@ constexpr const char* kUsage = R"(usage:
   qobs demo [--model DIR] [-o OUT_DIR] [--scheme SCHEME] [options]
   qobs inspect PATH [--tensors]
   qobs dequantize COMPRESSED_DIR -o FILE.safetensors [--dtype float32|bfloat16|float16]
+  qobs merge-importance OUT.safetensors IN.safetensors...
   qobs schemes | observers | --help | --version
 
 quantize options:
@@ -50,6 +51,9 @@ quantize options:
   --config FILE               several config groups: a compressed-tensors QuantizationConfig or an
                               llm-compressor recipe (QuantizationModifier), JSON or YAML; replaces
                               --scheme and --targets
+  --importance FILE           input importance for imatrix_mse, nvfp4_expanded_imatrix and imatrix_lsq
+                              (written by qobs.collect_importance; merge several with
+                              `qobs merge-importance`)
   --targets PATTERN           modules to quantize, compressed-tensors syntax: a class (Linear,
                               Embedding), an exact module name, or re:REGEX (anchored at the start);
                               repeatable; default: Linear layers but lm_head
@@ -285,6 +289,8 @@ Args parse_args(int argc, char** argv, int first) {
       const auto eq = kv.find('=');
       if (eq == std::string::npos || eq == 0) throw UsageError("--observer-kwarg expects KEY=VALUE, got '" + kv + "'");
       a.q.observer_kwargs[kv.substr(0, eq)] = parse_kwarg_value(kv.substr(eq + 1));
+    } else if (f == "--importance") {
+      a.q.importance_path = value(i, f);
     } else if (f == "--targets") {
       a.q.targets.push_back(value(i, f));
     } else if (f == "--ignore") {
@@ -487,6 +493,14 @@ int main(int argc, char** argv) {
       if (a.dtype) dt = qobs::parse_dtype(*a.dtype);
       const int64_t n = qobs::dequantize_checkpoint(a.positional[0], a.q.output_dir, dt);
       std::cout << "wrote " << n << " dequantized weights to " << a.q.output_dir << "\n";
+      return 0;
+    }
+    if (cmd == "merge-importance") {
+      if (a.positional.size() < 2) throw UsageError("merge-importance expects OUT.safetensors IN.safetensors...");
+      const std::vector<std::string> inputs(a.positional.begin() + 1, a.positional.end());
+      const qobs::ImportanceMap merged = qobs::merge_importance(inputs, a.positional[0]);
+      std::cout << "wrote " << a.positional[0] << " (" << merged.size() << " modules from " << inputs.size()
+                << " files)\n";
       return 0;
     }
     throw UsageError("unknown command '" + cmd + "'");

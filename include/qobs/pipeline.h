@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -43,6 +44,12 @@ struct QuantizeOptions {
   /// specifically (exact name, then regex, then class).
   std::optional<QuantizationConfig> config;
   std::string config_source = "--config";  ///< names the config in errors (its file)
+  /// An importance file (write_importance / `qobs.collect_importance`) for the
+  /// importance-weighted observers (imatrix_mse, nvfp4_expanded_imatrix, imatrix_lsq):
+  /// each weight they calibrate gets its module's importance_sum / importance_count as
+  /// the observer's own statistics (R6.12.4). Without it those observers are refused;
+  /// with it, a run without such an observer is refused (the file would be ignored).
+  std::optional<std::string> importance_path;
   /// The thread budget: up to `threads` layers are calibrated at once, and the kernels
   /// inside them run on the same threads (memory grows with it; output does not change).
   /// 0: QOBS_NUM_THREADS if set, else every core.
@@ -192,6 +199,42 @@ Tensor load_dequantized_weight(const Checkpoint& checkpoint, std::string_view mo
 /// written.
 int64_t dequantize_checkpoint(const std::string& path, const std::string& out_file,
                               std::optional<DType> dtype = std::nullopt);
+
+/// One module's input importance: the statistics imatrix_mse accumulates (R6.8.2,
+/// R6.8.3), kept as the observer keeps them.
+struct ModuleImportance {
+  Tensor sum;         ///< f32, one value per input feature: the sum of x^2 over the inputs
+  int64_t count = 0;  ///< the inputs' rows (tokens) summed
+};
+/// Module path ("model.layers.0.mlp.up_proj") -> its importance.
+using ImportanceMap = std::map<std::string, ModuleImportance>;
+
+/// The `qobs.format` / `qobs.format_version` metadata of an importance file: a
+/// safetensors file with `<module>.importance_sum` (F32, [in_features]) and
+/// `<module>.importance_count` (I64, shape []) per module (docs/CLI.md "Importance").
+inline constexpr std::string_view kImportanceFormat = "qobs-importance";
+inline constexpr std::string_view kImportanceFormatVersion = "1";
+
+/// Writes `importance` to `path` atomically (a temporary file beside it, renamed into
+/// place when complete; on failure nothing is left). Every entry is validated first as
+/// read_importance validates it (InvalidArgument naming the module), so nothing is
+/// written for bad statistics; an empty map is refused.
+void write_importance(const std::string& path, const ImportanceMap& importance);
+
+/// Reads and validates an importance file: IoError when it is not a safetensors file of
+/// this format (truncated, corrupt, other metadata, an unexpected tensor name, dtype or
+/// shape); InvalidArgument naming the file, module and index for a sum that is not
+/// finite or is negative, a count below 1 or a module with only one of its two tensors
+/// (R6.12.4).
+ImportanceMap read_importance(const std::string& path);
+
+/// Combines importance files collected on several machines (or over several data
+/// shards) with the statistics' reduce op, SUM (R6.8.2, R6.11.1; reduce_statistics:
+/// each sum element is the f64 sum of the files' f32 values rounded once to f32; counts
+/// add exactly), and writes the result to `out` (atomically). Every file must cover the
+/// same modules with the same lengths (InvalidArgument naming the file and module).
+/// Returns the merged map.
+ImportanceMap merge_importance(const std::vector<std::string>& paths, const std::string& out);
 
 /// The compressed-tensors version written into quantization_config.version.
 inline constexpr std::string_view kCompressedTensorsFormatVersion = "0.19.0";

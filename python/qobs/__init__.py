@@ -31,6 +31,7 @@ from .functional import (
     generate_mx_scales,
     quantize,
 )
+from .importance import collect_importance, merge_importance, read_importance
 from .observer import (
     ACTIVATION_OBS,
     FUSED_LAYER_NAMES,
@@ -77,6 +78,7 @@ __all__ = [
     "Statistics",
     "Tensor",
     "calculate_qparams",
+    "collect_importance",
     "compute_dynamic_scales_and_zp",
     "dequantize",
     "fake_quantize",
@@ -85,8 +87,10 @@ __all__ = [
     "generate_gparam",
     "generate_mx_scales",
     "is_preset_scheme",
+    "merge_importance",
     "preset_name_to_scheme",
     "quantize",
+    "read_importance",
     "reduce_statistics",
     "registered_observers",
 ]

@@ -661,6 +661,39 @@ PYBIND11_MODULE(_qobs, m) {
     return qobs::reduce_statistics(ranks);
   }, py::arg("ranks"));
 
+  // ---- importance files (R6.12.4): {module: (importance_sum, importance_count)} ------
+  const auto importance_out = [](const qobs::ImportanceMap& imp) {
+    py::dict d;
+    for (const auto& [module, e] : imp) d[py::str(module)] = py::make_tuple(out(e.sum), e.count);
+    return d;
+  };
+  m.def("write_importance", [](const std::string& path, const py::dict& entries) {
+    qobs::ImportanceMap imp;
+    for (const auto& [k, v] : entries) {
+      const auto t = py::reinterpret_borrow<py::tuple>(v);
+      if (t.size() != 2) throw qobs::InvalidArgument("importance entries are (importance_sum, importance_count) pairs");
+      imp[k.cast<std::string>()] = qobs::ModuleImportance{owned(t[0], "importance_sum"), t[1].cast<int64_t>()};
+    }
+    py::gil_scoped_release unlocked;
+    qobs::write_importance(path, imp);
+  }, py::arg("path"), py::arg("entries"));
+  m.def("read_importance", [=](const std::string& path) {
+    qobs::ImportanceMap imp;
+    {
+      py::gil_scoped_release unlocked;
+      imp = qobs::read_importance(path);
+    }
+    return importance_out(imp);
+  }, py::arg("path"));
+  m.def("merge_importance", [=](const std::vector<std::string>& paths, const std::string& out_path) {
+    qobs::ImportanceMap imp;
+    {
+      py::gil_scoped_release unlocked;
+      imp = qobs::merge_importance(paths, out_path);
+    }
+    return importance_out(imp);
+  }, py::arg("paths"), py::arg("out"));
+
   py::class_<qobs::Observer, std::shared_ptr<qobs::Observer>>(m, "Observer")
       .def_property_readonly("name", [](const qobs::Observer& o) { return std::string(o.name()); })
       .def_property_readonly("base_name", &qobs::Observer::base_name)

@@ -30,3 +30,13 @@ def torch():
 def llmcompressor():
     _optional("torch")
     return _optional("llmcompressor")
+
+
+@pytest.fixture(scope="session")
+def qobs_cli():
+    """The built qobs executable ($QOBS_CLI, else build/cli/qobs of the checkout); the
+    test is skipped when it was not built."""
+    p = pathlib.Path(os.environ.get("QOBS_CLI", pathlib.Path(__file__).resolve().parents[2] / "build" / "cli" / "qobs"))
+    if not p.exists():
+        pytest.skip(f"qobs CLI not built at {p}")
+    return p

@@ -8,13 +8,9 @@ compressed-tensors or without a built CLI ($QOBS_CLI, else build/cli/qobs).
 """
 
 import json
-import os
-import pathlib
 import subprocess
 
 import pytest
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 RECIPE = r"""
 quant_stage:
@@ -31,14 +27,7 @@ quant_stage:
 """
 
 
-def _cli():
-    p = pathlib.Path(os.environ.get("QOBS_CLI", ROOT / "build" / "cli" / "qobs"))
-    if not p.exists():
-        pytest.skip(f"qobs CLI not built at {p}")
-    return p
-
-
-def test_multi_group_config_loads_with_transformers(torch, tmp_path):
+def test_multi_group_config_loads_with_transformers(torch, qobs_cli, tmp_path):
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("compressed_tensors")
     from transformers.utils.quantization_config import CompressedTensorsConfig
@@ -51,7 +40,7 @@ def test_multi_group_config_loads_with_transformers(torch, tmp_path):
     model.save_pretrained(src, safe_serialization=True)
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(RECIPE)
-    subprocess.run([str(_cli()), "quantize", str(src), "-o", str(out), "--config", str(recipe), "--quiet"],
+    subprocess.run([str(qobs_cli), "quantize", str(src), "-o", str(out), "--config", str(recipe), "--quiet"],
                    check=True)
 
     qmodel = transformers.LlamaForCausalLM.from_pretrained(

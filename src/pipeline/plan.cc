@@ -104,9 +104,10 @@ QuantizationScheme resolve_one(QuantizationScheme s, const QuantizeOptions& o, c
   QOBS_CHECK(!needs_data(s.output_activations), InvalidArgument, label,
              " quantizes output activations statically, which needs calibration data (R1.6.2)");
   const std::string obs = calibration_observer_name("weight", s.weights->observer.value_or("memoryless_minmax"));
-  QOBS_CHECK(!observer_needs_importance(obs), InvalidArgument, "observer ", obs,
-             " needs input-activation importance from calibration data (R6.8, R6.12), which `qobs "
-             "quantize` does not run; choose memoryless_mse, nvfp4_expanded_mse or memoryless_minmax");
+  QOBS_CHECK(!observer_needs_importance(obs) || o.importance_path, InvalidArgument, label, ": observer ", obs,
+             " needs input-activation importance from calibration data (R6.8, R6.12), which `qobs quantize` does "
+             "not run: collect it where the model runs with qobs.collect_importance and pass the file with "
+             "--importance FILE (R6.12.4), or choose memoryless_mse, nvfp4_expanded_mse or memoryless_minmax");
   // Instantiate once so that an unknown name or a bad kwarg fails before any work.
   load_observer(obs, "weight", *s.weights);
   s.format = infer_compression_format(s);
@@ -126,17 +127,27 @@ std::vector<PlanGroup> resolve_groups(const QuantizeOptions& o) {
     std::string obs = calibration_observer_name("weight", s.weights->observer.value_or("memoryless_minmax"));
     return PlanGroup{std::move(name), std::move(s), std::move(obs)};
   };
-  if (!o.config) return {group("group_0", resolve_scheme(o))};
-  QOBS_CHECK(o.scheme.empty(), InvalidArgument, "--scheme ", o.scheme,
-             " and --config both give the scheme; use one (the config's groups name their schemes)");
-  QOBS_CHECK(o.targets.empty(), InvalidArgument,
-             "--targets and --config: the config's groups carry their targets; add them there");
-  QOBS_CHECK(!o.config->config_groups.empty(), InvalidArgument, o.config_source, ": the config has no config_groups");
   std::vector<PlanGroup> out;
-  for (const auto& [name, s] : o.config->config_groups) {
-    QOBS_CHECK(!s.targets.empty(), InvalidArgument, o.config_source, ": config group ", name, " has no targets");
-    out.push_back(group(name, resolve_one(s, o, "config group " + name + " of " + o.config_source)));
+  if (!o.config) {
+    out.push_back(group("group_0", resolve_scheme(o)));
+  } else {
+    QOBS_CHECK(o.scheme.empty(), InvalidArgument, "--scheme ", o.scheme,
+               " and --config both give the scheme; use one (the config's groups name their schemes)");
+    QOBS_CHECK(o.targets.empty(), InvalidArgument,
+               "--targets and --config: the config's groups carry their targets; add them there");
+    QOBS_CHECK(!o.config->config_groups.empty(), InvalidArgument, o.config_source, ": the config has no config_groups");
+    for (const auto& [name, s] : o.config->config_groups) {
+      QOBS_CHECK(!s.targets.empty(), InvalidArgument, o.config_source, ": config group ", name, " has no targets");
+      out.push_back(group(name, resolve_one(s, o, "config group " + name + " of " + o.config_source)));
+    }
   }
+  // A file no observer reads would be silently ignored: almost surely a mistyped observer.
+  QOBS_CHECK(!o.importance_path || std::any_of(out.begin(), out.end(), [](const PlanGroup& g) {
+               return observer_needs_importance(g.observer);
+             }),
+             InvalidArgument, "--importance ", *o.importance_path,
+             ": no weight observer of this run uses importance (imatrix_mse, nvfp4_expanded_imatrix, imatrix_lsq), "
+             "so the file would be ignored (R6.12.4)");
   return out;
 }
 
@@ -196,6 +207,34 @@ std::vector<Job> plan_jobs(const Checkpoint& ckpt, const std::vector<PlannedModu
   return jobs;
 }
 
+// R6.12.4: each module an importance-weighted observer calibrates gets its entry of
+// the file; the file must be of this checkpoint (every module it names has a 2-D
+// weight here) and cover those modules with their in_features. A missing module is an
+// error even where the observer would fall back to the uniform search (R6.8.4-3): a
+// weight calibrated without the importance its run asked for is D15's data-free run.
+void attach_importance(const Checkpoint& ckpt, const std::string& file, QuantizePlan& p) {
+  ImportanceMap imp = read_importance(file);
+  for (const auto& [module, m] : imp) {
+    const auto w = ckpt.find(module + ".weight");
+    QOBS_CHECK(w && w->second->shape.size() == 2, InvalidArgument, file, ": module ", module,
+               " has no 2-D weight in the checkpoint; was the file collected from another model? (R6.12.4)");
+  }
+  for (PlannedModule& pm : p.modules) {
+    const PlanGroup& g = p.groups[pm.group];
+    if (!observer_needs_importance(g.observer)) continue;
+    const auto it = imp.find(pm.module);
+    QOBS_CHECK(it != imp.end(), InvalidArgument, file, ": no importance for ", pm.module, ", which observer ",
+               g.observer, " quantizes; collect it over a model run that reaches the module, or leave the module "
+               "out with --ignore (R6.12.4)");
+    const int64_t in_features = pm.weight->shape[1];
+    QOBS_CHECK(it->second.sum.numel() == in_features, InvalidArgument, file, ": ", pm.module,
+               ".importance_sum has ", it->second.sum.numel(), " values but the weight ", pm.module, ".weight ",
+               shape_str(pm.weight->shape), " has ", in_features, " input features (R6.12.4, R6.8.4-6)");
+    pm.importance = std::move(it->second);
+    imp.erase(it);
+  }
+}
+
 }  // namespace
 
 QuantizePlan plan_quantize(const Checkpoint& ckpt, const QuantizeOptions& o, std::vector<PlanGroup> groups) {
@@ -227,11 +266,12 @@ QuantizePlan plan_quantize(const Checkpoint& ckpt, const QuantizeOptions& o, std
   for (std::size_t i = 0; i < p.targets.quantize.size(); ++i) {
     const std::string& m = p.targets.quantize[i];
     const auto where = ckpt.find(m + ".weight");
-    PlannedModule pm{m, where->first, where->second, {}, sel.group[i]};
+    PlannedModule pm{m, where->first, where->second, {}, sel.group[i], std::nullopt};
     const PlanGroup& g = p.groups[pm.group];
     pm.outputs = plan_compressed(g.weight_args(), g.format(), pm.weight->dtype, pm.weight->shape, m + ".weight");
     p.modules.push_back(std::move(pm));
   }
+  if (o.importance_path) attach_importance(ckpt, *o.importance_path, p);
   p.jobs = plan_jobs(ckpt, p.modules, p.groups);
 
   for (const PlannedModule& m : p.modules) p.replaced.insert(m.module + ".weight");

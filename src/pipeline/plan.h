@@ -32,6 +32,9 @@ struct PlannedModule {
   const TensorInfo* weight;
   std::vector<PlannedTensor> outputs;
   std::size_t group = 0;  ///< index into QuantizePlan::groups
+  /// From QuantizeOptions::importance_path, for a group whose observer weighs by
+  /// importance (R6.12.4): the observer's importance statistics before it observes.
+  std::optional<ModuleImportance> importance;
 };
 
 /// One unit of calibration work: a module, or a fused group of sibling modules that
@@ -62,7 +65,10 @@ std::vector<PlanGroup> resolve_groups(const QuantizeOptions& options);
 
 /// The plan for quantizing `ckpt` with `groups` (from resolve_groups(options)).
 /// InvalidArgument when the checkpoint is already quantized, nothing matches the
-/// targets, a weight's shape does not fit the scheme or a fused group is partly ignored.
+/// targets, a weight's shape does not fit the scheme or a fused group is partly ignored;
+/// with options.importance_path, when the file names a module the checkpoint lacks or
+/// lacks a module an importance-weighted observer calibrates, or a length differs from
+/// the weight's in_features (R6.12.4; IoError for an unreadable file).
 QuantizePlan plan_quantize(const Checkpoint& ckpt, const QuantizeOptions& options, std::vector<PlanGroup> groups);
 
 }  // namespace qobs::detail

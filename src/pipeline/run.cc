@@ -45,13 +45,24 @@ Metrics measure(const TensorView& w, const Tensor& dq) {
 }
 
 // Calibrates the members of a job with one observer name and returns their qparams.
+// `importance` (per member, null for none) becomes the observer's importance statistics
+// as attach + accumulate_input would have left them (R6.12.4), before any member
+// observes: a fused partner searches when the first member observes (R6.10.3).
 std::vector<QParams> calibrate(const std::vector<TensorView>& views, const std::vector<std::string>& labels,
-                               const QuantizationArgs& args, const std::string& observer) {
+                               const QuantizationArgs& args, const std::string& observer,
+                               const std::vector<const ModuleImportance*>& importance) {
   std::vector<std::shared_ptr<Observer>> obs;
   for (std::size_t i = 0; i < views.size(); ++i) {
     ObserverOptions opt;
     opt.label = labels[i];
     obs.push_back(load_observer(observer, "weight", args, {}, opt));
+    if (const ModuleImportance* imp = importance.empty() ? nullptr : importance[i]) {
+      Tensor count(DType::kI64, {});
+      count.data_as<int64_t>()[0] = imp->count;
+      obs.back()->attach(imp->sum.numel());
+      obs.back()->import_statistics(Statistics{
+          "", {{"importance_sum", imp->sum, ReduceOp::kSum}, {"importance_count", count, ReduceOp::kSum}}, 1});
+    }
     obs.back()->bind_weight(views[i]);
   }
   if (obs.size() > 1) fuse_observers(obs);
@@ -72,13 +83,15 @@ JobResult calibrate_job(const Checkpoint& ckpt, const QuantizePlan& plan, std::s
   std::vector<Tensor> scratch(job.members.size());
   std::vector<TensorView> views;
   std::vector<std::string> labels;
+  std::vector<const ModuleImportance*> importance;
   for (std::size_t k = 0; k < job.members.size(); ++k) {
     const PlannedModule& m = plan.modules[job.members[k]];
     views.push_back(ckpt.shards()[m.shard].view(*m.weight, scratch[k]));
     labels.push_back(m.module + ".weight");
+    importance.push_back(m.importance ? &*m.importance : nullptr);
   }
   const auto start = Clock::now();
-  const std::vector<QParams> qp = calibrate(views, labels, wargs, group.observer);
+  const std::vector<QParams> qp = calibrate(views, labels, wargs, group.observer, importance);
   JobResult r;
   for (std::size_t k = 0; k < job.members.size(); ++k)
     r.outputs.push_back(compress_weight(views[k], qp[k], wargs, group.format(), labels[k]));
@@ -105,7 +118,7 @@ JobResult calibrate_job(const Checkpoint& ckpt, const QuantizePlan& plan, std::s
         t.baseline_sqnr_db = t.sqnr_db;
       }
     } else {
-      const std::vector<QParams> bq = calibrate(views, labels, wargs, base);
+      const std::vector<QParams> bq = calibrate(views, labels, wargs, base, {});
       for (std::size_t k = 0; k < job.members.size(); ++k) {
         const Compressed bc = compress_weight(views[k], bq[k], wargs, group.format(), labels[k]);
         const Metrics mt = measure(views[k], bc.dequantized);

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "qobs/io.h"
+#include "qobs/pipeline.h"
 
 namespace qobs {
 namespace {
@@ -254,6 +255,35 @@ TEST_F(Cli, ErrorsNameFileAndTensor) {
   EXPECT_NE(r.out.find(p("in/model.safetensors")), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("not valid JSON"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(p("x")));
+}
+
+// --importance FILE feeds the imatrix observers (R6.12.4); merge-importance sums files.
+TEST_F(Cli, ImportanceFileAndMerge) {
+  Result r = run("quantize " + p("in") + " -o " + p("out") + " --scheme W4A16 --observer imatrix_mse --quiet");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("--importance FILE"), std::string::npos) << r.out;
+  const auto entry = [](double v, int64_t count) {
+    return ModuleImportance{Tensor::from_values(DType::kF32, {128}, std::vector<double>(128, v)), count};
+  };
+  for (const char* f : {"a.safetensors", "b.safetensors"})
+    write_importance(p(f), {{"model.layers.0.mlp.up_proj", entry(2.0, 4)}, {"model.layers.0.mlp.down_proj", entry(1.0, 4)}});
+  r = run("merge-importance " + p("m.safetensors") + " " + p("a.safetensors") + " " + p("b.safetensors"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("2 modules from 2 files"), std::string::npos) << r.out;
+  const ImportanceMap m = read_importance(p("m.safetensors"));
+  EXPECT_EQ(m.at("model.layers.0.mlp.up_proj").count, 8);
+  EXPECT_EQ(m.at("model.layers.0.mlp.up_proj").sum.get(0), 4.0);
+  r = run("quantize " + p("in") + " -o " + p("out") + " --scheme W4A16 --observer imatrix_lsq --importance " +
+          p("m.safetensors") + " --quiet");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(fs::exists(p("out/model.safetensors")));
+  write_importance(p("b.safetensors"), {{"model.layers.0.mlp.up_proj", entry(2.0, 4)}});
+  r = run("merge-importance " + p("m2.safetensors") + " " + p("a.safetensors") + " " + p("b.safetensors"));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find(p("b.safetensors") + ": has no importance for model.layers.0.mlp.down_proj"), std::string::npos)
+      << r.out;
+  EXPECT_FALSE(fs::exists(p("m2.safetensors")));
+  EXPECT_EQ(run("merge-importance " + p("m2.safetensors")).rc, 2);
 }
 
 // SIGTERM / SIGINT / SIGHUP mid-run used to leave `.OUT.qobs-tmp-PID` behind. Now the run

@@ -7,6 +7,7 @@
 // (simd/lsq_error_simd.cc), the reference element by element, both summing in the
 // canonical order of lsq_error_simd.h.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <tuple>
 #include <utility>
@@ -16,6 +17,7 @@
 #include "core/check.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel/thread_pool.h"
+#include "kernels/lsq_sweep.h"
 #include "kernels/search/select.h"
 #include "kernels/simd/lsq_candidates_simd.h"
 #include "kernels/simd/lsq_error_simd.h"
@@ -25,7 +27,7 @@ namespace qobs::kernels {
 
 namespace {
 
-namespace lanes = qobs::kernels::detail;  // the SIMD scorer (simd/lsq_error_simd.h)
+namespace lanes = qobs::kernels::detail;  // the lanes (simd/lsq_*_simd.h) and the sweep order (lsq_sweep.h)
 
 using qobs::detail::Arith;
 using qobs::detail::ElemQParams;
@@ -115,6 +117,12 @@ struct Group {
     const Arith a{P->dplan.s_dt, P->cfg.mode};
     return a.div(s, *P->global);
   }
+  /// Whether the lanes can follow this group's arithmetic at this level.
+  bool lanes_ok() const { return level != SimdLevel::kScalar && P->y_narrow && P->s_narrow; }
+  lanes::LsqGroupArgs lanes_args() const {
+    return {x, w, n, !P->symmetric, *P->y_narrow, *P->s_narrow, P->dplan.grid, static_cast<float>(P->dplan.q_min),
+            static_cast<float>(P->dplan.q_max)};
+  }
   /// The reference scorer: R5.1 element by element, summed in the canonical order.
   double error_scalar(double s, double z) const {
     const double sa = applied(s);
@@ -130,9 +138,8 @@ struct Group {
   void errors(const std::pair<double, double>* sz, std::size_t count, double* err) {
     evaluations += static_cast<int64_t>(count);
 #if QOBS_HAVE_FAST_KERNELS
-    if (level != SimdLevel::kScalar && P->y_narrow && P->s_narrow) {
-      const lanes::LsqGroupArgs G{x, w, n, !P->symmetric, *P->y_narrow, *P->s_narrow, P->dplan.grid,
-                                   static_cast<float>(P->dplan.q_min), static_cast<float>(P->dplan.q_max)};
+    if (lanes_ok()) {
+      const lanes::LsqGroupArgs G = lanes_args();
       const Arith ax{P->dplan.x_dt, P->cfg.mode}, as{P->dplan.s_dt, P->cfg.mode};
       std::vector<float> sv(count), zx(count), zs(count);
       for (std::size_t i = 0; i < count; ++i) {
@@ -156,6 +163,17 @@ struct Group {
   void codes(double s, double z, std::vector<double>& q) const {
     const double sa = applied(s);
     q.resize(static_cast<std::size_t>(n));
+#if QOBS_HAVE_FAST_KERNELS
+    if (lanes_ok()) {
+      thread_local std::vector<float> qf;
+      qf.resize(static_cast<std::size_t>(n));
+      const Arith ax{P->dplan.x_dt, P->cfg.mode};
+      if (lanes::lsq_codes_simd(level, lanes_args(), static_cast<float>(sa), static_cast<float>(ax.cast(z)), qf.data())) {
+        std::copy(qf.begin(), qf.end(), q.begin());
+        return;
+      }
+    }
+#endif
     for (int64_t j = 0; j < n; ++j) q[static_cast<std::size_t>(j)] = qobs::detail::quantize_elem(x[j], sa, z, P->dplan);
   }
 };
@@ -260,16 +278,20 @@ void extend_code_window(Group& g, int lo, int hi, Best& best) {
 std::vector<double> sweep_scales(const Group& g, double base, double f_lo, double f_hi) {
   const double qpos = g.P->qplan.q_max, qneg = -g.P->qplan.q_min;
   const double s_hi = base * f_hi, s_lo = base * f_lo;
-  struct Bp {
-    double s;
-    double dB, dC;
-  };
-  std::vector<Bp> bps;
+  using Bp = lanes::Crossing;
+  // per-thread scratch: the search runs once per group, millions of times per tensor
+  thread_local std::vector<Bp> bps;
+  thread_local std::vector<double> wax, wt;
+  bps.clear();
+  wax.resize(static_cast<std::size_t>(g.n));
+  wt.resize(static_cast<std::size_t>(g.n));
   double A = 0, B = 0, C = 0;
   for (int64_t j = 0; j < g.n; ++j) {
     const double w = g.w ? static_cast<double>(g.w[j]) : 1.0;
     const double ax = std::fabs(g.x[j]);
     const double lim = g.x[j] >= 0 ? qpos : qneg;
+    wt[static_cast<std::size_t>(j)] = w;
+    wax[static_cast<std::size_t>(j)] = w * ax;
     A += w * ax * ax;
     double k = std::min(lim, std::nearbyint(ax / s_hi));
     B += w * ax * k;
@@ -277,28 +299,36 @@ std::vector<double> sweep_scales(const Group& g, double base, double f_lo, doubl
     for (; k < lim; ++k) {
       const double at = ax / (k + 0.5);
       if (at < s_lo) break;
-      bps.push_back({at, w * ax, w * (2 * k + 1)});
+      bps.push_back({at, static_cast<uint32_t>(j), static_cast<uint32_t>(k)});
     }
   }
-  std::sort(bps.begin(), bps.end(), [](const Bp& a, const Bp& b) { return a.s > b.s; });
-  std::vector<std::pair<double, double>> minima;  // (continuous error, s)
+  lanes::sort_crossings(bps, s_lo, s_hi);
+  // the 4 least (continuous error, s) pairs, ascending: what sorting every interval's
+  // minimum and taking the first 4 gives
+  std::array<std::pair<double, double>, 4> top;
+  std::size_t count = 0;
   double upper = s_hi;
   auto interval = [&](double lower) {
     if (C > 0) {
       const double s = std::clamp(B / C, lower, upper);
-      minima.emplace_back(A - 2 * s * B + s * s * C, s);
+      const std::pair<double, double> m{A - 2 * s * B + s * s * C, s};
+      if (count == top.size() && !(m < top.back())) return;
+      std::size_t i = std::min(count, top.size() - 1);
+      for (; i > 0 && m < top[i - 1]; --i) top[i] = top[i - 1];
+      top[i] = m;
+      count = std::min(count + 1, top.size());
     }
   };
   for (const Bp& b : bps) {
     interval(b.s);
-    B += b.dB;
-    C += b.dC;
+    const double w = wt[b.j];
+    B += wax[b.j];
+    C += w * (2 * static_cast<double>(b.k) + 1);
     upper = b.s;
   }
   interval(s_lo);
-  std::sort(minima.begin(), minima.end());
   std::vector<double> out;
-  for (std::size_t i = 0; i < std::min<std::size_t>(4, minima.size()); ++i) out.push_back(minima[i].second);
+  for (std::size_t i = 0; i < count; ++i) out.push_back(top[i].second);
   return out;
 }
 

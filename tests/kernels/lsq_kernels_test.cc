@@ -1,6 +1,6 @@
 // The least-squares observers' fast paths against their scalar references, bit for bit
-// (docs/LSQ.md#L4): the group scorer in lanes (simd/lsq_error_simd.h) against the R5.1
-// element steps summed in the canonical order, the reference candidates in lanes
+// (docs/LSQ.md#L4): the group scorer and the refit's codes in lanes
+// (simd/lsq_error_simd.h) against the R5.1 element steps summed in the canonical order, the reference candidates in lanes
 // (simd/lsq_candidates_simd.h) against ShrunkQParams::compute, and the whole search at
 // every SIMD level against kernels::ref::lsq_search.
 #include <gtest/gtest.h>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/lsq_sweep.h"
 #include "kernels/simd/lsq_candidates_simd.h"
 #include "kernels/simd/lsq_error_simd.h"
 #include "kernels/simd/simd_level.h"
@@ -141,6 +142,14 @@ TEST(LsqKernels, ScorerEqualsScalarStepsBitForBit) {
                                                             weighted ? w.data() : nullptr)),
                                 double_bits(detail::lsq_combine(part)));
                     }
+                    // the refit's codes in lanes == quantize_elem (up to the sign of a zero,
+                    // which the refit's sums cannot see)
+                    std::vector<float> q(static_cast<std::size_t>(n));
+                    ASSERT_TRUE(detail::lsq_codes_simd(level, g, s[c], zx[c], q.data()));
+                    for (int64_t j = 0; j < n; ++j)
+                      ASSERT_EQ(q[static_cast<std::size_t>(j)],
+                                qobs::detail::quantize_elem(x[static_cast<std::size_t>(j)], s[c], z[c], plan))
+                          << "code " << j << " n " << n << " scale " << s[c] << " zp " << z[c];
                     ASSERT_EQ(double_bits(err[c]), double_bits(detail::lsq_combine(part)))
                         << to_string(level) << " x " << dtype_name(x_dt) << " s " << dtype_name(s_dt) << " bits "
                         << gr.bits << (gr.symmetric ? " sym" : " asym") << " n " << n << " kind "
@@ -201,6 +210,35 @@ TEST(LsqKernels, CandidatesEqualShrunkQParams) {
         }
   }
   if (checked == 0) GTEST_SKIP() << "no SIMD level on this machine";
+}
+
+// The sweep's crossings come out in exactly std::sort's order for the strict total
+// order: spread out, bunched in one bucket, tied across elements, out of [s_lo, s_hi]
+// by a rounding, and over a subnormal range.
+TEST(LsqKernels, SweepOrderEqualsStdSort) {
+  std::mt19937 rng(41);
+  for (int trial = 0; trial < 300; ++trial) {
+    const double s_lo = trial % 10 == 9 ? 1e-310 : 0.25 * (1 + trial % 7), s_hi = s_lo * (trial % 3 == 0 ? 4 : 25);
+    std::uniform_real_distribution<double> u(s_lo, s_hi);
+    std::vector<detail::Crossing> v;
+    const int n = static_cast<int>(rng() % 700);
+    for (int i = 0; i < n; ++i) {
+      double s = u(rng);
+      if (trial % 4 == 1) s = s_lo + (s - s_lo) * 1e-3;  // bunched
+      if (i % 9 == 3 && !v.empty()) s = v[rng() % v.size()].s;  // a tie
+      if (i == 5) s = std::nextafter(s_hi, INFINITY);
+      if (i == 6) s = std::nextafter(s_lo, 0.0);
+      v.push_back({s, static_cast<uint32_t>(rng() % 256), static_cast<uint32_t>(rng() % 8)});
+    }
+    std::vector<detail::Crossing> want = v;
+    std::sort(want.begin(), want.end(), detail::crossing_before);
+    detail::sort_crossings(v, s_lo, s_hi);
+    ASSERT_EQ(v.size(), want.size());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      ASSERT_EQ(double_bits(v[i].s), double_bits(want[i].s)) << "trial " << trial << " at " << i;
+      ASSERT_EQ(v[i].j, want[i].j) << "trial " << trial << " at " << i;
+    }
+  }
 }
 
 Tensor random_tensor(std::mt19937& rng, int64_t rows, int64_t cols, DType dt, Data kind) {

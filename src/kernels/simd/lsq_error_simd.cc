@@ -102,6 +102,29 @@ bool LsqErrors(const LsqGroupArgs& G, const float* s, const float* zx, const flo
   return G.w ? LsqErrorsGrid<true>(G, s, zx, zs, count, err) : LsqErrorsGrid<false>(G, s, zx, zs, count, err);
 }
 
+template <int kGrid>
+HWY_NOINLINE bool LsqCodesT(const LsqGroupArgs& G, float s, float zx, float* q) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const VF qmin = hn::Set(df, G.q_min), qmax = hn::Set(df, G.q_max), sv = hn::Set(df, s), zxv = hn::Set(df, zx);
+  auto bad = hn::FirstN(df, 0);
+  for (int64_t j = 0; j < G.n; j += N) {
+    const auto live = hn::FirstN(df, static_cast<std::size_t>(G.n - j));
+    // dead lanes quantize x = 0 (never a NaN quotient: s > 0) and are not stored
+    const VF x = hn::MaskedLoad(live, df, G.x + j);
+    hn::BlendedStore(quantize_lanes<kGrid>(x, sv, zxv, G.has_zp, G.y_narrow, qmin, qmax, bad), live, df, q + j);
+  }
+  return hn::AllFalse(df, bad);
+}
+
+bool LsqCodes(const LsqGroupArgs& G, float s, float zx, float* q) {
+  switch (G.grid) {
+    case qobs::detail::GridKind::kInt: return LsqCodesT<static_cast<int>(qobs::detail::GridKind::kInt)>(G, s, zx, q);
+    case qobs::detail::GridKind::kFp8: return LsqCodesT<static_cast<int>(qobs::detail::GridKind::kFp8)>(G, s, zx, q);
+    default: return LsqCodesT<static_cast<int>(qobs::detail::GridKind::kFp4)>(G, s, zx, q);
+  }
+}
+
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 }  // namespace HWY_NAMESPACE
 }  // namespace qobs::kernels::detail
@@ -115,6 +138,10 @@ namespace qobs::kernels::detail {
 bool lsq_errors_simd(SimdLevel level, const LsqGroupArgs& g, const float* s, const float* zx, const float* zs,
                      int64_t count, double* err) {
   QOBS_SIMD_DISPATCH(LsqErrors(g, s, zx, zs, count, err));
+}
+
+bool lsq_codes_simd(SimdLevel level, const LsqGroupArgs& g, float s, float zx, float* q) {
+  QOBS_SIMD_DISPATCH(LsqCodes(g, s, zx, q));
 }
 
 }  // namespace qobs::kernels::detail

@@ -44,4 +44,9 @@ struct LsqGroupArgs {
 bool lsq_errors_simd(SimdLevel level, const LsqGroupArgs& g, const float* s, const float* zx, const float* zs,
                      int64_t count, double* err);
 
+/// q[j] = the quantized value (R5.1.1 steps 2-4) of x_j for one candidate, the codes
+/// of the least-squares refit (docs/LSQ.md#L2). Returns false, with q unspecified, on
+/// a NaN quotient.
+bool lsq_codes_simd(SimdLevel level, const LsqGroupArgs& g, float s, float zx, float* q);
+
 }  // namespace qobs::kernels::detail

@@ -31,7 +31,13 @@ uint64_t double_bits(double d) {
   return u;
 }
 
-enum class Data { kNormal, kZeros, kEqual, kSubnormal, kOutliers };
+std::vector<uint64_t> bits_of(const std::vector<double>& v) {
+  std::vector<uint64_t> out;
+  for (double d : v) out.push_back(double_bits(d));
+  return out;
+}
+
+enum class Data { kNormal, kZeros, kEqual, kSubnormal, kOutliers, kNonFinite };
 
 /// n values of `kind` on dt's grid (as f32).
 std::vector<float> group_values(std::mt19937& rng, int64_t n, Data kind, DType dt) {
@@ -45,6 +51,7 @@ std::vector<float> group_values(std::mt19937& rng, int64_t n, Data kind, DType d
       case Data::kEqual: x = -0.3125; break;
       case Data::kSubnormal: x *= dt == DType::kF16 ? 1e-5 : 1e-37; break;
       case Data::kOutliers: x *= j % 11 == 5 ? 40.0 : 1.0; break;
+      case Data::kNonFinite: break;  // the search only (groups with NaN / Inf are not scored)
     }
     v[static_cast<std::size_t>(j)] = static_cast<float>(round_to_float_dtype(dt, x));
   }
@@ -251,13 +258,16 @@ Tensor random_tensor(std::mt19937& rng, int64_t rows, int64_t cols, DType dt, Da
     if (kind == Data::kEqual && (i / 16) % 2 == 0) v[i] = 0.0625;
     if (kind == Data::kSubnormal) v[i] *= dt == DType::kF16 ? 1e-5 : 1e-37;
     if (kind == Data::kOutliers && i % 13 == 4) v[i] *= 30;
+    if (kind == Data::kNonFinite && i % 173 == 9) v[i] = i % 2 ? NAN : (i % 3 ? INFINITY : -INFINITY);
   }
   return Tensor::from_values(dt, {rows, cols}, v);
 }
 
 // The whole search at every level (threaded) == the scalar reference: the same stored
 // qparams and the same number of scored candidates, for odd group lengths, every
-// float dtype, INT2..8 sym / asym, NVFP4, MXFP4, weighted and unweighted.
+// float dtype, INT2..8 sym / asym, NVFP4, MXFP4, weighted and unweighted, and groups
+// with NaN / Inf (the observers reject such weights; the kernel keeps their min-max
+// qparams unscored at every level).
 TEST(LsqKernels, SearchAtEveryLevelEqualsScalarReference) {
   std::mt19937 rng(29);
   struct Case {
@@ -280,7 +290,8 @@ TEST(LsqKernels, SearchAtEveryLevelEqualsScalarReference) {
   const Tensor gs_t = Tensor::from_values(DType::kF32, {1}, {448.0 * 6 / 0.3});
   for (const Case& c : cases)
     for (DType dt : {DType::kBF16, DType::kF16, DType::kF32})
-      for (Data kind : {Data::kNormal, Data::kZeros, Data::kEqual, Data::kSubnormal, Data::kOutliers}) {
+      for (Data kind :
+           {Data::kNormal, Data::kZeros, Data::kEqual, Data::kSubnormal, Data::kOutliers, Data::kNonFinite}) {
         const Tensor w = random_tensor(rng, 6, c.cols, dt, kind);
         std::vector<double> imp(static_cast<std::size_t>(6 * c.cols));
         std::uniform_real_distribution<double> u(0.001, 4.0);
@@ -300,8 +311,8 @@ TEST(LsqKernels, SearchAtEveryLevelEqualsScalarReference) {
             const std::string where = c.name + " " + std::string(dtype_name(dt)) + " kind " +
                                       std::to_string(static_cast<int>(kind)) + " weighted " +
                                       std::to_string(weighted) + " " + std::string(to_string(level));
-            ASSERT_EQ(got.scale, want.scale) << where;
-            ASSERT_EQ(got.zero_point, want.zero_point) << where;
+            ASSERT_EQ(bits_of(got.scale), bits_of(want.scale)) << where;  // NaN == NaN by bits
+            ASSERT_EQ(bits_of(got.zero_point), bits_of(want.zero_point)) << where;
             ASSERT_EQ(got.candidates_evaluated, want.candidates_evaluated) << where;
           }
         }

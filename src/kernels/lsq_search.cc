@@ -79,6 +79,9 @@ struct LsqPlan {
   qobs::detail::ShrunkQParams shrunk;
   /// fp_scale_codes: the stored scale of each positive E4M3 code 1..126 (index = code)
   std::vector<double> code_scale;
+  /// INT asymmetric: the log grid's factors of the range (weighted: 0.04x .. 1.25x in
+  /// 48 steps; unweighted: 0.5x .. 1.25x in 16), the same for every group
+  std::vector<double> log_grid;
   LsqSearchConfig cfg;
   /// The roundings of x / s and of the dequantization in lanes, when lanes can follow
   /// them (not for f64 arithmetic).
@@ -124,15 +127,7 @@ struct Group {
             static_cast<float>(P->dplan.q_max)};
   }
   /// The reference scorer: R5.1 element by element, summed in the canonical order.
-  double error_scalar(double s, double z) const {
-    const double sa = applied(s);
-    double part[lanes::kLsqPartials] = {};
-    for (int64_t j = 0; j < n; ++j) {
-      const double d = x[j] - qobs::detail::qdq_elem(x[j], sa, z, P->dplan);
-      part[j % lanes::kLsqPartials] += (w ? static_cast<double>(w[j]) : 1.0) * d * d;
-    }
-    return lanes::lsq_combine(part);
-  }
+  double error_scalar(double s, double z) const { return lanes::lsq_error_scalar(x, w, n, applied(s), z, P->dplan); }
   /// err[i] of candidates sz[i] (stored scale, zero point), in lanes where the level
   /// and the dtypes allow it; the same bits either way.
   void errors(const std::pair<double, double>* sz, std::size_t count, double* err) {
@@ -159,22 +154,19 @@ struct Group {
     errors(&sz, 1, &e);
     return e;
   }
-  /// The integer codes q - z of the stored qparams (for the least-squares refit).
-  void codes(double s, double z, std::vector<double>& q) const {
+  /// The least-squares refit's sums over the raw codes of the stored qparams, each in
+  /// the canonical order (lsq_error_simd.h: Σ w, Σ w x, Σ w q, Σ (w q) q, Σ (w q) x).
+  void refit_sums(double s, double z, double* sums) const {
     const double sa = applied(s);
-    q.resize(static_cast<std::size_t>(n));
 #if QOBS_HAVE_FAST_KERNELS
     if (lanes_ok()) {
-      thread_local std::vector<float> qf;
-      qf.resize(static_cast<std::size_t>(n));
       const Arith ax{P->dplan.x_dt, P->cfg.mode};
-      if (lanes::lsq_codes_simd(level, lanes_args(), static_cast<float>(sa), static_cast<float>(ax.cast(z)), qf.data())) {
-        std::copy(qf.begin(), qf.end(), q.begin());
+      // false: a NaN quotient; the scalar steps redo it
+      if (lanes::lsq_refit_sums_simd(level, lanes_args(), static_cast<float>(sa), static_cast<float>(ax.cast(z)), sums))
         return;
-      }
     }
 #endif
-    for (int64_t j = 0; j < n; ++j) q[static_cast<std::size_t>(j)] = qobs::detail::quantize_elem(x[j], sa, z, P->dplan);
+    lanes::lsq_refit_sums_scalar(x, w, n, sa, z, P->dplan, sums);
   }
 };
 
@@ -193,33 +185,18 @@ struct Best {
 /// Least-squares refit of (scale, zero point) for the codes of (s, z), re-rounded and
 /// re-scored, repeated while the error falls (docs/LSQ.md#L2).
 void refit(Group& g, double s, double z, double e, Best& best) {
-  std::vector<double> q;
   for (int it = 0; it < 8; ++it) {
-    g.codes(s, z, q);
-    double sww = 0, swq = 0, swqq = 0, swx = 0, swqx = 0;
-    for (int64_t j = 0; j < g.n; ++j) {
-      const double wj = g.w ? static_cast<double>(g.w[j]) : 1.0;
-      const double qj = q[static_cast<std::size_t>(j)] - (g.P->symmetric ? 0.0 : z);
-      sww += wj;
-      swq += wj * qj;
-      swqq += wj * qj * qj;
-      swx += wj * g.x[j];
-      swqx += wj * qj * g.x[j];
-    }
+    double S[lanes::kLsqRefitSums];
+    g.refit_sums(s, z, S);
+    const double sww = S[lanes::kSumW], swx = S[lanes::kSumWX], sq = S[lanes::kSumWQ], sqq = S[lanes::kSumWQQ],
+                 sqx = S[lanes::kSumWQX];
     double ns, nz = z;
     if (g.P->symmetric) {
-      if (!(swqq > 0)) return;
-      ns = swqx / swqq;  // argmin_s sum w (x - s c)^2 for fixed codes c
+      // the codes are the raw codes (z = 0)
+      if (!(sqq > 0)) return;
+      ns = sqx / sqq;  // argmin_s sum w (x - s c)^2 for fixed codes c
     } else {
       // x ~ s * q + b over the raw codes q, then z = -b / s (2x2 normal equations)
-      double sq = 0, sqq = 0, sqx = 0;
-      for (int64_t j = 0; j < g.n; ++j) {
-        const double wj = g.w ? static_cast<double>(g.w[j]) : 1.0;
-        const double qj = q[static_cast<std::size_t>(j)];
-        sq += wj * qj;
-        sqq += wj * qj * qj;
-        sqx += wj * qj * g.x[j];
-      }
       const double det = sww * sqq - sq * sq;
       if (!(det > 0)) return;
       ns = (sww * sqx - sq * swx) / det;
@@ -293,7 +270,7 @@ std::vector<double> sweep_scales(const Group& g, double base, double f_lo, doubl
     wt[static_cast<std::size_t>(j)] = w;
     wax[static_cast<std::size_t>(j)] = w * ax;
     A += w * ax * ax;
-    double k = std::min(lim, std::nearbyint(ax / s_hi));
+    double k = std::min(lim, qobs::detail::round_half_even(ax / s_hi));  // nearbyint, inline
     B += w * ax * k;
     C += w * k * k;
     for (; k < lim; ++k) {
@@ -418,11 +395,7 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   } else {
     const double base = P.symmetric ? amax / P.qplan.half_range
                                     : (std::max(hi, 0.0) - std::min(lo, 0.0)) / P.qplan.range;
-    // weighted: 0.04x .. 1.25x; unweighted: 0.5x .. 1.25x around the reference's range
-    const double f_lo = P.cfg.weighted ? 0.04 : 0.5;
-    const int steps = P.cfg.weighted ? 48 : 16;
-    for (int i = 0; i < steps; ++i) {
-      const double f = f_lo * std::pow(1.25 / f_lo, static_cast<double>(i) / (steps - 1));
+    for (double f : P.log_grid) {
       const double s = stored_scale(base * f, P);
       const double z = P.symmetric ? 0.0 : stored_zero_point(P.qplan.q_min - std::min(lo, 0.0) * f / s, P);
       extra.emplace_back(s, z);
@@ -483,6 +456,11 @@ LsqPlan make_plan(const FlatView& flat, const QuantizationArgs& args, const LsqS
   P.dplan = QdqPlan::make(args, P.dt, s_dt, true, true, cfg.mode);
   P.ref_lists = reference_candidate_lists(P.dt, P.global.has_value());
   P.shrunk = qobs::detail::ShrunkQParams::make(P.qplan);
+  {
+    const double f_lo = cfg.weighted ? 0.04 : 0.5;
+    const int steps = cfg.weighted ? 48 : 16;
+    for (int i = 0; i < steps; ++i) P.log_grid.push_back(f_lo * std::pow(1.25 / f_lo, static_cast<double>(i) / (steps - 1)));
+  }
   if (P.fp_scale_codes)
     for (int c = 0; c <= 126; ++c) P.code_scale.push_back(stored_scale(fp8_e4m3_to_float(static_cast<uint8_t>(c)), P));
   for (const auto& l : P.ref_lists) P.ref_lists_f32.emplace_back(l.second.begin(), l.second.end());

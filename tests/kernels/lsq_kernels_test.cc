@@ -1,5 +1,5 @@
 // The least-squares observers' fast paths against their scalar references, bit for bit
-// (docs/LSQ.md#L4): the group scorer and the refit's codes in lanes
+// (docs/LSQ.md#L4): the group scorer and the refit's sums in lanes
 // (simd/lsq_error_simd.h) against the R5.1 element steps summed in the canonical order, the reference candidates in lanes
 // (simd/lsq_candidates_simd.h) against ShrunkQParams::compute, and the whole search at
 // every SIMD level against kernels::ref::lsq_search.
@@ -149,14 +149,18 @@ TEST(LsqKernels, ScorerEqualsScalarStepsBitForBit) {
                                                             weighted ? w.data() : nullptr)),
                                 double_bits(detail::lsq_combine(part)));
                     }
-                    // the refit's codes in lanes == quantize_elem (up to the sign of a zero,
-                    // which the refit's sums cannot see)
-                    std::vector<float> q(static_cast<std::size_t>(n));
-                    ASSERT_TRUE(detail::lsq_codes_simd(level, g, s[c], zx[c], q.data()));
-                    for (int64_t j = 0; j < n; ++j)
-                      ASSERT_EQ(q[static_cast<std::size_t>(j)],
-                                qobs::detail::quantize_elem(x[static_cast<std::size_t>(j)], s[c], z[c], plan))
-                          << "code " << j << " n " << n << " scale " << s[c] << " zp " << z[c];
+                    // the refit's sums in lanes == the same sums over quantize_elem's codes
+                    double want_sums[detail::kLsqRefitSums];
+                    detail::lsq_refit_sums_scalar(x.data(), weighted ? w.data() : nullptr, n, s[c], z[c], plan,
+                                                  want_sums);
+                    double sums[detail::kLsqRefitSums];
+                    ASSERT_TRUE(detail::lsq_refit_sums_simd(level, g, s[c], zx[c], sums));
+                    for (int i = 0; i < detail::kLsqRefitSums; ++i)
+                      ASSERT_EQ(double_bits(sums[i]), double_bits(want_sums[i]))
+                          << "refit sum " << i << " n " << n << " scale " << s[c] << " zp " << z[c];
+                    ASSERT_EQ(double_bits(detail::lsq_error_scalar(x.data(), weighted ? w.data() : nullptr, n, s[c],
+                                                                   z[c], plan)),
+                              double_bits(detail::lsq_combine(part)));
                     ASSERT_EQ(double_bits(err[c]), double_bits(detail::lsq_combine(part)))
                         << to_string(level) << " x " << dtype_name(x_dt) << " s " << dtype_name(s_dt) << " bits "
                         << gr.bits << (gr.symmetric ? " sym" : " asym") << " n " << n << " kind "

@@ -102,27 +102,57 @@ bool LsqErrors(const LsqGroupArgs& G, const float* s, const float* zx, const flo
   return G.w ? LsqErrorsGrid<true>(G, s, zx, zs, count, err) : LsqErrorsGrid<false>(G, s, zx, zs, count, err);
 }
 
-template <int kGrid>
-HWY_NOINLINE bool LsqCodesT(const LsqGroupArgs& G, float s, float zx, float* q) {
+template <int kGrid, bool kWeighted>
+HWY_NOINLINE bool LsqRefitSumsT(const LsqGroupArgs& G, float s, float zx, double* sums) {
   const DF df;
+  const DH dh;
+  const DD dd;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const VF qmin = hn::Set(df, G.q_min), qmax = hn::Set(df, G.q_max), sv = hn::Set(df, s), zxv = hn::Set(df, zx);
   auto bad = hn::FirstN(df, 0);
+  VD acc[kLsqRefitSums][kAcc];
+  for (auto& a : acc)
+    for (VD& v : a) v = hn::Zero(dd);
   for (int64_t j = 0; j < G.n; j += N) {
     const auto live = hn::FirstN(df, static_cast<std::size_t>(G.n - j));
-    // dead lanes quantize x = 0 (never a NaN quotient: s > 0) and are not stored
+    // dead lanes: x = 0 and w = 0, so every term is +0
     const VF x = hn::MaskedLoad(live, df, G.x + j);
-    hn::BlendedStore(quantize_lanes<kGrid>(x, sv, zxv, G.has_zp, G.y_narrow, qmin, qmax, bad), live, df, q + j);
+    const VF w = kWeighted ? hn::MaskedLoad(live, df, G.w + j) : hn::IfThenElseZero(live, hn::Set(df, 1.0f));
+    const VF q = quantize_lanes<kGrid>(x, sv, zxv, G.has_zp, G.y_narrow, qmin, qmax, bad);
+    for (int h = 0; h < 2; ++h) {
+      const VD xd = hn::PromoteTo(dd, h ? hn::UpperHalf(dh, x) : hn::LowerHalf(dh, x));
+      const VD wd = hn::PromoteTo(dd, h ? hn::UpperHalf(dh, w) : hn::LowerHalf(dh, w));
+      const VD qd = hn::PromoteTo(dd, h ? hn::UpperHalf(dh, q) : hn::LowerHalf(dh, q));
+      const VD wq = hn::Mul(wd, qd);
+      const int k = h % kAcc;
+      acc[kSumW][k] = hn::Add(acc[kSumW][k], wd);
+      acc[kSumWX][k] = hn::Add(acc[kSumWX][k], hn::Mul(wd, xd));
+      acc[kSumWQ][k] = hn::Add(acc[kSumWQ][k], wq);
+      acc[kSumWQQ][k] = hn::Add(acc[kSumWQQ][k], hn::Mul(wq, qd));
+      acc[kSumWQX][k] = hn::Add(acc[kSumWQX][k], hn::Mul(wq, xd));
+    }
+  }
+  for (int i = 0; i < kLsqRefitSums; ++i) {
+    alignas(64) double p[kLsqPartials];
+    for (int k = 0; k < kAcc; ++k) hn::Store(acc[i][k], dd, p + k * static_cast<int>(hn::Lanes(dd)));
+    sums[i] = lsq_combine(p);
   }
   return hn::AllFalse(df, bad);
 }
 
-bool LsqCodes(const LsqGroupArgs& G, float s, float zx, float* q) {
+template <bool kWeighted>
+bool LsqRefitSumsGrid(const LsqGroupArgs& G, float s, float zx, double* sums) {
   switch (G.grid) {
-    case qobs::detail::GridKind::kInt: return LsqCodesT<static_cast<int>(qobs::detail::GridKind::kInt)>(G, s, zx, q);
-    case qobs::detail::GridKind::kFp8: return LsqCodesT<static_cast<int>(qobs::detail::GridKind::kFp8)>(G, s, zx, q);
-    default: return LsqCodesT<static_cast<int>(qobs::detail::GridKind::kFp4)>(G, s, zx, q);
+    case qobs::detail::GridKind::kInt:
+      return LsqRefitSumsT<static_cast<int>(qobs::detail::GridKind::kInt), kWeighted>(G, s, zx, sums);
+    case qobs::detail::GridKind::kFp8:
+      return LsqRefitSumsT<static_cast<int>(qobs::detail::GridKind::kFp8), kWeighted>(G, s, zx, sums);
+    default: return LsqRefitSumsT<static_cast<int>(qobs::detail::GridKind::kFp4), kWeighted>(G, s, zx, sums);
   }
+}
+
+bool LsqRefitSums(const LsqGroupArgs& G, float s, float zx, double* sums) {
+  return G.w ? LsqRefitSumsGrid<true>(G, s, zx, sums) : LsqRefitSumsGrid<false>(G, s, zx, sums);
 }
 
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
@@ -140,8 +170,8 @@ bool lsq_errors_simd(SimdLevel level, const LsqGroupArgs& g, const float* s, con
   QOBS_SIMD_DISPATCH(LsqErrors(g, s, zx, zs, count, err));
 }
 
-bool lsq_codes_simd(SimdLevel level, const LsqGroupArgs& g, float s, float zx, float* q) {
-  QOBS_SIMD_DISPATCH(LsqCodes(g, s, zx, q));
+bool lsq_refit_sums_simd(SimdLevel level, const LsqGroupArgs& g, float s, float zx, double* sums) {
+  QOBS_SIMD_DISPATCH(LsqRefitSums(g, s, zx, sums));
 }
 
 }  // namespace qobs::kernels::detail

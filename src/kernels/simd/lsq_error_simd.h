@@ -5,7 +5,7 @@
 // The sum order is qobs's own and the same at every level: element j adds its term
 // (w_j (x_j - QDQ(x_j)))... exactly (w_j d_j) d_j in f64, d_j = x_j - QDQ(x_j) in f64, to
 // partial sum j mod kLsqPartials in increasing j, and lsq_combine adds the partials in
-// a fixed tree. The scalar reference (lsq_search.cc) sums in this order too, so every
+// a fixed tree. The scalar twins below (the reference's) sum in this order too, so every
 // level returns the same bits.
 #pragma once
 
@@ -44,9 +44,43 @@ struct LsqGroupArgs {
 bool lsq_errors_simd(SimdLevel level, const LsqGroupArgs& g, const float* s, const float* zx, const float* zs,
                      int64_t count, double* err);
 
-/// q[j] = the quantized value (R5.1.1 steps 2-4) of x_j for one candidate, the codes
-/// of the least-squares refit (docs/LSQ.md#L2). Returns false, with q unspecified, on
-/// a NaN quotient.
-bool lsq_codes_simd(SimdLevel level, const LsqGroupArgs& g, float s, float zx, float* q);
+/// The least-squares refit's sums (docs/LSQ.md#L2) over the quantized values q_j
+/// (R5.1.1 steps 2-4, the raw codes) of one candidate, each summed in the canonical
+/// order of the error: Σ w, Σ w x, Σ w q, Σ (w q) q, Σ (w q) x, in f64 (w = 1
+/// unweighted).
+enum LsqRefitSum { kSumW, kSumWX, kSumWQ, kSumWQQ, kSumWQX, kLsqRefitSums };
+
+/// sums[kSumW .. kSumWQX] for one candidate (scale s on s_dt's grid, zero point zx cast
+/// to x's dtype). Returns false, with sums unspecified, on a NaN quotient.
+bool lsq_refit_sums_simd(SimdLevel level, const LsqGroupArgs& g, float s, float zx, double* sums);
+
+/// The scalar twins, the reference's own (kernels::ref::lsq_search, qdq_group_error):
+/// the R5.1 element steps (qdq_elem / quantize_elem with the plan's zero point; s as the
+/// QDQ applies it), summed in the same canonical order.
+inline double lsq_error_scalar(const float* x, const float* w, int64_t n, double s, double z,
+                               const qobs::detail::QdqPlan& plan) {
+  double part[kLsqPartials] = {};
+  for (int64_t j = 0; j < n; ++j) {
+    const double d = x[j] - qobs::detail::qdq_elem(x[j], s, z, plan);
+    part[j % kLsqPartials] += (w ? static_cast<double>(w[j]) : 1.0) * d * d;
+  }
+  return lsq_combine(part);
+}
+inline void lsq_refit_sums_scalar(const float* x, const float* w, int64_t n, double s, double z,
+                                  const qobs::detail::QdqPlan& plan, double* sums) {
+  double part[kLsqRefitSums][kLsqPartials] = {};
+  for (int64_t j = 0; j < n; ++j) {
+    const double wj = w ? static_cast<double>(w[j]) : 1.0, xj = x[j];
+    const double qj = qobs::detail::quantize_elem(xj, s, z, plan);
+    const double wq = wj * qj;
+    const int64_t l = j % kLsqPartials;
+    part[kSumW][l] += wj;
+    part[kSumWX][l] += wj * xj;
+    part[kSumWQ][l] += wq;
+    part[kSumWQQ][l] += wq * qj;
+    part[kSumWQX][l] += wq * xj;
+  }
+  for (int i = 0; i < kLsqRefitSums; ++i) sums[i] = lsq_combine(part[i]);
+}
 
 }  // namespace qobs::kernels::detail

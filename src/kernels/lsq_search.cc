@@ -136,7 +136,10 @@ struct Group {
     if (lanes_ok()) {
       const lanes::LsqGroupArgs G = lanes_args();
       const Arith ax{P->dplan.x_dt, P->cfg.mode}, as{P->dplan.s_dt, P->cfg.mode};
-      std::vector<float> sv(count), zx(count), zs(count);
+      thread_local std::vector<float> sv, zx, zs;  // scratch: called per candidate batch
+      sv.resize(count);
+      zx.resize(count);
+      zs.resize(count);
       for (std::size_t i = 0; i < count; ++i) {
         sv[i] = static_cast<float>(applied(sz[i].first));  // on s_dt's grid (f32 or narrower)
         zx[i] = static_cast<float>(ax.cast(sz[i].second));
@@ -321,14 +324,16 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   // (1) every choice of the reference observers, as calculate_qparams would store it
   const ElemQParams minmax = qobs::detail::compute_qparams_elem(lo, hi, P.qplan);
   if (!std::isfinite(lo) || !std::isfinite(hi) || (lo == 0 && hi == 0)) return minmax;
-  std::vector<std::pair<double, double>> cands;
+  // per-thread scratch: the search runs once per group, millions of times per tensor
+  thread_local std::vector<std::pair<double, double>> cands;
+  cands.clear();
   // a list's neighbouring shrink factors mostly give the same stored pair: dropping a
   // repeat of the previous pair here leaves the set that the sort + unique below
   // makes, at a fraction of the sort
-  auto add_cand = [&cands](double s, double z) {
+  auto add_cand = [](double s, double z) {
     if (cands.empty() || cands.back() != std::pair<double, double>{s, z}) cands.emplace_back(s, z);
   };
-  std::vector<float> fs, fz;
+  thread_local std::vector<float> fs, fz;
   for (std::size_t l = 0; l < P.ref_lists.size(); ++l) {
     const auto& [expand, ps] = P.ref_lists[l];
     const double m0 = a.mul(lo, expand), M0 = a.mul(hi, expand);
@@ -378,7 +383,8 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   }
   std::sort(cands.begin(), cands.end());
   cands.erase(std::unique(cands.begin(), cands.end()), cands.end());
-  std::vector<double> errs(cands.size());
+  thread_local std::vector<double> errs;
+  errs.resize(cands.size());
   g.errors(cands.data(), cands.size(), errs.data());
   for (std::size_t i = 0; i < cands.size(); ++i) best.offer(errs[i], cands[i].first, cands[i].second);
   if (window_lo <= window_hi) extend_code_window(g, window_lo, window_hi, best);

@@ -37,6 +37,13 @@ const qobs::Tensor& weight(int64_t rows, int64_t cols, DType dt) {
   return cache.back().second;
 }
 
+/// A bench scheme name, or else a preset's weight args (W4A16_ASYM, MXFP4A16).
+qobs::QuantizationArgs scheme_or_preset(const std::string& name) {
+  for (const char* preset : {"W4A16_ASYM", "MXFP4A16"})
+    if (name == preset) return qobs::preset_scheme(name).weights->validated();
+  return qobs::bench::scheme_args(name);
+}
+
 int64_t candidates(const std::string& observer) {
   if (observer == "memoryless_mse" || observer == "mse") return 20;
   if (observer == "nvfp4_expanded_mse") return 111;
@@ -47,14 +54,14 @@ int64_t candidates(const std::string& observer) {
 void BM_Observer(benchmark::State& state, std::string observer, std::string scheme, DType dt, int64_t rows,
                  int64_t cols) {
   const qobs::Tensor& w = weight(rows, cols, dt);
-  const qobs::QuantizationArgs args = qobs::bench::scheme_args(scheme);
+  const qobs::QuantizationArgs args = scheme_or_preset(scheme);
   std::vector<float> imp(static_cast<std::size_t>(cols));
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(0.1f, 2.0f);
   for (float& x : imp) x = u(rng);
   for (auto _ : state) {
     auto obs = qobs::load_observer(observer, "weight", args);
-    if (observer == "imatrix_mse") {
+    if (observer == "imatrix_mse" || observer == "imatrix_lsq") {
       obs->attach(cols);
       obs->accumulate_input(qobs::TensorView(imp.data(), DType::kF32, {1, cols}));
     }
@@ -221,7 +228,15 @@ void register_all() {
                            Obs{"memoryless_mse", "int4_g128", 2}, Obs{"memoryless_mse", "nvfp4", 1},
                            Obs{"memoryless_mse", "int8_channel", 1}, Obs{"memoryless_mse", "fp8_channel", 1},
                            Obs{"mse", "int4_g128", 2}, Obs{"nvfp4_expanded_mse", "nvfp4", 1},
-                           Obs{"imatrix_mse", "int4_g128", 2}, Obs{"imatrix_mse", "int8_channel", 1}}) {
+                           Obs{"imatrix_mse", "int4_g128", 2}, Obs{"imatrix_mse", "int8_channel", 1},
+                           // the least-squares observers (docs/LSQ.md#L4) beside the reference
+                           // observers they must not be slower than, on the same tensors
+                           Obs{"lsq_mse", "int4_g128", 1}, Obs{"imatrix_lsq", "int4_g128", 1},
+                           Obs{"memoryless_mse", "W4A16_ASYM", 1}, Obs{"imatrix_mse", "W4A16_ASYM", 1},
+                           Obs{"lsq_mse", "W4A16_ASYM", 1}, Obs{"imatrix_lsq", "W4A16_ASYM", 1},
+                           Obs{"lsq_mse", "nvfp4", 1}, Obs{"imatrix_lsq", "nvfp4", 1},
+                           Obs{"memoryless_mse", "MXFP4A16", 1}, Obs{"lsq_mse", "MXFP4A16", 1},
+                           Obs{"imatrix_lsq", "MXFP4A16", 1}}) {
         auto* b = benchmark::RegisterBenchmark((std::string(o.name) + "/" + o.scheme + "/" + d + "/" + sh).c_str(),
                                                BM_Observer, std::string(o.name), std::string(o.scheme), dt, s.rows,
                                                s.cols);

@@ -11,6 +11,8 @@ list(APPEND QOBS_KERNEL_SOURCES
      kernels/simd/shrunk_qparams_simd.cc
      kernels/simd/minmax_simd.cc
      kernels/simd/qdq_simd.cc
+     kernels/simd/lsq_error_simd.cc
+     kernels/simd/lsq_candidates_simd.cc
      kernels/qdq_fast.cc
      kernels/qparams_fast.cc
      kernels/simd/pow_poly.cc

@@ -3,8 +3,11 @@
 // the qparams exactly as they will be stored and applied by the real quantizer (R5.1),
 // the minimum kept. Groups are independent, so the threaded call (kernels::lsq_search)
 // and the scalar reference (kernels::ref::lsq_search) run the same per-group function
-// and agree bit for bit.
+// and agree bit for bit: the threaded one scores candidates in SIMD lanes
+// (simd/lsq_error_simd.cc), the reference element by element, both summing in the
+// canonical order of lsq_error_simd.h.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <tuple>
 #include <utility>
@@ -14,17 +17,22 @@
 #include "core/check.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel/thread_pool.h"
+#include "kernels/lsq_sweep.h"
 #include "kernels/search/select.h"
+#include "kernels/simd/lsq_candidates_simd.h"
+#include "kernels/simd/lsq_error_simd.h"
 #include "qparams/qparam_math.h"
 
 namespace qobs::kernels {
 
 namespace {
 
-using detail::Arith;
-using detail::ElemQParams;
-using detail::QdqPlan;
-using detail::QParamPlan;
+namespace lanes = qobs::kernels::detail;  // the lanes (simd/lsq_*_simd.h) and the sweep order (lsq_sweep.h)
+
+using qobs::detail::Arith;
+using qobs::detail::ElemQParams;
+using qobs::detail::QdqPlan;
+using qobs::detail::QParamPlan;
 
 /// The reference's candidate lists, each (expand, shrink factors as multiplied): every
 /// (min, max) pair memoryless_mse and imatrix_mse (and, with a global scale,
@@ -46,7 +54,7 @@ std::vector<std::pair<double, std::vector<double>>> reference_candidate_lists(DT
   for (GridSearchConfig c : cfgs) {
     for (bool chunked : {false, true}) {
       c.chunked = chunked;
-      std::vector<double> p = detail::search_shrink_factors(c, dt);
+      std::vector<double> p = qobs::detail::search_shrink_factors(c, dt);
       p.push_back(1.0);  // the min-max choice (memoryless_minmax), and a fallback when S = 0
       out.emplace_back(c.expand, std::move(p));
     }
@@ -65,7 +73,19 @@ struct LsqPlan {
   bool mx = false;
   bool symmetric = true;
   std::vector<std::pair<double, std::vector<double>>> ref_lists;
+  /// ref_lists' shrink factors as f32 (what Arith::mul multiplies by) and the
+  /// branch-free twin of compute_qparams_elem for them, where the plan allows it
+  std::vector<std::vector<float>> ref_lists_f32;
+  qobs::detail::ShrunkQParams shrunk;
+  /// fp_scale_codes: the stored scale of each positive E4M3 code 1..126 (index = code)
+  std::vector<double> code_scale;
+  /// INT asymmetric: the log grid's factors of the range (weighted: 0.04x .. 1.25x in
+  /// 48 steps; unweighted: 0.5x .. 1.25x in 16), the same for every group
+  std::vector<double> log_grid;
   LsqSearchConfig cfg;
+  /// The roundings of x / s and of the dequantization in lanes, when lanes can follow
+  /// them (not for f64 arithmetic).
+  std::optional<lanes::Narrow> y_narrow, s_narrow;
 };
 
 /// The stored scale of a raw scale value (R4.1 steps 5 and 7, in the scale dtype).
@@ -73,7 +93,7 @@ double stored_scale(double s, const LsqPlan& P) {
   const Arith as{P.scale_dt, P.cfg.mode};
   double v = as.cast(s);
   // MX: scale_dtype (uint8) holds the exponent, not the scale (R4.1 steps 5-6)
-  if (P.qplan.scale_dtype && !P.mx) v = as.cast(detail::round_to_dtype_value(v, P.qplan.scale_target));
+  if (P.qplan.scale_dtype && !P.mx) v = as.cast(qobs::detail::round_to_dtype_value(v, P.qplan.scale_target));
   if (v == 0.0) v = P.qplan.eps;
   return v;
 }
@@ -81,16 +101,17 @@ double stored_scale(double s, const LsqPlan& P) {
 /// The stored zero point of a raw value (R4.1 steps 3 and 8).
 double stored_zero_point(double z, const LsqPlan& P) {
   if (P.symmetric) return 0.0;
-  z = detail::clamp_nan(z, P.qplan.q_min, P.qplan.q_max);
-  return std::isnan(z) ? 0.0 : detail::round_to_dtype_value(z, P.qplan.zp_target);
+  z = qobs::detail::clamp_nan(z, P.qplan.q_min, P.qplan.q_max);
+  return std::isnan(z) ? 0.0 : qobs::detail::round_to_dtype_value(z, P.qplan.zp_target);
 }
 
-/// One group's values and weights, and the scorer of a stored (scale, zero point).
+/// One group's values and weights, and the scorer of stored (scale, zero point) pairs.
 struct Group {
   const float* x;
   const float* w;  // nullptr: unweighted
   int64_t n;
   const LsqPlan* P;
+  SimdLevel level = SimdLevel::kScalar;  ///< kScalar: element by element (the reference)
   int64_t evaluations = 0;
 
   /// The scale as the QDQ applies it: stored / global in f32 (R5.1.1 step 1).
@@ -99,21 +120,56 @@ struct Group {
     const Arith a{P->dplan.s_dt, P->cfg.mode};
     return a.div(s, *P->global);
   }
-  double error(double s, double z) {
-    ++evaluations;
-    const double sa = applied(s);
-    double e = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      const double d = x[j] - detail::qdq_elem(x[j], sa, z, P->dplan);
-      e += (w ? static_cast<double>(w[j]) : 1.0) * d * d;
+  /// Whether the lanes can follow this group's arithmetic at this level.
+  bool lanes_ok() const { return level != SimdLevel::kScalar && P->y_narrow && P->s_narrow; }
+  lanes::LsqGroupArgs lanes_args() const {
+    return {x, w, n, !P->symmetric, *P->y_narrow, *P->s_narrow, P->dplan.grid, static_cast<float>(P->dplan.q_min),
+            static_cast<float>(P->dplan.q_max)};
+  }
+  /// The reference scorer: R5.1 element by element, summed in the canonical order.
+  double error_scalar(double s, double z) const { return lanes::lsq_error_scalar(x, w, n, applied(s), z, P->dplan); }
+  /// err[i] of candidates sz[i] (stored scale, zero point), in lanes where the level
+  /// and the dtypes allow it; the same bits either way.
+  void errors(const std::pair<double, double>* sz, std::size_t count, double* err) {
+    evaluations += static_cast<int64_t>(count);
+#if QOBS_HAVE_FAST_KERNELS
+    if (lanes_ok()) {
+      const lanes::LsqGroupArgs G = lanes_args();
+      const Arith ax{P->dplan.x_dt, P->cfg.mode}, as{P->dplan.s_dt, P->cfg.mode};
+      thread_local std::vector<float> sv, zx, zs;  // scratch: called per candidate batch
+      sv.resize(count);
+      zx.resize(count);
+      zs.resize(count);
+      for (std::size_t i = 0; i < count; ++i) {
+        sv[i] = static_cast<float>(applied(sz[i].first));  // on s_dt's grid (f32 or narrower)
+        zx[i] = static_cast<float>(ax.cast(sz[i].second));
+        zs[i] = static_cast<float>(as.cast(sz[i].second));
+      }
+      // false: a NaN quotient or a non-finite error somewhere; the scalar steps redo it
+      if (lanes::lsq_errors_simd(level, G, sv.data(), zx.data(), zs.data(), static_cast<int64_t>(count), err)) return;
     }
+#endif
+    for (std::size_t i = 0; i < count; ++i) err[i] = error_scalar(sz[i].first, sz[i].second);
+  }
+  double error(double s, double z) {
+    const std::pair<double, double> sz{s, z};
+    double e = 0;
+    errors(&sz, 1, &e);
     return e;
   }
-  /// The integer codes q - z of the stored qparams (for the least-squares refit).
-  void codes(double s, double z, std::vector<double>& q) const {
+  /// The least-squares refit's sums over the raw codes of the stored qparams, each in
+  /// the canonical order (lsq_error_simd.h: Σ w, Σ w x, Σ w q, Σ (w q) q, Σ (w q) x).
+  void refit_sums(double s, double z, double* sums) const {
     const double sa = applied(s);
-    q.resize(static_cast<std::size_t>(n));
-    for (int64_t j = 0; j < n; ++j) q[static_cast<std::size_t>(j)] = detail::quantize_elem(x[j], sa, z, P->dplan);
+#if QOBS_HAVE_FAST_KERNELS
+    if (lanes_ok()) {
+      const Arith ax{P->dplan.x_dt, P->cfg.mode};
+      // false: a NaN quotient; the scalar steps redo it
+      if (lanes::lsq_refit_sums_simd(level, lanes_args(), static_cast<float>(sa), static_cast<float>(ax.cast(z)), sums))
+        return;
+    }
+#endif
+    lanes::lsq_refit_sums_scalar(x, w, n, sa, z, P->dplan, sums);
   }
 };
 
@@ -132,33 +188,18 @@ struct Best {
 /// Least-squares refit of (scale, zero point) for the codes of (s, z), re-rounded and
 /// re-scored, repeated while the error falls (docs/LSQ.md#L2).
 void refit(Group& g, double s, double z, double e, Best& best) {
-  std::vector<double> q;
   for (int it = 0; it < 8; ++it) {
-    g.codes(s, z, q);
-    double sww = 0, swq = 0, swqq = 0, swx = 0, swqx = 0;
-    for (int64_t j = 0; j < g.n; ++j) {
-      const double wj = g.w ? static_cast<double>(g.w[j]) : 1.0;
-      const double qj = q[static_cast<std::size_t>(j)] - (g.P->symmetric ? 0.0 : z);
-      sww += wj;
-      swq += wj * qj;
-      swqq += wj * qj * qj;
-      swx += wj * g.x[j];
-      swqx += wj * qj * g.x[j];
-    }
+    double S[lanes::kLsqRefitSums];
+    g.refit_sums(s, z, S);
+    const double sww = S[lanes::kSumW], swx = S[lanes::kSumWX], sq = S[lanes::kSumWQ], sqq = S[lanes::kSumWQQ],
+                 sqx = S[lanes::kSumWQX];
     double ns, nz = z;
     if (g.P->symmetric) {
-      if (!(swqq > 0)) return;
-      ns = swqx / swqq;  // argmin_s sum w (x - s c)^2 for fixed codes c
+      // the codes are the raw codes (z = 0)
+      if (!(sqq > 0)) return;
+      ns = sqx / sqq;  // argmin_s sum w (x - s c)^2 for fixed codes c
     } else {
       // x ~ s * q + b over the raw codes q, then z = -b / s (2x2 normal equations)
-      double sq = 0, sqq = 0, sqx = 0;
-      for (int64_t j = 0; j < g.n; ++j) {
-        const double wj = g.w ? static_cast<double>(g.w[j]) : 1.0;
-        const double qj = q[static_cast<std::size_t>(j)];
-        sq += wj * qj;
-        sqq += wj * qj * qj;
-        sqx += wj * qj * g.x[j];
-      }
       const double det = sww * sqq - sq * sq;
       if (!(det > 0)) return;
       ns = (sww * sqx - sq * swx) / det;
@@ -187,7 +228,7 @@ void extend_code_window(Group& g, int lo, int hi, Best& best) {
   const double qmax = g.P->qplan.q_max;
   const double safety = 1.0 - 1e-6;  // the bounds ignore the last rounding of each step
   for (int c = lo - 1; c >= 1; --c) {
-    const double s = stored_scale(fp8_e4m3_to_float(static_cast<uint8_t>(c)), *g.P);
+    const double s = g.P->code_scale[static_cast<std::size_t>(c)];
     const double top = qmax * g.applied(s);
     double bound = 0;
     for (int64_t j = 0; j < g.n; ++j) {
@@ -198,7 +239,7 @@ void extend_code_window(Group& g, int lo, int hi, Best& best) {
     best.offer(g.error(s, 0.0), s, 0.0);
   }
   for (int c = hi + 1; c <= 126; ++c) {
-    const double s = stored_scale(fp8_e4m3_to_float(static_cast<uint8_t>(c)), *g.P);
+    const double s = g.P->code_scale[static_cast<std::size_t>(c)];
     const double quarter = 0.24 * g.applied(s);  // below a quarter of the first FP4 step 0.5
     double bound = 0;
     for (int64_t j = 0; j < g.n; ++j)
@@ -217,45 +258,57 @@ void extend_code_window(Group& g, int lo, int hi, Best& best) {
 std::vector<double> sweep_scales(const Group& g, double base, double f_lo, double f_hi) {
   const double qpos = g.P->qplan.q_max, qneg = -g.P->qplan.q_min;
   const double s_hi = base * f_hi, s_lo = base * f_lo;
-  struct Bp {
-    double s;
-    double dB, dC;
-  };
-  std::vector<Bp> bps;
+  using Bp = lanes::Crossing;
+  // per-thread scratch: the search runs once per group, millions of times per tensor
+  thread_local std::vector<Bp> bps;
+  thread_local std::vector<double> wax, wt;
+  bps.clear();
+  wax.resize(static_cast<std::size_t>(g.n));
+  wt.resize(static_cast<std::size_t>(g.n));
   double A = 0, B = 0, C = 0;
   for (int64_t j = 0; j < g.n; ++j) {
     const double w = g.w ? static_cast<double>(g.w[j]) : 1.0;
     const double ax = std::fabs(g.x[j]);
     const double lim = g.x[j] >= 0 ? qpos : qneg;
+    wt[static_cast<std::size_t>(j)] = w;
+    wax[static_cast<std::size_t>(j)] = w * ax;
     A += w * ax * ax;
-    double k = std::min(lim, std::nearbyint(ax / s_hi));
+    double k = std::min(lim, qobs::detail::round_half_even(ax / s_hi));  // nearbyint, inline
     B += w * ax * k;
     C += w * k * k;
     for (; k < lim; ++k) {
       const double at = ax / (k + 0.5);
       if (at < s_lo) break;
-      bps.push_back({at, w * ax, w * (2 * k + 1)});
+      bps.push_back({at, static_cast<uint32_t>(j), static_cast<uint32_t>(k)});
     }
   }
-  std::sort(bps.begin(), bps.end(), [](const Bp& a, const Bp& b) { return a.s > b.s; });
-  std::vector<std::pair<double, double>> minima;  // (continuous error, s)
+  lanes::sort_crossings(bps, s_lo, s_hi);
+  // the 4 least (continuous error, s) pairs, ascending: what sorting every interval's
+  // minimum and taking the first 4 gives
+  std::array<std::pair<double, double>, 4> top;
+  std::size_t count = 0;
   double upper = s_hi;
   auto interval = [&](double lower) {
     if (C > 0) {
       const double s = std::clamp(B / C, lower, upper);
-      minima.emplace_back(A - 2 * s * B + s * s * C, s);
+      const std::pair<double, double> m{A - 2 * s * B + s * s * C, s};
+      if (count == top.size() && !(m < top.back())) return;
+      std::size_t i = std::min(count, top.size() - 1);
+      for (; i > 0 && m < top[i - 1]; --i) top[i] = top[i - 1];
+      top[i] = m;
+      count = std::min(count + 1, top.size());
     }
   };
   for (const Bp& b : bps) {
     interval(b.s);
-    B += b.dB;
-    C += b.dC;
+    const double w = wt[b.j];
+    B += wax[b.j];
+    C += w * (2 * static_cast<double>(b.k) + 1);
     upper = b.s;
   }
   interval(s_lo);
-  std::sort(minima.begin(), minima.end());
   std::vector<double> out;
-  for (std::size_t i = 0; i < std::min<std::size_t>(4, minima.size()); ++i) out.push_back(minima[i].second);
+  for (std::size_t i = 0; i < count; ++i) out.push_back(top[i].second);
   return out;
 }
 
@@ -264,21 +317,51 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   const Arith a{P.dt, P.cfg.mode};
   double lo = INFINITY, hi = -INFINITY;
   for (int64_t j = 0; j < g.n; ++j) {
-    lo = detail::nan_min(lo, g.x[j]);
-    hi = detail::nan_max(hi, g.x[j]);
+    lo = qobs::detail::nan_min(lo, g.x[j]);
+    hi = qobs::detail::nan_max(hi, g.x[j]);
   }
   Best best;
   // (1) every choice of the reference observers, as calculate_qparams would store it
-  std::vector<std::pair<double, double>> cands;
-  for (const auto& [expand, ps] : P.ref_lists) {
+  const ElemQParams minmax = qobs::detail::compute_qparams_elem(lo, hi, P.qplan);
+  if (!std::isfinite(lo) || !std::isfinite(hi) || (lo == 0 && hi == 0)) return minmax;
+  // per-thread scratch: the search runs once per group, millions of times per tensor
+  thread_local std::vector<std::pair<double, double>> cands;
+  cands.clear();
+  // a list's neighbouring shrink factors mostly give the same stored pair: dropping a
+  // repeat of the previous pair here leaves the set that the sort + unique below
+  // makes, at a fraction of the sort
+  auto add_cand = [](double s, double z) {
+    if (cands.empty() || cands.back() != std::pair<double, double>{s, z}) cands.emplace_back(s, z);
+  };
+  thread_local std::vector<float> fs, fz;
+  for (std::size_t l = 0; l < P.ref_lists.size(); ++l) {
+    const auto& [expand, ps] = P.ref_lists[l];
     const double m0 = a.mul(lo, expand), M0 = a.mul(hi, expand);
-    for (double p : ps) {
-      const ElemQParams sz = detail::compute_qparams_elem(a.mul(m0, p), a.mul(M0, p), P.qplan);
-      cands.emplace_back(sz.scale, sz.zero_point);
+    if (P.shrunk.usable) {
+      // the same f32 steps as compute_qparams_elem(a.mul(m0, p), a.mul(M0, p)), tested
+      // value for value against it (qparam_math.h)
+      const std::vector<float>& pf = P.ref_lists_f32[l];
+      fs.resize(pf.size());
+      fz.resize(pf.size());
+      bool done = false;
+#if QOBS_HAVE_FAST_KERNELS
+      if (g.level != SimdLevel::kScalar) {
+        lanes::lsq_candidates_simd(g.level, P.shrunk, static_cast<float>(m0), static_cast<float>(M0), pf.data(),
+                                   static_cast<int64_t>(pf.size()), fs.data(), fz.data());
+        done = true;
+      }
+#endif
+      if (!done)
+        P.shrunk.compute(static_cast<float>(m0), static_cast<float>(M0), pf.data(), static_cast<int64_t>(pf.size()),
+                         fs.data(), fz.data());
+      for (std::size_t i = 0; i < pf.size(); ++i) add_cand(fs[i], P.symmetric ? 0.0 : static_cast<double>(fz[i]));
+    } else {
+      for (double p : ps) {
+        const ElemQParams sz = qobs::detail::compute_qparams_elem(a.mul(m0, p), a.mul(M0, p), P.qplan);
+        add_cand(sz.scale, sz.zero_point);
+      }
     }
   }
-  const ElemQParams minmax = detail::compute_qparams_elem(lo, hi, P.qplan);
-  if (!std::isfinite(lo) || !std::isfinite(hi) || (lo == 0 && hi == 0)) return minmax;
   const double amax = std::max(std::fabs(lo), std::fabs(hi));
 
   int window_lo = 0, window_hi = -1;
@@ -287,7 +370,7 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     const int q0 = fp8_e4m3_from_double(minmax.scale);
     const int down = P.cfg.weighted ? 8 : 3;
     for (int c = std::max(1, q0 - down); c <= std::min(126, q0 + 7); ++c)
-      cands.emplace_back(stored_scale(fp8_e4m3_to_float(static_cast<uint8_t>(c)), P), 0.0);
+      cands.emplace_back(P.code_scale[static_cast<std::size_t>(c)], 0.0);
     window_lo = std::max(1, q0 - down);
     window_hi = std::min(126, q0 + 7);
   } else if (P.mx) {
@@ -300,11 +383,10 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   }
   std::sort(cands.begin(), cands.end());
   cands.erase(std::unique(cands.begin(), cands.end()), cands.end());
-  std::vector<double> errs(cands.size());
-  for (std::size_t i = 0; i < cands.size(); ++i) {
-    errs[i] = g.error(cands[i].first, cands[i].second);
-    best.offer(errs[i], cands[i].first, cands[i].second);
-  }
+  thread_local std::vector<double> errs;
+  errs.resize(cands.size());
+  g.errors(cands.data(), cands.size(), errs.data());
+  for (std::size_t i = 0; i < cands.size(); ++i) best.offer(errs[i], cands[i].first, cands[i].second);
   if (window_lo <= window_hi) extend_code_window(g, window_lo, window_hi, best);
   if (P.fp_scale_codes || P.mx) return {best.scale, best.zp};
 
@@ -319,11 +401,7 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   } else {
     const double base = P.symmetric ? amax / P.qplan.half_range
                                     : (std::max(hi, 0.0) - std::min(lo, 0.0)) / P.qplan.range;
-    // weighted: 0.04x .. 1.25x; unweighted: 0.5x .. 1.25x around the reference's range
-    const double f_lo = P.cfg.weighted ? 0.04 : 0.5;
-    const int steps = P.cfg.weighted ? 48 : 16;
-    for (int i = 0; i < steps; ++i) {
-      const double f = f_lo * std::pow(1.25 / f_lo, static_cast<double>(i) / (steps - 1));
+    for (double f : P.log_grid) {
       const double s = stored_scale(base * f, P);
       const double z = P.symmetric ? 0.0 : stored_zero_point(P.qplan.q_min - std::min(lo, 0.0) * f / s, P);
       extra.emplace_back(s, z);
@@ -332,14 +410,21 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   std::vector<std::tuple<double, double, double>> scored;  // (error, scale, zero point)
   for (std::size_t i = 0; i < cands.size(); ++i) scored.emplace_back(errs[i], cands[i].first, cands[i].second);
   auto score = [&](const std::vector<std::pair<double, double>>& more) {
+    // the pairs not scored yet, first occurrences in order, scored in one batch
+    std::vector<std::pair<double, double>> todo;
     for (const auto& sz : more) {
       const double s = sz.first, z = sz.second;  // not a structured binding: clang 14 cannot capture one
       if (std::any_of(scored.begin(), scored.end(),
-                      [&](const auto& t) { return std::get<1>(t) == s && std::get<2>(t) == z; }))
+                      [&](const auto& t) { return std::get<1>(t) == s && std::get<2>(t) == z; }) ||
+          std::find(todo.begin(), todo.end(), sz) != todo.end())
         continue;
-      const double e = g.error(s, z);
-      best.offer(e, s, z);
-      scored.emplace_back(e, s, z);
+      todo.push_back(sz);
+    }
+    std::vector<double> es(todo.size());
+    g.errors(todo.data(), todo.size(), es.data());
+    for (std::size_t i = 0; i < todo.size(); ++i) {
+      best.offer(es[i], todo[i].first, todo[i].second);
+      scored.emplace_back(es[i], todo[i].first, todo[i].second);
     }
   };
   score(extra);
@@ -366,21 +451,34 @@ LsqPlan make_plan(const FlatView& flat, const QuantizationArgs& args, const LsqS
   QOBS_CHECK(is_floating(P.dt) && P.dt != DType::kF8E4M3, TypeError, "lsq search: observed tensor must be f32/bf16/f16/f64, got ",
              dtype_name(P.dt), " (docs/LSQ.md#L1)");
   P.cfg = cfg;
-  P.global = detail::global_scale_value(global_scale);
+  P.global = qobs::detail::global_scale_value(global_scale);
   P.qplan = QParamPlan::make(args, P.dt, P.global, cfg.mode);
   P.scale_dt = P.qplan.scale_dt;
   P.mx = P.qplan.mx;
   P.symmetric = args.symmetric;
   P.fp_scale_codes = args.type == QuantType::kFloat && P.qplan.scale_dtype == DType::kF8E4M3;
   // R5.1.1: with a global scale, stored / global is an f32 tensor; x / s widens to it
-  const DType s_dt = P.global ? detail::promote_float_dtypes(P.scale_dt, DType::kF32) : P.scale_dt;
+  const DType s_dt = P.global ? qobs::detail::promote_float_dtypes(P.scale_dt, DType::kF32) : P.scale_dt;
   P.dplan = QdqPlan::make(args, P.dt, s_dt, true, true, cfg.mode);
   P.ref_lists = reference_candidate_lists(P.dt, P.global.has_value());
+  P.shrunk = qobs::detail::ShrunkQParams::make(P.qplan);
+  {
+    const double f_lo = cfg.weighted ? 0.04 : 0.5;
+    const int steps = cfg.weighted ? 48 : 16;
+    for (int i = 0; i < steps; ++i) P.log_grid.push_back(f_lo * std::pow(1.25 / f_lo, static_cast<double>(i) / (steps - 1)));
+  }
+  if (P.fp_scale_codes)
+    for (int c = 0; c <= 126; ++c) P.code_scale.push_back(stored_scale(fp8_e4m3_to_float(static_cast<uint8_t>(c)), P));
+  for (const auto& l : P.ref_lists) P.ref_lists_f32.emplace_back(l.second.begin(), l.second.end());
+  P.y_narrow = lanes::narrow_of(P.dplan.y_dt, cfg.mode);
+  // the zero point is cast to x's dtype (R5.1.1 step 2): the lanes hold it as f32
+  if (!lanes::narrow_of(P.dplan.x_dt, cfg.mode)) P.y_narrow.reset();
+  P.s_narrow = lanes::narrow_of(P.dplan.s_dt, cfg.mode);
   return P;
 }
 
 LsqSearchResult run(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
-                    const FlatView* weights, const Tensor* global_scale, int threads) {
+                    const FlatView* weights, const Tensor* global_scale, int threads, SimdLevel level) {
   const LsqPlan P = make_plan(flat, args, cfg, global_scale);
   const int64_t nq = flat.layout.num_qparams();
   const int64_t len = flat.layout.num_obs() * flat.layout.group_len();
@@ -399,7 +497,7 @@ LsqSearchResult run(const FlatView& flat, const QuantizationArgs& args, const Ls
     for (int64_t q = t * per_task; q < std::min(nq, (t + 1) * per_task); ++q) {
       flat.gather(q, x.data());
       if (weights) weights->gather(q, w.data());
-      Group g{x.data(), weights ? w.data() : nullptr, len, &P};
+      Group g{x.data(), weights ? w.data() : nullptr, len, &P, level};
       const ElemQParams r = search_group(g, P);
       res.scale[static_cast<std::size_t>(q)] = r.scale;
       res.zero_point[static_cast<std::size_t>(q)] = r.zero_point;
@@ -414,13 +512,18 @@ LsqSearchResult run(const FlatView& flat, const QuantizationArgs& args, const Ls
 
 LsqSearchResult lsq_search(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
                            const FlatView* weights, const Tensor* global_scale) {
-  return run(flat, args, cfg, weights, global_scale, cfg.num_threads);
+#if QOBS_HAVE_FAST_KERNELS
+  const SimdLevel level = active_simd_level();
+#else
+  const SimdLevel level = SimdLevel::kScalar;
+#endif
+  return run(flat, args, cfg, weights, global_scale, cfg.num_threads, level);
 }
 
 namespace ref {
 LsqSearchResult lsq_search(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
                            const FlatView* weights, const Tensor* global_scale) {
-  return run(flat, args, cfg, weights, global_scale, 1);
+  return run(flat, args, cfg, weights, global_scale, 1, SimdLevel::kScalar);
 }
 }  // namespace ref
 
@@ -432,8 +535,8 @@ double qdq_group_error(const FlatView& flat, const QuantizationArgs& args, doubl
   const int64_t len = flat.layout.num_obs() * flat.layout.group_len();
   std::vector<float> x(static_cast<std::size_t>(len));
   flat.gather(q, x.data());
-  Group g{x.data(), weights, len, &P};
-  return g.error(scale, zero_point);
+  const Group g{x.data(), weights, len, &P};
+  return g.error_scalar(scale, zero_point);
 }
 
 }  // namespace qobs::kernels

@@ -22,6 +22,7 @@ namespace qobs::kernels::fast {
 namespace {
 
 using detail::Narrow;
+using detail::narrow_of;
 using detail::QdqStorage;
 using qobs::detail::Arith;
 
@@ -37,15 +38,6 @@ std::optional<QdqStorage> storage_of(DType dt) {
     case DType::kF16: return QdqStorage::kF16;
     case DType::kI8: return QdqStorage::kI8;
     default: return std::nullopt;
-  }
-}
-
-std::optional<Narrow> narrow_of(DType dt, NumericMode mode) {
-  switch (dt) {
-    case DType::kF32: return Narrow::kNone;
-    case DType::kBF16: return mode == NumericMode::kWide ? Narrow::kNone : Narrow::kBF16;
-    case DType::kF16: return mode == NumericMode::kWide ? Narrow::kNone : Narrow::kF16;
-    default: return std::nullopt;  // f64 / fp8 arithmetic: scalar loop
   }
 }
 

@@ -31,6 +31,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 #include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round, fp4_round
 
+#include "kernels/simd/qdq_lanes-inl.h"  // quantize_lanes, dequantize_lanes
+
 HWY_INLINE VF load_x(QdqStorage st, const void* p, int64_t j) {
   const DF df;
   switch (st) {
@@ -91,7 +93,6 @@ int64_t storage_size(QdqStorage st) {
 template <int kOp, int kGrid>
 HWY_NOINLINE bool QdqRunT(const QdqRunArgs& A) {
   constexpr auto op = static_cast<QdqOp>(kOp);
-  constexpr auto grid = static_cast<qobs::detail::GridKind>(kGrid);
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const VF qmin = hn::Set(df, A.q_min), qmax = hn::Set(df, A.q_max);
@@ -100,32 +101,14 @@ HWY_NOINLINE bool QdqRunT(const QdqRunArgs& A) {
 
   auto body = [&](VF x, VF s, VF zx, VF zs) -> VF {
     bad = hn::Or(bad, hn::Not(hn::IsFinite(x)));
-    VF d;
     if constexpr (op == QdqOp::kDequantize) {
-      d = narrow_to(ns, x);  // R5.1.3: the code cast to s_dt
+      // R5.1.3: the code cast to s_dt
+      return dequantize_lanes(x, s, zs, A.has_zp, ns);
     } else {
-      // R5.1.1 steps 2-4: x / s (a division, never a reciprocal multiply), + z in y_dt
-      VF y = narrow_to(ny, hn::Div(x, s));
-      if (A.has_zp) y = narrow_to(ny, hn::Add(y, zx));
-      bad = hn::Or(bad, hn::IsNaN(y));
-      // R2.6: operand order as nan_max / nan_min (a > b ? a : b), which is what the x86
-      // max / min instructions return for equal operands (+0 vs -0)
-      const VF c = hn::Min(hn::Max(y, qmin), qmax);
-      VF q;
-      if constexpr (grid == qobs::detail::GridKind::kInt) {
-        q = hn::Round(c);  // half to even, as nearbyint
-      } else if constexpr (grid == qobs::detail::GridKind::kFp8) {
-        q = fp8_round(c);
-      } else {
-        // the scalar fp4_round maps -0.0 to +0.0 (sign(x) * m); the vector one keeps
-        // the sign of every zero
-        q = hn::IfThenZeroElse(hn::Eq(c, hn::Zero(df)), fp4_round(c));
-      }
+      const VF q = quantize_lanes<kGrid>(x, s, zx, A.has_zp, ny, qmin, qmax, bad);
       if constexpr (op == QdqOp::kQuantize) return q;
-      d = narrow_to(ns, q);
+      return dequantize_lanes(q, s, zs, A.has_zp, ns);
     }
-    if (A.has_zp) d = narrow_to(ns, hn::Sub(d, zs));
-    return narrow_to(ns, hn::Mul(d, s));
   };
 
   const int64_t xs = storage_size(A.x_storage), os = storage_size(A.out_storage);

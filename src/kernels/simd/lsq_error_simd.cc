@@ -1,0 +1,178 @@
+// The least-squares observers' scorer (lsq_error_simd.h): per candidate, the QDQ of a
+// group in lanes (qdq_lanes-inl.h, the steps of the QDQ runs) and the squared errors
+// summed in f64 in the canonical order. One body compiled for AVX2 and AVX-512 (Highway
+// foreach_target, the other targets disabled by simd_targets.h).
+#include "kernels/simd/simd_targets.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/simd/lsq_error_simd.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/simd/lsq_error_simd.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qobs::kernels::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+
+#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, VF, ...
+
+#include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round, fp4_round
+
+#include "kernels/simd/qdq_lanes-inl.h"  // quantize_lanes, dequantize_lanes
+
+/// The partial sums of the canonical order: kLsqPartials doubles in kAcc vectors
+/// (AVX2: 2 x 4 lanes, AVX-512: 1 x 8). A float vector spans a whole number of
+/// kLsqPartials blocks, so its k-th double half lands on accumulator k mod kAcc.
+#if HWY_TARGET == HWY_AVX2
+constexpr int kAcc = 2;
+#else
+constexpr int kAcc = 1;
+#endif
+static_assert(kLsqPartials == 8, "kAcc assumes 8 partial sums");
+
+template <int kGrid, bool kWeighted>
+HWY_NOINLINE bool LsqErrorsT(const LsqGroupArgs& G, const float* s, const float* zx, const float* zs, int64_t count,
+                             double* err) {
+  const DF df;
+  const DH dh;
+  const DD dd;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const VF qmin = hn::Set(df, G.q_min), qmax = hn::Set(df, G.q_max);
+  // a partial vector goes through the same steps via zero-padded copies; its dead
+  // lanes' terms are zeroed (x = 0 would give d = 0 anyway, but never rely on it)
+  const int64_t full = G.n - G.n % N, rem = G.n - full;
+  alignas(64) float xt[16] = {0}, wt[16] = {0};
+  if (rem > 0) {
+    std::memcpy(xt, G.x + full, static_cast<std::size_t>(rem) * sizeof(float));
+    if (kWeighted) std::memcpy(wt, G.w + full, static_cast<std::size_t>(rem) * sizeof(float));
+  }
+  const auto live = hn::FirstN(df, static_cast<std::size_t>(rem));
+  for (int64_t c = 0; c < count; ++c) {
+    const VF sv = hn::Set(df, s[c]);
+    const VF zxv = hn::Set(df, G.has_zp ? zx[c] : 0.0f), zsv = hn::Set(df, G.has_zp ? zs[c] : 0.0f);
+    auto bad = hn::FirstN(df, 0);  // all false (MaskFalse is newer than Highway 1.0.3)
+    VD acc[kAcc];
+    for (VD& a : acc) a = hn::Zero(dd);
+    auto add = [&](VF x, VF w, bool tail) {
+      const VF q = quantize_lanes<kGrid>(x, sv, zxv, G.has_zp, G.y_narrow, qmin, qmax, bad);
+      VF r = dequantize_lanes(q, sv, zsv, G.has_zp, G.s_narrow);
+      if (tail) r = hn::IfThenElseZero(live, r);
+      const VD d_lo = hn::Sub(hn::PromoteTo(dd, hn::LowerHalf(dh, x)), hn::PromoteTo(dd, hn::LowerHalf(dh, r)));
+      const VD d_hi = hn::Sub(hn::PromoteTo(dd, hn::UpperHalf(dh, x)), hn::PromoteTo(dd, hn::UpperHalf(dh, r)));
+      VD t_lo = d_lo, t_hi = d_hi;
+      if constexpr (kWeighted) {
+        t_lo = hn::Mul(hn::PromoteTo(dd, hn::LowerHalf(dh, w)), d_lo);
+        t_hi = hn::Mul(hn::PromoteTo(dd, hn::UpperHalf(dh, w)), d_hi);
+      }
+      acc[0] = hn::Add(acc[0], hn::Mul(t_lo, d_lo));
+      acc[1 % kAcc] = hn::Add(acc[1 % kAcc], hn::Mul(t_hi, d_hi));
+    };
+    for (int64_t j = 0; j < full; j += N)
+      add(hn::LoadU(df, G.x + j), kWeighted ? hn::LoadU(df, G.w + j) : hn::Zero(df), false);
+    if (rem > 0) add(hn::Load(df, xt), hn::Load(df, wt), true);
+    alignas(64) double p[kLsqPartials];
+    HWY_DASSERT(kAcc * hn::Lanes(dd) == kLsqPartials);
+    for (int k = 0; k < kAcc; ++k) hn::Store(acc[k], dd, p + k * static_cast<int>(hn::Lanes(dd)));
+    err[c] = lsq_combine(p);
+    if (!hn::AllFalse(df, bad) || !std::isfinite(err[c])) return false;
+  }
+  return true;
+}
+
+template <bool kWeighted>
+HWY_INLINE bool LsqErrorsGrid(const LsqGroupArgs& G, const float* s, const float* zx, const float* zs, int64_t count,
+                              double* err) {
+  switch (G.grid) {
+    case qobs::detail::GridKind::kInt:
+      return LsqErrorsT<static_cast<int>(qobs::detail::GridKind::kInt), kWeighted>(G, s, zx, zs, count, err);
+    case qobs::detail::GridKind::kFp8:
+      return LsqErrorsT<static_cast<int>(qobs::detail::GridKind::kFp8), kWeighted>(G, s, zx, zs, count, err);
+    default: return LsqErrorsT<static_cast<int>(qobs::detail::GridKind::kFp4), kWeighted>(G, s, zx, zs, count, err);
+  }
+}
+
+bool LsqErrors(const LsqGroupArgs& G, const float* s, const float* zx, const float* zs, int64_t count, double* err) {
+  return G.w ? LsqErrorsGrid<true>(G, s, zx, zs, count, err) : LsqErrorsGrid<false>(G, s, zx, zs, count, err);
+}
+
+template <int kGrid, bool kWeighted>
+HWY_NOINLINE bool LsqRefitSumsT(const LsqGroupArgs& G, float s, float zx, double* sums) {
+  const DF df;
+  const DH dh;
+  const DD dd;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const VF qmin = hn::Set(df, G.q_min), qmax = hn::Set(df, G.q_max), sv = hn::Set(df, s), zxv = hn::Set(df, zx);
+  auto bad = hn::FirstN(df, 0);
+  VD acc[kLsqRefitSums][kAcc];
+  for (auto& a : acc)
+    for (VD& v : a) v = hn::Zero(dd);
+  for (int64_t j = 0; j < G.n; j += N) {
+    const auto live = hn::FirstN(df, static_cast<std::size_t>(G.n - j));
+    // dead lanes: x = 0 and w = 0, so every term is +0
+    const VF x = hn::MaskedLoad(live, df, G.x + j);
+    const VF w = kWeighted ? hn::MaskedLoad(live, df, G.w + j) : hn::IfThenElseZero(live, hn::Set(df, 1.0f));
+    const VF q = quantize_lanes<kGrid>(x, sv, zxv, G.has_zp, G.y_narrow, qmin, qmax, bad);
+    for (int h = 0; h < 2; ++h) {
+      const VD xd = hn::PromoteTo(dd, h ? hn::UpperHalf(dh, x) : hn::LowerHalf(dh, x));
+      const VD wd = hn::PromoteTo(dd, h ? hn::UpperHalf(dh, w) : hn::LowerHalf(dh, w));
+      const VD qd = hn::PromoteTo(dd, h ? hn::UpperHalf(dh, q) : hn::LowerHalf(dh, q));
+      const VD wq = hn::Mul(wd, qd);
+      const int k = h % kAcc;
+      acc[kSumW][k] = hn::Add(acc[kSumW][k], wd);
+      acc[kSumWX][k] = hn::Add(acc[kSumWX][k], hn::Mul(wd, xd));
+      acc[kSumWQ][k] = hn::Add(acc[kSumWQ][k], wq);
+      acc[kSumWQQ][k] = hn::Add(acc[kSumWQQ][k], hn::Mul(wq, qd));
+      acc[kSumWQX][k] = hn::Add(acc[kSumWQX][k], hn::Mul(wq, xd));
+    }
+  }
+  for (int i = 0; i < kLsqRefitSums; ++i) {
+    alignas(64) double p[kLsqPartials];
+    for (int k = 0; k < kAcc; ++k) hn::Store(acc[i][k], dd, p + k * static_cast<int>(hn::Lanes(dd)));
+    sums[i] = lsq_combine(p);
+  }
+  return hn::AllFalse(df, bad);
+}
+
+template <bool kWeighted>
+bool LsqRefitSumsGrid(const LsqGroupArgs& G, float s, float zx, double* sums) {
+  switch (G.grid) {
+    case qobs::detail::GridKind::kInt:
+      return LsqRefitSumsT<static_cast<int>(qobs::detail::GridKind::kInt), kWeighted>(G, s, zx, sums);
+    case qobs::detail::GridKind::kFp8:
+      return LsqRefitSumsT<static_cast<int>(qobs::detail::GridKind::kFp8), kWeighted>(G, s, zx, sums);
+    default: return LsqRefitSumsT<static_cast<int>(qobs::detail::GridKind::kFp4), kWeighted>(G, s, zx, sums);
+  }
+}
+
+bool LsqRefitSums(const LsqGroupArgs& G, float s, float zx, double* sums) {
+  return G.w ? LsqRefitSumsGrid<true>(G, s, zx, sums) : LsqRefitSumsGrid<false>(G, s, zx, sums);
+}
+
+#endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+}  // namespace HWY_NAMESPACE
+}  // namespace qobs::kernels::detail
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "kernels/simd/simd_dispatch.h"  // QOBS_SIMD_DISPATCH
+
+namespace qobs::kernels::detail {
+
+bool lsq_errors_simd(SimdLevel level, const LsqGroupArgs& g, const float* s, const float* zx, const float* zs,
+                     int64_t count, double* err) {
+  QOBS_SIMD_DISPATCH(LsqErrors(g, s, zx, zs, count, err));
+}
+
+bool lsq_refit_sums_simd(SimdLevel level, const LsqGroupArgs& g, float s, float zx, double* sums) {
+  QOBS_SIMD_DISPATCH(LsqRefitSums(g, s, zx, sums));
+}
+
+}  // namespace qobs::kernels::detail
+#endif  // HWY_ONCE

@@ -1,0 +1,86 @@
+// Private interface of the least-squares observers' scorer (lsq_error_simd.cc, compiled
+// once per instruction set by Highway): the (weighted) squared QDQ error of one group
+// for a batch of stored (scale, zero point) candidates (docs/LSQ.md#L4).
+//
+// The sum order is qobs's own and the same at every level: element j adds its term
+// (w_j (x_j - QDQ(x_j)))... exactly (w_j d_j) d_j in f64, d_j = x_j - QDQ(x_j) in f64, to
+// partial sum j mod kLsqPartials in increasing j, and lsq_combine adds the partials in
+// a fixed tree. The scalar twins below (the reference's) sum in this order too, so every
+// level returns the same bits.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/simd/narrow.h"
+#include "kernels/simd/simd_level.h"
+#include "qparams/qparam_math.h"
+
+namespace qobs::kernels::detail {
+
+inline constexpr int kLsqPartials = 8;
+
+/// The canonical combination of the kLsqPartials partial sums.
+inline double lsq_combine(const double* p) {
+  return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
+/// One group (finite values on x's dtype grid, as f32) and its quantizer.
+struct LsqGroupArgs {
+  const float* x = nullptr;
+  const float* w = nullptr;  ///< nullptr: unweighted
+  int64_t n = 0;
+  bool has_zp = false;              ///< asymmetric: + z before rounding, - z after
+  Narrow y_narrow = Narrow::kNone;  ///< dtype of x / s (+ z)
+  Narrow s_narrow = Narrow::kNone;  ///< dtype of the dequantization (s_dt)
+  qobs::detail::GridKind grid = qobs::detail::GridKind::kInt;
+  float q_min = 0, q_max = 0;
+};
+
+/// err[c] for candidate c of `count`: scale s[c] as the QDQ applies it (on s_dt's
+/// grid), zero point zx[c] cast to x's dtype and zs[c] cast to s_dt (read only with
+/// has_zp). Level kAvx2 or kAvx512. Returns false, with err unspecified, when a
+/// candidate needs the scalar steps: a NaN quotient or a non-finite error, whose NaN
+/// encodings the lanes do not reproduce.
+bool lsq_errors_simd(SimdLevel level, const LsqGroupArgs& g, const float* s, const float* zx, const float* zs,
+                     int64_t count, double* err);
+
+/// The least-squares refit's sums (docs/LSQ.md#L2) over the quantized values q_j
+/// (R5.1.1 steps 2-4, the raw codes) of one candidate, each summed in the canonical
+/// order of the error: Σ w, Σ w x, Σ w q, Σ (w q) q, Σ (w q) x, in f64 (w = 1
+/// unweighted).
+enum LsqRefitSum { kSumW, kSumWX, kSumWQ, kSumWQQ, kSumWQX, kLsqRefitSums };
+
+/// sums[kSumW .. kSumWQX] for one candidate (scale s on s_dt's grid, zero point zx cast
+/// to x's dtype). Returns false, with sums unspecified, on a NaN quotient.
+bool lsq_refit_sums_simd(SimdLevel level, const LsqGroupArgs& g, float s, float zx, double* sums);
+
+/// The scalar twins, the reference's own (kernels::ref::lsq_search, qdq_group_error):
+/// the R5.1 element steps (qdq_elem / quantize_elem with the plan's zero point; s as the
+/// QDQ applies it), summed in the same canonical order.
+inline double lsq_error_scalar(const float* x, const float* w, int64_t n, double s, double z,
+                               const qobs::detail::QdqPlan& plan) {
+  double part[kLsqPartials] = {};
+  for (int64_t j = 0; j < n; ++j) {
+    const double d = x[j] - qobs::detail::qdq_elem(x[j], s, z, plan);
+    part[j % kLsqPartials] += (w ? static_cast<double>(w[j]) : 1.0) * d * d;
+  }
+  return lsq_combine(part);
+}
+inline void lsq_refit_sums_scalar(const float* x, const float* w, int64_t n, double s, double z,
+                                  const qobs::detail::QdqPlan& plan, double* sums) {
+  double part[kLsqRefitSums][kLsqPartials] = {};
+  for (int64_t j = 0; j < n; ++j) {
+    const double wj = w ? static_cast<double>(w[j]) : 1.0, xj = x[j];
+    const double qj = qobs::detail::quantize_elem(xj, s, z, plan);
+    const double wq = wj * qj;
+    const int64_t l = j % kLsqPartials;
+    part[kSumW][l] += wj;
+    part[kSumWX][l] += wj * xj;
+    part[kSumWQ][l] += wq;
+    part[kSumWQQ][l] += wq * qj;
+    part[kSumWQX][l] += wq * xj;
+  }
+  for (int i = 0; i < kLsqRefitSums; ++i) sums[i] = lsq_combine(part[i]);
+}
+
+}  // namespace qobs::kernels::detail

@@ -1,0 +1,327 @@
+// The least-squares observers' fast paths against their scalar references, bit for bit
+// (docs/LSQ.md#L4): the group scorer and the refit's sums in lanes
+// (simd/lsq_error_simd.h) against the R5.1 element steps summed in the canonical order, the reference candidates in lanes
+// (simd/lsq_candidates_simd.h) against ShrunkQParams::compute, and the whole search at
+// every SIMD level against kernels::ref::lsq_search.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "kernels/lsq_sweep.h"
+#include "kernels/simd/lsq_candidates_simd.h"
+#include "kernels/simd/lsq_error_simd.h"
+#include "kernels/simd/simd_level.h"
+#include "qobs/qobs.h"
+#include "qparams/qparam_math.h"
+#include "test_util.h"
+
+namespace qobs::kernels {
+namespace {
+
+using qobs::testing::float_bits;
+
+uint64_t double_bits(double d) {
+  uint64_t u;
+  std::memcpy(&u, &d, sizeof u);
+  return u;
+}
+
+std::vector<uint64_t> bits_of(const std::vector<double>& v) {
+  std::vector<uint64_t> out;
+  for (double d : v) out.push_back(double_bits(d));
+  return out;
+}
+
+enum class Data { kNormal, kZeros, kEqual, kSubnormal, kOutliers, kNonFinite };
+
+/// n values of `kind` on dt's grid (as f32).
+std::vector<float> group_values(std::mt19937& rng, int64_t n, Data kind, DType dt) {
+  std::normal_distribution<double> nd(0.0, 0.03);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (int64_t j = 0; j < n; ++j) {
+    double x = nd(rng);
+    switch (kind) {
+      case Data::kNormal: break;
+      case Data::kZeros: x = j % 3 == 0 ? x : (j % 2 ? -0.0 : 0.0); break;
+      case Data::kEqual: x = -0.3125; break;
+      case Data::kSubnormal: x *= dt == DType::kF16 ? 1e-5 : 1e-37; break;
+      case Data::kOutliers: x *= j % 11 == 5 ? 40.0 : 1.0; break;
+      case Data::kNonFinite: break;  // the search only (groups with NaN / Inf are not scored)
+    }
+    v[static_cast<std::size_t>(j)] = static_cast<float>(round_to_float_dtype(dt, x));
+  }
+  return v;
+}
+
+QuantizationArgs grid_args(int bits, QuantType type, bool symmetric) {
+  QuantizationArgs a;
+  a.num_bits = bits;
+  a.type = type;
+  a.symmetric = symmetric;
+  a.strategy = Strategy::kChannel;
+  return a.validated();
+}
+
+std::optional<detail::Narrow> narrow(DType dt, NumericMode mode) { return detail::narrow_of(dt, mode); }
+
+// The scorer in lanes == the R5.1 element steps (qdq_elem, with the zero point applied
+// even when it is 0) summed in the canonical order, for every dtype, grid, length
+// (tails around both vector widths), weighting and numeric mode.
+TEST(LsqKernels, ScorerEqualsScalarStepsBitForBit) {
+  std::mt19937 rng(3);
+  struct Grid {
+    int bits;
+    QuantType type;
+    bool symmetric;
+  };
+  std::vector<Grid> grids;
+  for (int b = 2; b <= 8; ++b)
+    for (bool sym : {true, false}) grids.push_back({b, QuantType::kInt, sym});
+  grids.push_back({4, QuantType::kFloat, true});
+  grids.push_back({8, QuantType::kFloat, true});
+  int checked = 0;
+  for (SimdLevel level : available_simd_levels()) {
+    if (level == SimdLevel::kScalar) continue;
+    for (NumericMode mode : {NumericMode::kParity, NumericMode::kWide})
+      for (DType x_dt : {DType::kF32, DType::kBF16, DType::kF16})
+        // s_dt: the scale in x's dtype (INT / FP8 / MX), or f32 after a global scale (NVFP4)
+        for (DType s_dt : {x_dt, DType::kF32})
+          for (const Grid& gr : grids) {
+            const QuantizationArgs args = grid_args(gr.bits, gr.type, gr.symmetric);
+            const qobs::detail::QdqPlan plan = qobs::detail::QdqPlan::make(args, x_dt, s_dt, true, true, mode);
+            const detail::LsqGroupArgs base{nullptr,
+                                            nullptr,
+                                            0,
+                                            !gr.symmetric,
+                                            *narrow(plan.y_dt, mode),
+                                            *narrow(plan.s_dt, mode),
+                                            plan.grid,
+                                            static_cast<float>(plan.q_min),
+                                            static_cast<float>(plan.q_max)};
+            for (int64_t n : {1, 2, 3, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 47, 128, 131})
+              for (Data kind : {Data::kNormal, Data::kZeros, Data::kEqual, Data::kSubnormal, Data::kOutliers})
+                for (bool weighted : {false, true}) {
+                  const std::vector<float> x = group_values(rng, n, kind, x_dt);
+                  std::vector<float> w(static_cast<std::size_t>(n));
+                  std::uniform_real_distribution<float> u(0.01f, 3.0f);
+                  for (float& v : w) v = u(rng);
+                  double amax = 0;
+                  for (float v : x) amax = std::max(amax, std::fabs(static_cast<double>(v)));
+                  if (amax == 0) amax = 1;
+                  // scales around amax / q_max (clipping and not), on s_dt's grid; zero
+                  // points across the range
+                  std::vector<float> s, zx, zs;
+                  std::vector<double> z;
+                  for (double f : {0.05, 0.4, 0.93, 1.0, 1.61, 7.0})
+                    for (double zp : gr.symmetric ? std::vector<double>{0.0}
+                                                  : std::vector<double>{plan.q_min, 0.0, 1.0, plan.q_max}) {
+                      const double sc = round_to_float_dtype(s_dt, amax / plan.q_max * f);
+                      if (!(sc > 0)) continue;
+                      s.push_back(static_cast<float>(sc));
+                      z.push_back(zp);
+                      zx.push_back(static_cast<float>(qobs::detail::Arith{x_dt, mode}.cast(zp)));
+                      zs.push_back(static_cast<float>(qobs::detail::Arith{s_dt, mode}.cast(zp)));
+                    }
+                  detail::LsqGroupArgs g = base;
+                  g.x = x.data();
+                  g.w = weighted ? w.data() : nullptr;
+                  g.n = n;
+                  std::vector<double> err(s.size());
+                  ASSERT_TRUE(detail::lsq_errors_simd(level, g, s.data(), zx.data(), zs.data(),
+                                                      static_cast<int64_t>(s.size()), err.data()));
+                  for (std::size_t c = 0; c < s.size(); ++c) {
+                    double part[detail::kLsqPartials] = {};
+                    for (int64_t j = 0; j < n; ++j) {
+                      const double d = x[static_cast<std::size_t>(j)] -
+                                       qobs::detail::qdq_elem(x[static_cast<std::size_t>(j)], s[c], z[c], plan);
+                      part[j % detail::kLsqPartials] += (weighted ? static_cast<double>(w[static_cast<std::size_t>(j)]) : 1.0) * d * d;
+                    }
+                    // the library's scalar scorer (kernels::ref::lsq_search's) sums in the same order
+                    if (s_dt == x_dt && mode == NumericMode::kParity && c == 0) {
+                      const Tensor t = Tensor::from_floats(x_dt, {1, n}, x);
+                      const FlatView flat = flatten_for_calibration(t.view(), "weight", args);
+                      ASSERT_EQ(double_bits(qdq_group_error(flat, args, s[c], z[c], 0, nullptr, mode,
+                                                            weighted ? w.data() : nullptr)),
+                                double_bits(detail::lsq_combine(part)));
+                    }
+                    // the refit's sums in lanes == the same sums over quantize_elem's codes
+                    double want_sums[detail::kLsqRefitSums];
+                    detail::lsq_refit_sums_scalar(x.data(), weighted ? w.data() : nullptr, n, s[c], z[c], plan,
+                                                  want_sums);
+                    double sums[detail::kLsqRefitSums];
+                    ASSERT_TRUE(detail::lsq_refit_sums_simd(level, g, s[c], zx[c], sums));
+                    for (int i = 0; i < detail::kLsqRefitSums; ++i)
+                      ASSERT_EQ(double_bits(sums[i]), double_bits(want_sums[i]))
+                          << "refit sum " << i << " n " << n << " scale " << s[c] << " zp " << z[c];
+                    ASSERT_EQ(double_bits(detail::lsq_error_scalar(x.data(), weighted ? w.data() : nullptr, n, s[c],
+                                                                   z[c], plan)),
+                              double_bits(detail::lsq_combine(part)));
+                    ASSERT_EQ(double_bits(err[c]), double_bits(detail::lsq_combine(part)))
+                        << to_string(level) << " x " << dtype_name(x_dt) << " s " << dtype_name(s_dt) << " bits "
+                        << gr.bits << (gr.symmetric ? " sym" : " asym") << " n " << n << " kind "
+                        << static_cast<int>(kind) << " weighted " << weighted << " scale " << s[c] << " zp " << z[c];
+                    ++checked;
+                  }
+                }
+          }
+  }
+  if (checked == 0) GTEST_SKIP() << "no SIMD level on this machine";
+}
+
+// A candidate whose error is not finite (here an infinite scale: 0 x inf in the
+// dequantization) is handed back to the scalar steps.
+TEST(LsqKernels, ScorerRejectsNonFiniteError) {
+  const QuantizationArgs args = grid_args(4, QuantType::kInt, true);
+  const std::vector<float> x{0.5f, -0.25f, 0.0f};
+  const float s[] = {INFINITY}, z[] = {0.0f};
+  double err = 0;
+  for (SimdLevel level : available_simd_levels()) {
+    if (level == SimdLevel::kScalar) continue;
+    const detail::LsqGroupArgs g{x.data(), nullptr, 3, false, detail::Narrow::kNone, detail::Narrow::kNone,
+                                 qobs::detail::GridKind::kInt, -8.0f, 7.0f};
+    EXPECT_FALSE(detail::lsq_errors_simd(level, g, s, z, z, 1, &err)) << to_string(level);
+  }
+  (void)args;
+}
+
+// The reference candidates in lanes == ShrunkQParams::compute, including bf16 / f16
+// statistics, zero and one-signed ranges and the NVFP4 global scale.
+TEST(LsqKernels, CandidatesEqualShrunkQParams) {
+  std::vector<float> shrink;
+  for (int i = 0; i < 37; ++i) shrink.push_back(static_cast<float>(1.0 - 0.95 * i / 36));
+  int checked = 0;
+  for (SimdLevel level : available_simd_levels()) {
+    if (level == SimdLevel::kScalar) continue;
+    for (const char* preset : {"W4A16", "W4A16_ASYM", "W8A16", "NVFP4A16"})
+      for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+        for (auto [m0, M0] : std::vector<std::pair<float, float>>{{-0.5f, 0.75f}, {0.0f, 0.0f}, {0.125f, 3.0f},
+                                                                  {-2.0f, -0.001f}, {-1e-30f, 1e-30f}}) {
+          const QuantizationArgs args = preset_scheme(preset).weights->validated();
+          const std::optional<double> global =
+              args.get_strategy() == Strategy::kTensorGroup ? std::optional<double>(448.0 * 6 / 0.3) : std::nullopt;
+          const qobs::detail::QParamPlan qp = qobs::detail::QParamPlan::make(args, dt, global, NumericMode::kParity);
+          const qobs::detail::ShrunkQParams q = qobs::detail::ShrunkQParams::make(qp);
+          ASSERT_TRUE(q.usable) << preset;
+          const float m = static_cast<float>(round_to_float_dtype(dt, m0)), M = static_cast<float>(round_to_float_dtype(dt, M0));
+          for (std::size_t n : {std::size_t{1}, std::size_t{8}, std::size_t{17}, shrink.size()}) {
+            std::vector<float> s1(n), z1(n), s2(n), z2(n);
+            q.compute(m, M, shrink.data(), static_cast<int64_t>(n), s1.data(), z1.data());
+            detail::lsq_candidates_simd(level, q, m, M, shrink.data(), static_cast<int64_t>(n), s2.data(), z2.data());
+            for (std::size_t i = 0; i < n; ++i) {
+              ASSERT_EQ(float_bits(s1[i]), float_bits(s2[i])) << preset << " " << dtype_name(dt) << " " << m << " " << M;
+              ASSERT_EQ(float_bits(z1[i]), float_bits(z2[i])) << preset << " " << dtype_name(dt) << " " << m << " " << M;
+              ++checked;
+            }
+          }
+        }
+  }
+  if (checked == 0) GTEST_SKIP() << "no SIMD level on this machine";
+}
+
+// The sweep's crossings come out in exactly std::sort's order for the strict total
+// order: spread out, bunched in one bucket, tied across elements, out of [s_lo, s_hi]
+// by a rounding, and over a subnormal range.
+TEST(LsqKernels, SweepOrderEqualsStdSort) {
+  std::mt19937 rng(41);
+  for (int trial = 0; trial < 300; ++trial) {
+    const double s_lo = trial % 10 == 9 ? 1e-310 : 0.25 * (1 + trial % 7), s_hi = s_lo * (trial % 3 == 0 ? 4 : 25);
+    std::uniform_real_distribution<double> u(s_lo, s_hi);
+    std::vector<detail::Crossing> v;
+    const int n = static_cast<int>(rng() % 700);
+    for (int i = 0; i < n; ++i) {
+      double s = u(rng);
+      if (trial % 4 == 1) s = s_lo + (s - s_lo) * 1e-3;  // bunched
+      if (i % 9 == 3 && !v.empty()) s = v[rng() % v.size()].s;  // a tie
+      if (i == 5) s = std::nextafter(s_hi, INFINITY);
+      if (i == 6) s = std::nextafter(s_lo, 0.0);
+      v.push_back({s, static_cast<uint32_t>(rng() % 256), static_cast<uint32_t>(rng() % 8)});
+    }
+    std::vector<detail::Crossing> want = v;
+    std::sort(want.begin(), want.end(), detail::crossing_before);
+    detail::sort_crossings(v, s_lo, s_hi);
+    ASSERT_EQ(v.size(), want.size());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      ASSERT_EQ(double_bits(v[i].s), double_bits(want[i].s)) << "trial " << trial << " at " << i;
+      ASSERT_EQ(v[i].j, want[i].j) << "trial " << trial << " at " << i;
+    }
+  }
+}
+
+Tensor random_tensor(std::mt19937& rng, int64_t rows, int64_t cols, DType dt, Data kind) {
+  std::exponential_distribution<double> ex(1.0);
+  std::bernoulli_distribution sign(0.5);
+  std::vector<double> v(static_cast<std::size_t>(rows * cols));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    v[i] = (sign(rng) ? 1 : -1) * ex(rng) * 0.02;
+    if (kind == Data::kZeros && (i / 16) % 3 == 1) v[i] = 0.0;  // whole zero groups
+    if (kind == Data::kEqual && (i / 16) % 2 == 0) v[i] = 0.0625;
+    if (kind == Data::kSubnormal) v[i] *= dt == DType::kF16 ? 1e-5 : 1e-37;
+    if (kind == Data::kOutliers && i % 13 == 4) v[i] *= 30;
+    if (kind == Data::kNonFinite && i % 173 == 9) v[i] = i % 2 ? NAN : (i % 3 ? INFINITY : -INFINITY);
+  }
+  return Tensor::from_values(dt, {rows, cols}, v);
+}
+
+// The whole search at every level (threaded) == the scalar reference: the same stored
+// qparams and the same number of scored candidates, for odd group lengths, every
+// float dtype, INT2..8 sym / asym, NVFP4, MXFP4, weighted and unweighted, and groups
+// with NaN / Inf (the observers reject such weights; the kernel keeps their min-max
+// qparams unscored at every level).
+TEST(LsqKernels, SearchAtEveryLevelEqualsScalarReference) {
+  std::mt19937 rng(29);
+  struct Case {
+    std::string name;
+    QuantizationArgs args;
+    int64_t cols;
+  };
+  std::vector<Case> cases;
+  for (int bits : {2, 3, 4, 8})
+    for (bool sym : {true, false})
+      for (int64_t gs : bits == 4 ? std::vector<int64_t>{8, 24, 40, 128} : std::vector<int64_t>{40, 128}) {
+        QuantizationArgs a = *preset_scheme(sym ? "W4A16" : "W4A16_ASYM").weights;
+        a.num_bits = bits;
+        a.group_size = gs;
+        cases.push_back({"int" + std::to_string(bits) + (sym ? "_sym_g" : "_asym_g") + std::to_string(gs), a.validated(),
+                         gs == 24 || gs == 40 ? 120 : 128});
+      }
+  cases.push_back({"nvfp4", preset_scheme("NVFP4A16").weights->validated(), 48});
+  cases.push_back({"mxfp4", preset_scheme("MXFP4A16").weights->validated(), 96});
+  const Tensor gs_t = Tensor::from_values(DType::kF32, {1}, {448.0 * 6 / 0.3});
+  for (const Case& c : cases)
+    for (DType dt : {DType::kBF16, DType::kF16, DType::kF32})
+      for (Data kind :
+           {Data::kNormal, Data::kZeros, Data::kEqual, Data::kSubnormal, Data::kOutliers, Data::kNonFinite}) {
+        const Tensor w = random_tensor(rng, 6, c.cols, dt, kind);
+        std::vector<double> imp(static_cast<std::size_t>(6 * c.cols));
+        std::uniform_real_distribution<double> u(0.001, 4.0);
+        for (double& v : imp) v = u(rng);
+        const Tensor wt = Tensor::from_values(DType::kF32, {6, c.cols}, imp);
+        const FlatView flat = flatten_for_calibration(w.view(), "weight", c.args);
+        const FlatView wflat = flatten_for_calibration(wt.view(), "weight", c.args);
+        const Tensor* gsp = c.args.get_strategy() == Strategy::kTensorGroup ? &gs_t : nullptr;
+        for (bool weighted : {false, true}) {
+          LsqSearchConfig cfg;
+          cfg.weighted = weighted;
+          cfg.num_threads = 3;
+          const LsqSearchResult want = ref::lsq_search(flat, c.args, cfg, weighted ? &wflat : nullptr, gsp);
+          for (SimdLevel level : available_simd_levels()) {
+            ScopedSimdLevel guard(level);
+            const LsqSearchResult got = lsq_search(flat, c.args, cfg, weighted ? &wflat : nullptr, gsp);
+            const std::string where = c.name + " " + std::string(dtype_name(dt)) + " kind " +
+                                      std::to_string(static_cast<int>(kind)) + " weighted " +
+                                      std::to_string(weighted) + " " + std::string(to_string(level));
+            ASSERT_EQ(bits_of(got.scale), bits_of(want.scale)) << where;  // NaN == NaN by bits
+            ASSERT_EQ(bits_of(got.zero_point), bits_of(want.zero_point)) << where;
+            ASSERT_EQ(got.candidates_evaluated, want.candidates_evaluated) << where;
+          }
+        }
+      }
+}
+
+}  // namespace
+}  // namespace qobs::kernels

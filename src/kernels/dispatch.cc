@@ -173,6 +173,56 @@ void sum_squares_by_column(const TensorView& x, int64_t cols, double* acc, int n
   });
 }
 
+namespace {
+
+/// Elements [0, n) of contiguous f32 / bf16 / f16 data as f32, exactly: f32 in place,
+/// 16-bit types widened into buf.
+const float* as_f32(const TensorView& v, int64_t begin, int64_t n, SimdLevel level, float* buf) {
+  if (v.dtype == DType::kF32) return static_cast<const float*>(v.data) + begin;
+  const uint16_t* src = static_cast<const uint16_t*>(v.data) + begin;
+  const bool bf16 = v.dtype == DType::kBF16;
+  if (level != SimdLevel::kScalar) detail::widen_simd(level, src, n, bf16, buf);
+  else
+    for (int64_t j = 0; j < n; ++j) buf[j] = bf16 ? bf16_to_float(src[j]) : f16_to_float(src[j]);
+  return buf;
+}
+
+}  // namespace
+
+ErrorSums error_sums(const TensorView& x, const TensorView& y) {
+  const auto vec_dtype = [](const TensorView& v) {
+    return (v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16) && v.is_contiguous();
+  };
+  if (!vec_dtype(x) || !vec_dtype(y)) return ref::error_sums(x, y);
+  constexpr int P = kErrorSumPartials;
+  const int64_t n = x.numel();
+  const SimdLevel level = active_simd_level();
+  // Blocks of whole rows of P elements keep element i on partial i mod P; each partial
+  // is an independent lane, so the compiler vectorises the loop without reordering a sum.
+  constexpr int64_t kBlock = 4096;
+  static_assert(kBlock % P == 0);
+  std::vector<float> xb(kBlock), yb(kBlock);
+  double sig[P] = {}, err[P] = {};
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t len = std::min(kBlock, n - b);
+    const float* xs = as_f32(x, b, len, level, xb.data());
+    const float* ys = as_f32(y, b, len, level, yb.data());
+    const int64_t full = len / P * P;
+    for (int64_t r = 0; r < full; r += P)
+      for (int c = 0; c < P; ++c) {
+        const double a = xs[r + c], d = a - static_cast<double>(ys[r + c]);
+        sig[c] += a * a;
+        err[c] += d * d;
+      }
+    for (int64_t j = full; j < len; ++j) {
+      const double a = xs[j], d = a - static_cast<double>(ys[j]);
+      sig[j - full] += a * a;
+      err[j - full] += d * d;
+    }
+  }
+  return {combine_partials(sig), combine_partials(err)};
+}
+
 void minmax(const FlatView& flat, float* mins, float* maxs, int num_threads) {
   fast::minmax(flat, mins, maxs, active_simd_level(), num_threads);
 }
@@ -187,6 +237,7 @@ void sum_squares_by_column(const TensorView& x, int64_t cols, double* acc, int) 
   ref::sum_squares_by_column(x, cols, acc);
 }
 void minmax(const FlatView& flat, float* mins, float* maxs, int) { ref::minmax(flat, mins, maxs); }
+ErrorSums error_sums(const TensorView& x, const TensorView& y) { return ref::error_sums(x, y); }
 
 GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,
                              const FlatView* weights) {

@@ -33,6 +33,23 @@ void minmax(const FlatView& flat, float* mins, float* maxs, int num_threads = 0)
 /// never). Contiguous f32 / bf16 / f16 views take the vector path; others the reference.
 void sum_squares_by_column(const TensorView& x, int64_t cols, double* acc, int num_threads = 0);
 
+/// The report's sums over two tensors of the same shape (a weight and its dequantized
+/// copy): signal = Σ x², error = Σ (x − y)², every element widened exactly to f64. The
+/// order is qobs's own and fixed: element i (row-major) adds to partial sum i mod
+/// kErrorSumPartials, and the partials are added pairwise ((0+1)+(2+3))+((4+5)+(6+7)),
+/// so the result does not depend on vector width. Contiguous f32 / bf16 / f16 views take
+/// the vector path (8 independent accumulators per sum); others the reference.
+struct ErrorSums {
+  double signal = 0.0;
+  double error = 0.0;
+};
+inline constexpr int kErrorSumPartials = 8;
+/// The fixed tree that adds the kErrorSumPartials partial sums.
+inline double combine_partials(const double* p) {
+  return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+ErrorSums error_sums(const TensorView& x, const TensorView& y);
+
 /// Flat (row-major) index of the first NaN / +-Inf element of a float tensor, or -1.
 /// Threaded scan of the bit patterns for contiguous f32 / bf16 / f16 views (the
 /// observers' input check); other views are scanned element by element.
@@ -143,6 +160,8 @@ void minmax(const FlatView& flat, float* mins, float* maxs);
 LsqSearchResult lsq_search(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
                            const FlatView* weights = nullptr, const Tensor* global_scale = nullptr);
 void sum_squares_by_column(const TensorView& x, int64_t cols, double* acc);
+/// Element by element through TensorView::get.
+ErrorSums error_sums(const TensorView& x, const TensorView& y);
 GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,
                              const FlatView* weights = nullptr);
 /// Element by element through Tensor::get / set and the qparam_math.h element steps.

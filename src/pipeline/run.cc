@@ -10,7 +10,7 @@
 #include <mutex>
 #include <optional>
 
-#include "core/element.h"
+#include "kernels/kernels.h"
 #include "kernels/parallel/thread_pool.h"
 #include "qobs/observer.h"
 
@@ -25,20 +25,9 @@ struct Metrics {
   double sqnr_db;
 };
 
-// Element i of contiguous float data widened to double (the error sums run in f64).
-inline double load_double(const unsigned char* base, DType dt, int64_t i) { return load_element(base, dt, i); }
-
 Metrics measure(const TensorView& w, const Tensor& dq) {
-  double sig = 0, err = 0;
-  const bool fast = w.is_contiguous() && w.dtype != DType::kF8E4M3 && dq.dtype() != DType::kF8E4M3;
-  const auto* wb = static_cast<const unsigned char*>(w.data);
-  const auto* db = static_cast<const unsigned char*>(dq.data());
-  for (int64_t i = 0; i < w.numel(); ++i) {
-    const double x = fast ? load_double(wb, w.dtype, i) : w.get(i);
-    const double d = x - (fast ? load_double(db, dq.dtype(), i) : dq.get(i));
-    sig += x * x;
-    err += d * d;
-  }
+  const kernels::ErrorSums sums = kernels::error_sums(w, dq.view());
+  const double sig = sums.signal, err = sums.error;
   const double rel = sig > 0 ? err / sig : (err > 0 ? INFINITY : 0.0);
   const double sqnr = err > 0 ? 10.0 * std::log10(sig / err) : INFINITY;
   return {rel, sqnr};

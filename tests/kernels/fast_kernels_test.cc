@@ -415,6 +415,61 @@ TEST(ColumnSquares, BatchedAndStridedInputs) {
   expect_column_sums_match(transposed, 300, "transposed f32");
 }
 
+// ---- report error sums -------------------------------------------------------------
+
+/// error_sums at every SIMD level against the reference loop, bit for bit (NaN as NaN).
+void expect_error_sums_match(const TensorView& x, const TensorView& y, const std::string& what) {
+  const ErrorSums want = ref::error_sums(x, y);
+  for (SimdLevel level : available_simd_levels()) {
+    ScopedSimdLevel guard(level);
+    const ErrorSums got = error_sums(x, y);
+    for (auto [w, g] : {std::pair{want.signal, got.signal}, std::pair{want.error, got.error}})
+      ASSERT_TRUE(std::isnan(w) ? std::isnan(g) : std::memcmp(&w, &g, sizeof w) == 0)
+          << what << " ref " << w << " fast " << g << " " << to_string(level);
+  }
+}
+
+TEST(ErrorSums, MatchesReferenceLoopEverywhere) {
+  for (DType xt : {DType::kF32, DType::kBF16, DType::kF16})
+    for (DType yt : {DType::kF32, DType::kBF16, DType::kF16})
+      for (int64_t n : {1, 7, 8, 9, 15, 4095, 4096, 4097, 8200, 12345})
+        for (Pattern p : {Pattern::kNormal, Pattern::kHugeRange, Pattern::kSubnormal, Pattern::kEqualGroups}) {
+          std::vector<float> v = make_data(n, p, static_cast<uint32_t>(n * 7 + 1), 8);
+          std::vector<float> u = make_data(n, Pattern::kNormal, static_cast<uint32_t>(n * 3 + 2), 8);
+          for (std::size_t i = 0; i < u.size(); ++i) u[i] = v[i] + 0.01f * u[i];  // a "dequantized" copy
+          if (p == Pattern::kEqualGroups && n > 9) {
+            v[static_cast<std::size_t>(n / 2)] = NAN;
+            u[static_cast<std::size_t>(n - 1)] = INFINITY;
+          }
+          const Tensor x = Tensor::from_floats(xt, {n}, v), y = Tensor::from_floats(yt, {n}, u);
+          expect_error_sums_match(x.view(), y.view(),
+                                  std::string(dtype_name(xt)) + "/" + std::string(dtype_name(yt)) + " n=" +
+                                      std::to_string(n));
+        }
+}
+
+TEST(ErrorSums, ExactOnIntegersAndStridedViews) {
+  // x = 1..n, y = x - 1: both sums are exact in f64, known in closed form.
+  const int64_t n = 5001;
+  std::vector<float> v(static_cast<std::size_t>(n)), u(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    v[static_cast<std::size_t>(i)] = static_cast<float>(i + 1);
+    u[static_cast<std::size_t>(i)] = static_cast<float>(i);
+  }
+  const Tensor x = Tensor::from_floats(DType::kF32, {n}, v), y = Tensor::from_floats(DType::kF32, {n}, u);
+  const ErrorSums s = error_sums(x.view(), y.view());
+  EXPECT_EQ(s.signal, static_cast<double>(n) * (n + 1) * (2 * n + 1) / 6);
+  EXPECT_EQ(s.error, static_cast<double>(n));
+  // A transposed view takes the reference loop in row-major order of the view.
+  const std::vector<float> m = make_data(40 * 33, Pattern::kNormal, 11);
+  const Tensor a = Tensor::from_floats(DType::kBF16, {40, 33}, m);
+  const TensorView at(a.data(), DType::kBF16, {33, 40}, {1, 33});
+  const Tensor ac = Tensor::copy_of(at);
+  const ErrorSums strided = error_sums(at, ac.view());
+  EXPECT_EQ(strided.error, 0.0);
+  EXPECT_EQ(strided.signal, error_sums(ac.view(), ac.view()).signal);
+}
+
 // ---- grid search -------------------------------------------------------------------
 
 TEST(FastGridSearch, EveryFormatStrategyDtypeAndSize) {

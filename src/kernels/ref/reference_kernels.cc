@@ -36,6 +36,17 @@ void sum_squares_by_column(const TensorView& x, int64_t cols, double* acc) {
     }
 }
 
+ErrorSums error_sums(const TensorView& x, const TensorView& y) {
+  static_assert(kErrorSumPartials == 8, "combine_partials adds eight partials");
+  double sig[kErrorSumPartials] = {}, err[kErrorSumPartials] = {};
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double a = x.get(i), d = a - y.get(i);
+    sig[i % kErrorSumPartials] += a * a;
+    err[i % kErrorSumPartials] += d * d;
+  }
+  return {combine_partials(sig), combine_partials(err)};
+}
+
 GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,
                              const FlatView* weights) {
   const DType dt = flat.dtype;

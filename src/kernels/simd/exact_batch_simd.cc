@@ -60,7 +60,10 @@ HWY_INLINE VD round_sums(VD v, double tiny, double max_finite, DType dt) {
   return r;
 }
 
-template <int kDN, int kEN, int kG, int kNK, bool kQExact>
+/// The kernel. Template arguments: fixed Narrow / GridKind / NormKind values or -1
+/// (read A) as in the block kernel; kQExact as exact_abs_error's; kZp and kW fix
+/// whether there is a zero point and weights (0 / 1) or read them (-1).
+template <int kDN, int kEN, int kG, int kNK, bool kQExact, int kZp, int kW>
 HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
   static_assert(HWY_LANES(float) == 8 || HWY_LANES(float) == 16, "lane layout assumes AVX2 or AVX-512");
   const DF df;
@@ -68,7 +71,7 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
   const DH dh;
   constexpr int64_t N = HWY_LANES(float);
   const BlockKernelArgs& T = A.term;
-  const bool weighted = A.wt != nullptr;
+  const bool weighted = kW >= 0 ? kW == 1 : A.wt != nullptr;
   const bool zp = !A.qparams.symmetric;
   const Narrow stat_narrow = A.qparams.stat_round == DType::kBF16  ? Narrow::kBF16
                              : A.qparams.stat_round == DType::kF16 ? Narrow::kF16
@@ -91,21 +94,24 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
     // registers)
     VD acc[8][2];
     for (auto& a : acc) a[0] = a[1] = hn::Zero(dd);
-    for (int64_t j = 0; j < A.n; j += 8) {
-      const int64_t rem = A.n - j;
-      auto step = [&]<size_t k>(std::integral_constant<size_t, k>) HWY_ATTR {
-        if (static_cast<int64_t>(k) >= rem) return;
-        const int64_t jk = j + static_cast<int64_t>(k);
-        const VF x = hn::LoadU(df, A.xt + jk * N);
-        const VF w = weighted ? hn::LoadU(df, A.wt + jk * N) : one;
-        const VF t = exact_term<kDN, kEN, kG, kNK, kQExact>(T, x, w, weighted, s, z);
-        acc[k][0] = hn::Add(acc[k][0], hn::PromoteTo(dd, hn::LowerHalf(dh, t)));
-        acc[k][1] = hn::Add(acc[k][1], hn::PromoteTo(dd, hn::UpperHalf(dh, t)));
-      };
+    auto step = [&]<size_t k>(int64_t j, std::integral_constant<size_t, k>) HWY_ATTR {
+      const int64_t jk = j + static_cast<int64_t>(k);
+      const VF x = hn::LoadU(df, A.xt + jk * N);
+      const VF w = weighted ? hn::LoadU(df, A.wt + jk * N) : one;
+      const VF t = exact_term<kDN, kEN, kG, kNK, kQExact, kZp>(T, x, w, weighted, s, z);
+      acc[k][0] = hn::Add(acc[k][0], hn::PromoteTo(dd, hn::LowerHalf(dh, t)));
+      acc[k][1] = hn::Add(acc[k][1], hn::PromoteTo(dd, hn::UpperHalf(dh, t)));
+    };
+    // whole rows of eight without exits (the sums stay in registers), then the tail
+    int64_t j = 0;
+    for (; j + 8 <= A.n; j += 8)
       [&]<size_t... K>(std::index_sequence<K...>) HWY_ATTR {
-        (step(std::integral_constant<size_t, K>{}), ...);
+        (step(j, std::integral_constant<size_t, K>{}), ...);
       }(std::make_index_sequence<8>{});
-    }
+    const int64_t rem = A.n - j;
+    [&]<size_t... K>(std::index_sequence<K...>) HWY_ATTR {
+      ((static_cast<int64_t>(K) < rem ? step(j, std::integral_constant<size_t, K>{}) : void()), ...);
+    }(std::make_index_sequence<7>{});
     hn::Vec<DH> err[2];
     for (int h = 0; h < 2; ++h) {
       const VD blk = hn::Add(hn::Add(hn::Add(acc[0][h], acc[4][h]), hn::Add(acc[1][h], acc[5][h])),
@@ -135,23 +141,33 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
   return true;
 }
 
+/// ExactBatchT with the zero point fixed: the benchmarked searches have either.
+template <int kDN, int kEN, int kG, int kNK, bool kQExact, int kW>
+HWY_INLINE bool ExactBatchZp(const ExactBatchArgs& A) {
+  return A.term.has_zp ? ExactBatchT<kDN, kEN, kG, kNK, kQExact, 1, kW>(A)
+                       : ExactBatchT<kDN, kEN, kG, kNK, kQExact, 0, kW>(A);
+}
+
 /// Specialized kernels for the benchmarked bf16 searches (memoryless_mse / mse on INT
-/// grids, nvfp4_expanded_mse: bf16 terms from the table; imatrix_mse: f32 cubes);
-/// everything else runs the generic instantiation.
+/// grids, nvfp4_expanded_mse: unweighted bf16 terms from the table; imatrix_mse:
+/// weighted f32 cubes); everything else runs the generic instantiation.
 bool ExactBatch(const ExactBatchArgs& A) {
   constexpr int kNone = static_cast<int>(Narrow::kNone), kBF16 = static_cast<int>(Narrow::kBF16);
   constexpr int kInt = static_cast<int>(qobs::detail::GridKind::kInt);
   constexpr int kFp4 = static_cast<int>(qobs::detail::GridKind::kFp4);
   constexpr int kTable = static_cast<int>(NormKind::kTable16), kThree = static_cast<int>(NormKind::kThree);
   const BlockKernelArgs& T = A.term;
-  if (T.data_narrow == Narrow::kBF16 && T.err_narrow == Narrow::kBF16 && T.norm_kind == NormKind::kTable16) {
-    if (T.grid == qobs::detail::GridKind::kInt && A.q_exact) return ExactBatchT<kBF16, kBF16, kInt, kTable, true>(A);
-    if (T.grid == qobs::detail::GridKind::kFp4) return ExactBatchT<kBF16, kBF16, kFp4, kTable, false>(A);
+  const bool weighted = A.wt != nullptr;
+  if (T.data_narrow == Narrow::kBF16 && T.err_narrow == Narrow::kBF16 && T.norm_kind == NormKind::kTable16 &&
+      !weighted) {
+    if (T.grid == qobs::detail::GridKind::kInt && A.q_exact) return ExactBatchZp<kBF16, kBF16, kInt, kTable, true, 0>(A);
+    if (T.grid == qobs::detail::GridKind::kFp4 && !T.has_zp && A.q_exact)
+      return ExactBatchT<kBF16, kBF16, kFp4, kTable, true, 0, 0>(A);
   }
   if (T.data_narrow == Narrow::kBF16 && T.err_narrow == Narrow::kNone && T.norm_kind == NormKind::kThree &&
-      T.grid == qobs::detail::GridKind::kInt && A.q_exact)
-    return ExactBatchT<kBF16, kNone, kInt, kThree, true>(A);
-  return ExactBatchT<-1, -1, -1, -1, false>(A);
+      T.grid == qobs::detail::GridKind::kInt && A.q_exact && weighted)
+    return ExactBatchZp<kBF16, kNone, kInt, kThree, true, 1>(A);
+  return ExactBatchT<-1, -1, -1, -1, false, -1, -1>(A);
 }
 
 int ExactBatchLanes() { return static_cast<int>(hn::Lanes(DF())); }

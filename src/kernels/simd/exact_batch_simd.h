@@ -32,8 +32,8 @@ struct ExactBatchArgs {
   /// the term's constants (data_narrow, err_narrow, grid, q_min, q_max, has_zp,
   /// norm_kind: kTwo, kThree, kTable16 or kPowReplay, norm, tables, pow_table)
   BlockKernelArgs term;
-  /// q and q - z are exact in the data dtype (exact_term's kQExact; the caller checks
-  /// the INT grid's range)
+  /// q and q - z are exact in the data dtype (exact_abs_error's kQExact; the caller
+  /// checks the grid and range)
   bool q_exact = false;
   DType err_dt = DType::kF32;  ///< kF32, kBF16 or kF16: what each sum is rounded to
   float initial_best = 0;      ///< the error dtype's largest finite value

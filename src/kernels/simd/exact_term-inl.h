@@ -8,19 +8,21 @@
 
 /// |r - x| in the error dtype for x (on the data dtype's grid), scale s > 0 and zero
 /// point z (used when A.has_zp). Each template argument is a fixed Narrow / GridKind
-/// value or -1 (read A). kQExact: the caller knows that q and q - z are integers the
-/// data dtype holds exactly (INT grid, integer zero point in [q_min, q_max], q_max -
-/// q_min at most 256 for bf16, 2048 for f16), so their narrowing, the identity, is
-/// skipped.
-template <int kDN, int kEN, int kG, bool kQExact = false>
+/// value or -1 (read A). kQExact: the caller knows that q and q - z are values the data
+/// dtype holds exactly (an INT grid with an integer zero point in [q_min, q_max] and
+/// q_max - q_min at most 256 for bf16, 2048 for f16; FP4 / FP8 without a zero point),
+/// so their narrowing, the identity, is skipped. kZp: 0 / 1 fixes A.has_zp, -1 reads
+/// it.
+template <int kDN, int kEN, int kG, bool kQExact = false, int kZp = -1>
 HWY_INLINE VF exact_abs_error(const BlockKernelArgs& A, VF x, VF s, VF z) {
   const DF df;
+  const bool has_zp = kZp >= 0 ? kZp == 1 : A.has_zp;
   const Narrow dn = kDN >= 0 ? static_cast<Narrow>(kDN) : A.data_narrow;
   const Narrow en = kEN >= 0 ? static_cast<Narrow>(kEN) : A.err_narrow;
   const auto grid = kG >= 0 ? static_cast<qobs::detail::GridKind>(kG) : A.grid;
   // R5.1.1: y = x / s (+ z), clamp, round to the grid, dequantize, * s
   VF y = narrow_to(dn, hn::Div(x, s));
-  if (A.has_zp) y = narrow_to(dn, hn::Add(y, z));
+  if (has_zp) y = narrow_to(dn, hn::Add(y, z));
   const VF c = hn::Min(hn::Max(y, hn::Set(df, A.q_min)), hn::Set(df, A.q_max));
   VF q;
   switch (grid) {
@@ -31,7 +33,7 @@ HWY_INLINE VF exact_abs_error(const BlockKernelArgs& A, VF x, VF s, VF z) {
     default: q = hn::CopySign(fp4_round_nonneg(hn::Abs(c)), c); break;
   }
   VF d = kQExact ? q : narrow_to(dn, q);
-  if (A.has_zp) d = kQExact ? hn::Sub(d, z) : narrow_to(dn, hn::Sub(d, z));
+  if (has_zp) d = kQExact ? hn::Sub(d, z) : narrow_to(dn, hn::Sub(d, z));
   const VF r = narrow_to(dn, hn::Mul(d, s));
   // R6.6.6 step 4 / R6.8.6: |r - x| in the error dtype
   return hn::Abs(narrow_to(en, hn::Sub(r, x)));
@@ -73,10 +75,10 @@ HWY_INLINE VF exact_pow(const BlockKernelArgs& A, VF e) {
 }
 
 /// The whole term: |r - x|^norm (x w when `weighted`) in the error dtype.
-template <int kDN, int kEN, int kG, int kNK, bool kQExact = false>
+template <int kDN, int kEN, int kG, int kNK, bool kQExact = false, int kZp = -1>
 HWY_INLINE VF exact_term(const BlockKernelArgs& A, VF x, VF w, bool weighted, VF s, VF z) {
   const Narrow en = kEN >= 0 ? static_cast<Narrow>(kEN) : A.err_narrow;
-  VF t = exact_pow<kEN, kNK>(A, exact_abs_error<kDN, kEN, kG, kQExact>(A, x, s, z));
+  VF t = exact_pow<kEN, kNK>(A, exact_abs_error<kDN, kEN, kG, kQExact, kZp>(A, x, s, z));
   if (weighted) t = narrow_to(en, hn::Mul(w, t));
   return t;
 }

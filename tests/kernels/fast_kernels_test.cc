@@ -487,30 +487,38 @@ TEST(FastGridSearch, EarlyStoppingAndPatienceAcrossGroups) {
     }
 }
 
+/// Many small groups for the batch kernels: groups of 1 to 256 (<= kPolyBatchMaxLen)
+/// elements, with full and short batches at 3 and 37 rows.
+struct ManyGroupCase {
+  std::string name;
+  QuantizationArgs args;
+  int64_t cols, group;
+};
+std::vector<ManyGroupCase> many_group_cases() {
+  return {
+      {"nvfp4_g16", make_args(4, QuantType::kFloat, true, Strategy::kTensorGroup, 16, DType::kF8E4M3), 64, 16},
+      {"int4_sym_g16", make_args(4, QuantType::kInt, true, Strategy::kGroup, 16), 48, 16},
+      {"int4_asym_g32", make_args(4, QuantType::kInt, false, Strategy::kGroup, 32), 96, 32},
+      {"int2_asym_g8", make_args(2, QuantType::kInt, false, Strategy::kGroup, 8), 40, 8},
+      {"int8_asym_g16", make_args(8, QuantType::kInt, false, Strategy::kGroup, 16), 48, 16},
+      {"fp8_g16", make_args(8, QuantType::kFloat, true, Strategy::kGroup, 16), 32, 16},
+      {"int8_sym_channel256", make_args(8, QuantType::kInt, true, Strategy::kChannel), 256, 256},
+      {"int3_asym_channel255", make_args(3, QuantType::kInt, false, Strategy::kChannel), 255, 255},
+      {"int4_sym_group1", make_args(4, QuantType::kInt, true, Strategy::kGroup, 1), 8, 1},
+  };
+}
+
 TEST(FastGridSearch, BatchKernelMatchesReferenceOnManyGroups) {
   // Groups of up to kPolyBatchMaxLen f32 elements, unweighted, with a non-integer norm
   // are decided one group per vector lane (PolyBatchT): full batches, a short last
   // batch, lanes whose comparisons fall back to exact errors (equal and zero groups,
   // subnormal scales), and batches the kernel refuses (|range| >= 2^100) and hands to
   // the one-group path. Every result must equal the reference's.
-  struct Case {
-    std::string name;
-    QuantizationArgs args;
-    int64_t cols, group;
-  };
-  const std::vector<Case> cases = {
-      {"nvfp4_g16", make_args(4, QuantType::kFloat, true, Strategy::kTensorGroup, 16, DType::kF8E4M3), 64, 16},
-      {"int4_sym_g16", make_args(4, QuantType::kInt, true, Strategy::kGroup, 16), 48, 16},
-      {"int4_asym_g32", make_args(4, QuantType::kInt, false, Strategy::kGroup, 32), 96, 32},
-      {"int2_asym_g8", make_args(2, QuantType::kInt, false, Strategy::kGroup, 8), 40, 8},
-      {"int8_sym_channel256", make_args(8, QuantType::kInt, true, Strategy::kChannel), 256, 256},
-      {"int3_asym_channel255", make_args(3, QuantType::kInt, false, Strategy::kChannel), 255, 255},
-      {"int4_sym_group1", make_args(4, QuantType::kInt, true, Strategy::kGroup, 1), 8, 1},
-  };
+  const std::vector<ManyGroupCase> cases = many_group_cases();
   const std::vector<SimdLevel> levels = available_simd_levels();
   const SimdLevel best = levels.back();
   int64_t batched = 0, exact = 0;
-  for (const Case& c : cases)
+  for (const ManyGroupCase& c : cases)
     for (Pattern p : {Pattern::kNormal, Pattern::kZeroGroups, Pattern::kEqualGroups, Pattern::kHugeRange,
                       Pattern::kSubnormal, Pattern::kSignedZeros, Pattern::kPositive})
       for (int64_t rows : {3, 37}) {
@@ -686,26 +694,11 @@ TEST(FastGridSearch, ExactBatchKernelMatchesReferenceOn16BitData) {
   // grid, sym and asym, norms 2 / 3 / 2.4 (the 16-bit table), f32 errors, the wide mode,
   // imatrix weights, zero / equal / subnormal / signed-zero groups and sums that
   // overflow the error dtype. Every result must equal the reference's.
-  struct Case {
-    std::string name;
-    QuantizationArgs args;
-    int64_t cols, group;
-  };
-  const std::vector<Case> cases = {
-      {"nvfp4_g16", make_args(4, QuantType::kFloat, true, Strategy::kTensorGroup, 16, DType::kF8E4M3), 64, 16},
-      {"int4_sym_g16", make_args(4, QuantType::kInt, true, Strategy::kGroup, 16), 48, 16},
-      {"int4_asym_g32", make_args(4, QuantType::kInt, false, Strategy::kGroup, 32), 96, 32},
-      {"int2_asym_g8", make_args(2, QuantType::kInt, false, Strategy::kGroup, 8), 40, 8},
-      {"int8_asym_g16", make_args(8, QuantType::kInt, false, Strategy::kGroup, 16), 48, 16},
-      {"fp8_g16", make_args(8, QuantType::kFloat, true, Strategy::kGroup, 16), 32, 16},
-      {"int8_sym_channel256", make_args(8, QuantType::kInt, true, Strategy::kChannel), 256, 256},
-      {"int3_asym_channel255", make_args(3, QuantType::kInt, false, Strategy::kChannel), 255, 255},
-      {"int4_sym_group1", make_args(4, QuantType::kInt, true, Strategy::kGroup, 1), 8, 1},
-  };
+  const std::vector<ManyGroupCase> cases = many_group_cases();
   const SimdLevel best = available_simd_levels().back();
   int64_t batched = 0;
   for (DType dt : {DType::kBF16, DType::kF16})
-    for (const Case& c : cases)
+    for (const ManyGroupCase& c : cases)
       for (int p = 0; p < 8; ++p)
         for (int64_t rows : {3, 37}) {
           const uint32_t seed = static_cast<uint32_t>(rows + c.cols + p);

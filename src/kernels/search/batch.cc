@@ -29,6 +29,36 @@ struct BatchExact {
   }
 };
 
+/// The batch's groups (a short batch repeats its last group): read (in place, widened
+/// or gathered), transposed into s.xt (|x| when abs_values), their base ranges into
+/// s.m0 / s.M0 and max |x| into s.xmax. False when some group holds NaN or a base range
+/// is not below `limit` in magnitude (non-finite included).
+bool load_batch(const Plan& P, int64_t q0, int64_t count, bool abs_values, double limit, Scratch& s) {
+  const int L = P.batch.lanes;
+  const int64_t len = P.len;
+  for (auto* v : {&s.xt, &s.xw}) v->resize(static_cast<std::size_t>(len * L));
+  for (auto* v : {&s.m0, &s.M0, &s.xmax, &s.lo_f, &s.hi_f}) v->resize(static_cast<std::size_t>(L));
+  s.group_x.resize(static_cast<std::size_t>(L));
+  s.lane_improved.resize(static_cast<std::size_t>((P.S + 31) / 32 * L));
+  for (int l = 0; l < L; ++l)
+    s.group_x[static_cast<std::size_t>(l)] = load_group_to(P.flat, P.contiguous, q0 + std::min<int64_t>(l, count - 1),
+                                                           len, P.level, s.xw.data() + l * len);
+  // NaN: the one-group path propagates it as the reference does
+  if (!batch_transpose_simd(P.level, s.group_x.data(), len, abs_values, s.xt.data(), s.lo_f.data(), s.hi_f.data()))
+    return false;
+  for (int l = 0; l < L; ++l) {
+    const std::size_t u = static_cast<std::size_t>(l);
+    float lo = s.lo_f[u], hi = s.hi_f[u];
+    settle_zero_signs(s.group_x[u], len, &lo, &hi);
+    const double mq = P.a.mul(lo, P.cfg.expand), Mq = P.a.mul(hi, P.cfg.expand);
+    if (!(std::fabs(mq) < limit && std::fabs(Mq) < limit)) return false;
+    s.m0[u] = static_cast<float>(mq);
+    s.M0[u] = static_cast<float>(Mq);
+    s.xmax[u] = std::max(std::fabs(lo), std::fabs(hi));
+  }
+  return true;
+}
+
 /// A finished batch's outputs: the real lanes' base ranges into m0 / M0, their
 /// 32-candidate words (s.lane_improved) into the groups' 64-bit improvement words and
 /// into any.
@@ -60,26 +90,8 @@ bool exact_batch_improvements(const Plan& P, int64_t q0, int64_t count, Scratch&
                               uint64_t* bits, int64_t W, uint8_t* any) {
   const int L = P.batch.lanes;
   const int64_t len = P.len, S = P.S;
-  for (auto* v : {&s.xt, &s.xw}) v->resize(static_cast<std::size_t>(len * L));
-  for (auto* v : {&s.m0, &s.M0, &s.lo_f, &s.hi_f}) v->resize(static_cast<std::size_t>(L));
-  s.group_x.resize(static_cast<std::size_t>(L));
-  s.lane_improved.resize(static_cast<std::size_t>((S + 31) / 32 * L));
-  auto lane_group = [&](int l) { return q0 + std::min<int64_t>(l, count - 1); };  // a short batch repeats its last
-  for (int l = 0; l < L; ++l)
-    s.group_x[static_cast<std::size_t>(l)] =
-        load_group_to(P.flat, P.contiguous, lane_group(l), len, P.level, s.xw.data() + l * len);
-  // NaN: the one-group path propagates it as the reference does
-  if (!batch_transpose_simd(P.level, s.group_x.data(), len, false, s.xt.data(), s.lo_f.data(), s.hi_f.data()))
-    return false;
-  for (int l = 0; l < L; ++l) {
-    const std::size_t u = static_cast<std::size_t>(l);
-    float lo = s.lo_f[u], hi = s.hi_f[u];
-    settle_zero_signs(s.group_x[u], len, &lo, &hi);
-    const double mq = P.a.mul(lo, P.cfg.expand), Mq = P.a.mul(hi, P.cfg.expand);
-    if (!(std::isfinite(mq) && std::isfinite(Mq))) return false;
-    s.m0[u] = static_cast<float>(mq);
-    s.M0[u] = static_cast<float>(Mq);
-  }
+  if (!load_batch(P, q0, count, false, INFINITY, s)) return false;
+  auto lane_group = [&](int l) { return q0 + std::min<int64_t>(l, count - 1); };
   ExactBatchArgs k;
   if (P.weights) {
     for (auto* v : {&s.wt, &s.ww}) v->resize(static_cast<std::size_t>(len * L));
@@ -87,9 +99,8 @@ bool exact_batch_improvements(const Plan& P, int64_t q0, int64_t count, Scratch&
     for (int l = 0; l < L; ++l)
       s.group_w[static_cast<std::size_t>(l)] =
           load_group_to(*P.weights, P.w_contiguous, lane_group(l), len, P.level, s.ww.data() + l * len);
-    // the transpose's min / max of the weights go unused (into xmax, free here)
-    s.xmax.resize(static_cast<std::size_t>(2 * L));
-    if (!batch_transpose_simd(P.level, s.group_w.data(), len, false, s.wt.data(), s.xmax.data(), s.xmax.data() + L))
+    // the weights' min / max go unused (into lo_f / hi_f, read already); NaN: refused
+    if (!batch_transpose_simd(P.level, s.group_w.data(), len, false, s.wt.data(), s.lo_f.data(), s.hi_f.data()))
       return false;
     k.wt = s.wt.data();
   }
@@ -125,30 +136,9 @@ bool exact_batch_improvements(const Plan& P, int64_t q0, int64_t count, Scratch&
 bool batch_improvements(const Plan& P, int64_t q0, int64_t count, Scratch& s, double* m0, double* M0, uint64_t* bits,
                         int64_t W, uint8_t* any) {
   if (P.batch.exact) return exact_batch_improvements(P, q0, count, s, m0, M0, bits, W, any);
-  const int L = P.batch.lanes;
   const int64_t len = P.len, S = P.S;
   const bool fp4 = P.vec.proto.grid == qobs::detail::GridKind::kFp4;
-  s.xt.resize(static_cast<std::size_t>(len * L));
-  for (auto* v : {&s.m0, &s.M0, &s.xmax, &s.lo_f, &s.hi_f}) v->resize(static_cast<std::size_t>(L));
-  s.group_x.resize(static_cast<std::size_t>(L));
-  s.lane_improved.resize(static_cast<std::size_t>((S + 31) / 32 * L));
-  for (int l = 0; l < L; ++l) {
-    const int64_t q = q0 + std::min<int64_t>(l, count - 1);  // a short batch repeats its last group
-    s.group_x[static_cast<std::size_t>(l)] = static_cast<const float*>(P.flat.data) + P.flat.group_offset(q);
-  }
-  // NaN: the one-group path propagates it as the reference does
-  if (!batch_transpose_simd(P.level, s.group_x.data(), len, fp4, s.xt.data(), s.lo_f.data(), s.hi_f.data()))
-    return false;
-  for (int l = 0; l < L; ++l) {
-    const std::size_t u = static_cast<std::size_t>(l);
-    float lo = s.lo_f[u], hi = s.hi_f[u];
-    settle_zero_signs(s.group_x[u], len, &lo, &hi);
-    const double mq = P.a.mul(lo, P.cfg.expand), Mq = P.a.mul(hi, P.cfg.expand);
-    if (!(std::fabs(mq) < 0x1p100 && std::fabs(Mq) < 0x1p100)) return false;
-    s.m0[u] = static_cast<float>(mq);
-    s.M0[u] = static_cast<float>(Mq);
-    s.xmax[u] = std::max(std::fabs(lo), std::fabs(hi));
-  }
+  if (!load_batch(P, q0, count, fp4, 0x1p100, s)) return false;
   BatchExact ctx{&P, &s};
   PolyBatchArgs k;
   k.xt = s.xt.data();

@@ -115,8 +115,8 @@ void BM_MinMaxKernel(benchmark::State& state, std::string scheme, DType dt, int6
 /// the pair shows what the batch kernel buys. nvfp4_defaults: nvfp4_expanded_mse's
 /// 111 candidates and 1.8x range; otherwise memoryless_mse's 20.
 void BM_GridSearch(benchmark::State& state, std::string scheme, bool nvfp4_defaults, bool batch, int64_t rows,
-                   int64_t cols) {
-  const qobs::Tensor& w = weight(rows, cols, DType::kF32);
+                   int64_t cols, DType dt) {
+  const qobs::Tensor& w = weight(rows, cols, dt);
   qobs::QuantizationArgs args = qobs::bench::scheme_args(scheme);
   if (args.get_strategy() == qobs::Strategy::kTensorGroup) args.scale_dtype.reset();  // R6.6.2
   const qobs::FlatView flat = qobs::flatten_for_calibration(w.view(), "weight", args);
@@ -210,12 +210,27 @@ void register_all() {
         for (bool batch : {true, false}) {
           const std::string path = batch ? "batch" : "one_group";
           benchmark::RegisterBenchmark(("grid_search/nvfp4_expanded/" + path + "/f32/" + sh).c_str(), BM_GridSearch,
-                                       std::string("nvfp4"), true, batch, s.rows, s.cols)
+                                       std::string("nvfp4"), true, batch, s.rows, s.cols, dt)
               ->Unit(benchmark::kMillisecond)
               ->UseRealTime()
               ->Iterations(2);
           benchmark::RegisterBenchmark(("grid_search/mse_int4_g128/" + path + "/f32/" + sh).c_str(), BM_GridSearch,
-                                       std::string("int4_g128"), false, batch, s.rows, s.cols)
+                                       std::string("int4_g128"), false, batch, s.rows, s.cols, dt)
+              ->Unit(benchmark::kMillisecond)
+              ->UseRealTime()
+              ->Iterations(5);
+        }
+      // bf16 grid searches (the 16-bit batch kernel, or one group at a time)
+      if (dt == DType::kBF16)
+        for (bool batch : {true, false}) {
+          const std::string path = batch ? "batch" : "one_group";
+          benchmark::RegisterBenchmark(("grid_search/nvfp4_expanded/" + path + "/bf16/" + sh).c_str(), BM_GridSearch,
+                                       std::string("nvfp4"), true, batch, s.rows, s.cols, dt)
+              ->Unit(benchmark::kMillisecond)
+              ->UseRealTime()
+              ->Iterations(2);
+          benchmark::RegisterBenchmark(("grid_search/mse_int4_g128/" + path + "/bf16/" + sh).c_str(), BM_GridSearch,
+                                       std::string("int4_g128"), false, batch, s.rows, s.cols, dt)
               ->Unit(benchmark::kMillisecond)
               ->UseRealTime()
               ->Iterations(5);

@@ -8,6 +8,7 @@ list(APPEND QOBS_KERNEL_SOURCES
      kernels/simd/block_errors_simd.cc
      kernels/simd/poly_sums_simd.cc
      kernels/simd/poly_batch_simd.cc
+     kernels/simd/exact_batch_simd.cc
      kernels/simd/shrunk_qparams_simd.cc
      kernels/simd/minmax_simd.cc
      kernels/simd/qdq_simd.cc

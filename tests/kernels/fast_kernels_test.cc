@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/search/exact.h"
+#include "kernels/search/plan.h"
 #include "kernels/search/search.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel/thread_pool.h"
@@ -540,30 +542,38 @@ TEST(FastGridSearch, EarlyStoppingAndPatienceAcrossGroups) {
     }
 }
 
+/// Many small groups for the batch kernels: groups of 1 to 256 (<= kPolyBatchMaxLen)
+/// elements, with full and short batches at 3 and 37 rows.
+struct ManyGroupCase {
+  std::string name;
+  QuantizationArgs args;
+  int64_t cols, group;
+};
+std::vector<ManyGroupCase> many_group_cases() {
+  return {
+      {"nvfp4_g16", make_args(4, QuantType::kFloat, true, Strategy::kTensorGroup, 16, DType::kF8E4M3), 64, 16},
+      {"int4_sym_g16", make_args(4, QuantType::kInt, true, Strategy::kGroup, 16), 48, 16},
+      {"int4_asym_g32", make_args(4, QuantType::kInt, false, Strategy::kGroup, 32), 96, 32},
+      {"int2_asym_g8", make_args(2, QuantType::kInt, false, Strategy::kGroup, 8), 40, 8},
+      {"int8_asym_g16", make_args(8, QuantType::kInt, false, Strategy::kGroup, 16), 48, 16},
+      {"fp8_g16", make_args(8, QuantType::kFloat, true, Strategy::kGroup, 16), 32, 16},
+      {"int8_sym_channel256", make_args(8, QuantType::kInt, true, Strategy::kChannel), 256, 256},
+      {"int3_asym_channel255", make_args(3, QuantType::kInt, false, Strategy::kChannel), 255, 255},
+      {"int4_sym_group1", make_args(4, QuantType::kInt, true, Strategy::kGroup, 1), 8, 1},
+  };
+}
+
 TEST(FastGridSearch, BatchKernelMatchesReferenceOnManyGroups) {
   // Groups of up to kPolyBatchMaxLen f32 elements, unweighted, with a non-integer norm
   // are decided one group per vector lane (PolyBatchT): full batches, a short last
   // batch, lanes whose comparisons fall back to exact errors (equal and zero groups,
   // subnormal scales), and batches the kernel refuses (|range| >= 2^100) and hands to
   // the one-group path. Every result must equal the reference's.
-  struct Case {
-    std::string name;
-    QuantizationArgs args;
-    int64_t cols, group;
-  };
-  const std::vector<Case> cases = {
-      {"nvfp4_g16", make_args(4, QuantType::kFloat, true, Strategy::kTensorGroup, 16, DType::kF8E4M3), 64, 16},
-      {"int4_sym_g16", make_args(4, QuantType::kInt, true, Strategy::kGroup, 16), 48, 16},
-      {"int4_asym_g32", make_args(4, QuantType::kInt, false, Strategy::kGroup, 32), 96, 32},
-      {"int2_asym_g8", make_args(2, QuantType::kInt, false, Strategy::kGroup, 8), 40, 8},
-      {"int8_sym_channel256", make_args(8, QuantType::kInt, true, Strategy::kChannel), 256, 256},
-      {"int3_asym_channel255", make_args(3, QuantType::kInt, false, Strategy::kChannel), 255, 255},
-      {"int4_sym_group1", make_args(4, QuantType::kInt, true, Strategy::kGroup, 1), 8, 1},
-  };
+  const std::vector<ManyGroupCase> cases = many_group_cases();
   const std::vector<SimdLevel> levels = available_simd_levels();
   const SimdLevel best = levels.back();
   int64_t batched = 0, exact = 0;
-  for (const Case& c : cases)
+  for (const ManyGroupCase& c : cases)
     for (Pattern p : {Pattern::kNormal, Pattern::kZeroGroups, Pattern::kEqualGroups, Pattern::kHugeRange,
                       Pattern::kSubnormal, Pattern::kSignedZeros, Pattern::kPositive})
       for (int64_t rows : {3, 37}) {
@@ -674,6 +684,189 @@ TEST(FastGridSearch, ImatrixWeighted) {
       expect_search_matches("expanded imatrix", flat, search_args(a), expanded_imatrix_cfg(), &wf);
       expect_search_matches("expanded imatrix uniform", flat, search_args(a), expanded_imatrix_cfg(), nullptr);
     }
+}
+
+TEST(FastGridSearch, VectorTermsEqualTheReferenceTermsBitForBit) {
+  // The raw (unrounded) f64 sums of the exact vector kernel against ErrorSum over
+  // ErrorModel::term, one candidate at a time: a single term off shows in the sum.
+  // Regression: with bf16 errors and norm 3 the kernel cubed in f32 where
+  // Arith::pow_abs rounds the square to bf16 first (about 1 |e| in 5 differed).
+  struct Case {
+    std::string name;
+    QuantizationArgs args;
+  };
+  const std::vector<Case> cases = {
+      {"int4_asym", make_args(4, QuantType::kInt, false, Strategy::kChannel)},
+      {"int8_sym", make_args(8, QuantType::kInt, true, Strategy::kChannel)},
+      {"fp8", make_args(8, QuantType::kFloat, true, Strategy::kChannel)},
+      {"fp4", make_args(4, QuantType::kFloat, true, Strategy::kChannel)},
+  };
+  const int64_t n = 203;
+  std::vector<float> wv(static_cast<std::size_t>(n));
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> u(0.0f, 3.0f);
+  for (float& v : wv) v = u(rng);
+  const Tensor wt = Tensor::from_floats(DType::kF32, {1, n}, wv);
+  for (SimdLevel level : available_simd_levels()) {
+    if (level == SimdLevel::kScalar) continue;
+    for (DType dt : {DType::kBF16, DType::kF16, DType::kF32})
+      for (const Case& c : cases) {
+        const Tensor t = Tensor::from_floats(dt, {1, n}, make_data(n, Pattern::kNormal, 23));
+        const FlatView flat = flatten_for_calibration(t.view(), "weight", c.args);
+        const FlatView wf = flatten_for_calibration(wt.view(), "weight", c.args);
+        std::vector<float> x(static_cast<std::size_t>(n));
+        flat.gather(0, x.data());
+        for (double norm : {2.0, 3.0, 2.4, 1.7})
+          for (bool weighted : {false, true}) {
+            GridSearchConfig cfg = weighted ? imatrix_cfg() : mse_cfg();
+            cfg.norm = norm;
+            const fast::Plan P = fast::make_plan(flat, c.args, cfg, weighted ? &wf : nullptr, level);
+            if (!P.vec.simd) continue;
+            fast::Scratch sc;
+            for (float scale : {0.001f, 0.0123f, 0.031f, 0.2f}) {
+              const float zp = c.args.symmetric ? 0.0f : 3.0f;
+              double fast_sum;
+              fast::vector_sums(P, P.vec.proto.norm_kind, x.data(), weighted ? wv.data() : nullptr, &scale, &zp, 1,
+                                true, sc, &fast_sum);
+              qobs::detail::ErrorSum ref_sum;
+              for (int64_t j = 0; j < n; ++j) {
+                const float xj = x[static_cast<std::size_t>(j)];
+                ref_sum.add(P.em.term(qobs::detail::qdq_elem(xj, scale, zp, P.dplan), xj,
+                                      weighted ? wv[static_cast<std::size_t>(j)] : 1.0f));
+              }
+              ASSERT_EQ(fast_sum, ref_sum.total())
+                  << c.name << " " << dtype_name(dt) << " norm=" << norm << " weighted=" << weighted
+                  << " scale=" << scale << " level=" << to_string(level);
+            }
+          }
+      }
+  }
+}
+
+TEST(FastGridSearch, ExactBatchKernelMatchesReferenceOn16BitData) {
+  // bf16 / f16 groups of up to kPolyBatchMaxLen elements are decided one group per
+  // vector lane with exact errors (exact_batch_simd.h): full and short batches, every
+  // grid, sym and asym, norms 2 / 3 / 2.4 (the 16-bit table), f32 errors, the wide mode,
+  // imatrix weights, zero / equal / subnormal / signed-zero groups and sums that
+  // overflow the error dtype. Every result must equal the reference's.
+  const std::vector<ManyGroupCase> cases = many_group_cases();
+  const SimdLevel best = available_simd_levels().back();
+  int64_t batched = 0;
+  for (DType dt : {DType::kBF16, DType::kF16})
+    for (const ManyGroupCase& c : cases)
+      for (int p = 0; p < 8; ++p)
+        for (int64_t rows : {3, 37}) {
+          const uint32_t seed = static_cast<uint32_t>(rows + c.cols + p);
+          std::vector<float> v = make_data(rows * c.cols, static_cast<Pattern>(std::min(p, 6)), seed, c.group);
+          // pattern 7: magnitudes whose error sums overflow the error dtype (f16: 65504)
+          if (p == 7)
+            for (float& x : v) x *= dt == DType::kF16 ? 4.0e4f : 1.0e17f;
+          // f16 subnormals: the f32 pattern's 1e-38 would flush them to zero
+          if (p == static_cast<int>(Pattern::kSubnormal) && dt == DType::kF16)
+            v = make_data(rows * c.cols, Pattern::kNormal, seed, c.group);
+          if (p == static_cast<int>(Pattern::kSubnormal) && dt == DType::kF16)
+            for (float& x : v) x *= 1e-4f;
+          const Tensor t = Tensor::from_floats(dt, {rows, c.cols}, v);
+          const FlatView flat = flatten_for_calibration(t.view(), "weight", c.args);
+          const QuantizationArgs sargs = search_args(c.args);
+          const std::string what = c.name + " " + std::string(dtype_name(dt)) + " rows=" + std::to_string(rows) +
+                                   " pattern=" + std::to_string(p);
+          for (double norm : {2.4, 2.0, 3.0}) {
+            GridSearchConfig cfg = mse_cfg();
+            cfg.norm = norm;
+            expect_search_matches(what + " mse norm=" + std::to_string(norm), flat, sargs, cfg);
+          }
+          GridSearchConfig f32e = mse_cfg();
+          f32e.f32_errors = true;
+          expect_search_matches(what + " f32_errors", flat, sargs, f32e);
+          GridSearchConfig wide = mse_cfg();
+          wide.mode = NumericMode::kWide;
+          expect_search_matches(what + " wide", flat, sargs, wide);
+          if (c.args.is_fp4()) expect_search_matches(what + " nvfp4_expanded", flat, sargs, nvfp4_cfg());
+          std::vector<float> wv(static_cast<std::size_t>(rows * c.cols));
+          std::mt19937 rng(seed);
+          std::uniform_real_distribution<float> u(0.0f, 3.0f);
+          for (int64_t col = 0; col < c.cols; ++col) {
+            const float imp = col % 7 == 0 ? 0.0f : u(rng);
+            for (int64_t r = 0; r < rows; ++r) wv[static_cast<std::size_t>(r * c.cols + col)] = imp;
+          }
+          const Tensor w = Tensor::from_floats(DType::kF32, {rows, c.cols}, wv);
+          const FlatView wf = flatten_for_calibration(w.view(), "weight", c.args);
+          expect_search_matches(what + " imatrix", flat, sargs, imatrix_cfg(), &wf);
+          if (c.args.is_fp4()) expect_search_matches(what + " expanded imatrix", flat, sargs, expanded_imatrix_cfg(), &wf);
+          batched += fast::grid_search(flat, sargs, mse_cfg(), nullptr, best, 2).groups_batched;
+        }
+  if (best != SimdLevel::kScalar) EXPECT_GT(batched, 0) << "the exact batch kernel never ran";
+}
+
+TEST(FastGridSearch, ExactBatchKernelDecidesTiesAndOneUlpGaps) {
+  // With bf16 errors (8 significant bits) candidates often tie, or differ by one ulp of
+  // the sum. The data below must contain both at the reference's decisions (counted
+  // from the reference's own errors), and the batch kernel must decide them as the
+  // reference does.
+  const QuantizationArgs a = make_args(4, QuantType::kInt, false, Strategy::kGroup, 16);
+  const int64_t rows = 64, cols = 64;
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    int64_t ties = 0, one_ulp = 0;
+    for (uint32_t seed = 0; seed < 4; ++seed) {
+      const Tensor t = Tensor::from_floats(dt, {rows, cols}, make_data(rows * cols, Pattern::kNormal, 100 + seed, 16));
+      const FlatView flat = flatten_for_calibration(t.view(), "weight", a);
+      GridSearchConfig cfg = mse_cfg();
+      cfg.grid = 400.0;  // close candidates: many near-equal errors
+      expect_search_matches("ties " + std::string(dtype_name(dt)), flat, a, cfg);
+      // count the reference's close decisions
+      const fast::Plan P = fast::make_plan(flat, a, cfg, nullptr, SimdLevel::kScalar);
+      fast::Scratch sc;
+      for (auto* v : {&sc.m_scale, &sc.m_zp}) v->resize(static_cast<std::size_t>(P.S));
+      std::vector<float> x(static_cast<std::size_t>(P.len)), scale(static_cast<std::size_t>(P.S)),
+          zp(static_cast<std::size_t>(P.S));
+      std::vector<double> errs(static_cast<std::size_t>(P.S));
+      for (int64_t q = 0; q < flat.layout.num_qparams(); ++q) {
+        flat.gather(q, x.data());
+        double lo = INFINITY, hi = -INFINITY;
+        for (float xv : x) {
+          lo = qobs::detail::nan_min(lo, xv);
+          hi = qobs::detail::nan_max(hi, xv);
+        }
+        P.shrunk.compute(static_cast<float>(P.a.mul(lo, cfg.expand)), static_cast<float>(P.a.mul(hi, cfg.expand)),
+                         P.shrink_f32.data(), P.S, scale.data(), zp.data());
+        std::copy(scale.begin(), scale.end(), sc.m_scale.begin());
+        std::copy(zp.begin(), zp.end(), sc.m_zp.begin());
+        fast::scalar_errors(P, x.data(), nullptr, sc, errs.data());
+        double best_err = P.em.initial_best();
+        for (double e : errs) {
+          ties += e == best_err;
+          // the error dtype's next value below the best (positive, finite: pattern - 1)
+          const double below = dt == DType::kBF16 ? bf16_to_float(static_cast<uint16_t>(double_to_bf16(best_err) - 1))
+                                                  : f16_to_float(static_cast<uint16_t>(double_to_f16(best_err) - 1));
+          one_ulp += best_err > 0 && e == below;
+          best_err = std::min(best_err, e);
+        }
+      }
+    }
+    EXPECT_GT(ties, 0) << dtype_name(dt);
+    EXPECT_GT(one_ulp, 0) << dtype_name(dt);
+  }
+}
+
+TEST(FastGridSearch, ExactBatchKernelHandsNonFiniteGroupsBack) {
+  // NaN / Inf anywhere in a batch: the batch is refused and its groups take the
+  // one-group path, which follows the reference's arithmetic.
+  const QuantizationArgs a = make_args(8, QuantType::kInt, false, Strategy::kGroup, 8);
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    std::vector<float> v = make_data(37 * 32, Pattern::kNormal, 2);
+    v[3] = NAN;
+    v[200] = INFINITY;
+    v[401] = -INFINITY;
+    const Tensor t = Tensor::from_floats(dt, {37, 32}, v);
+    const FlatView flat = flatten_for_calibration(t.view(), "weight", a);
+    expect_search_matches("non-finite " + std::string(dtype_name(dt)), flat, a, mse_cfg());
+    const SimdLevel best = available_simd_levels().back();
+    if (best == SimdLevel::kScalar) continue;
+    const GridSearchResult r = fast::grid_search(flat, a, mse_cfg(), nullptr, best, 1);
+    EXPECT_GT(r.groups_batched, 0) << dtype_name(dt);
+    EXPECT_LT(r.groups_batched, flat.layout.num_qparams()) << dtype_name(dt);
+  }
 }
 
 TEST(FastGridSearch, NonFiniteGroupsTakeTheReferencePath) {

@@ -18,21 +18,26 @@ namespace qobs::kernels::fast {
 // an out-of-line call cost ~10% of the bf16 min-max kernel.
 
 /// The len values of qparam element q as floats: in place for contiguous f32, else
-/// widened / gathered into buf.
-inline const float* load_group(const FlatView& f, bool contiguous, int64_t q, int64_t len, SimdLevel level,
-                        std::vector<float>& buf) {
+/// widened / gathered into buf (len floats).
+inline const float* load_group_to(const FlatView& f, bool contiguous, int64_t q, int64_t len, SimdLevel level,
+                                  float* buf) {
   if (contiguous) {
     const int64_t off = f.group_offset(q);
     if (f.dtype == DType::kF32) return static_cast<const float*>(f.data) + off;
     if ((f.dtype == DType::kBF16 || f.dtype == DType::kF16) && level != SimdLevel::kScalar) {
-      buf.resize(static_cast<std::size_t>(len));
-      detail::widen_simd(level, static_cast<const uint16_t*>(f.data) + off, len, f.dtype == DType::kBF16, buf.data());
-      return buf.data();
+      detail::widen_simd(level, static_cast<const uint16_t*>(f.data) + off, len, f.dtype == DType::kBF16, buf);
+      return buf;
     }
   }
+  f.gather(q, buf);
+  return buf;
+}
+
+/// load_group_to with a buffer that grows as needed.
+inline const float* load_group(const FlatView& f, bool contiguous, int64_t q, int64_t len, SimdLevel level,
+                               std::vector<float>& buf) {
   buf.resize(static_cast<std::size_t>(len));
-  f.gather(q, buf.data());
-  return buf.data();
+  return load_group_to(f, contiguous, q, len, level, buf.data());
 }
 
 

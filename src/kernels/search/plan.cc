@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/simd/exact_batch_simd.h"
 #include "kernels/simd/libm_powf.h"
 #include "kernels/simd/poly_batch_simd.h"
 
@@ -91,13 +92,21 @@ CertifiedPlan certified_plan(const GridSearchConfig& cfg, DType dt, const qobs::
 }
 
 /// Small groups: one group per lane, so that the per-candidate work (qparams, the
-/// bound, the comparison) is vectorized too instead of being paid per group.
-BatchPlan batch_plan(const GridSearchConfig& cfg, const CertifiedPlan& cert, const qobs::detail::ShrunkQParams& shrunk,
-                     bool contiguous, int64_t len, SimdLevel level) {
+/// bound, the comparison) is vectorized too instead of being paid per group. f32 data
+/// with the certified terms takes the polynomial batch; bf16 / f16 data (whose terms
+/// and sums are rounded to 16 bits, so no cheaper term can stand in for them) takes
+/// the exact batch, where the vector kernel is exact (not kPowScalar's per-lane pow).
+BatchPlan batch_plan(const GridSearchConfig& cfg, DType dt, const VectorPlan& vec, const CertifiedPlan& cert,
+                     const qobs::detail::ShrunkQParams& shrunk, bool contiguous, int64_t len, SimdLevel level) {
   BatchPlan b;
-  if (cert.use_poly && shrunk.usable && contiguous && len <= kPolyBatchMaxLen && cfg.batch_groups) {
+  if (!cfg.batch_groups || !shrunk.usable || len > kPolyBatchMaxLen) return b;
+  if (cert.use_poly && contiguous) {
     b.lanes = poly_batch_lanes(level);
     b.bound = poly_sum_bound_sequential(cert.poly, len);
+  } else if (vec.simd && !cert.approx && (dt == DType::kBF16 || dt == DType::kF16) &&
+             vec.proto.norm_kind != NormKind::kPowScalar) {
+    b.lanes = exact_batch_lanes(level);
+    b.exact = true;
   }
   return b;
 }
@@ -120,6 +129,7 @@ Plan make_plan(const FlatView& flat, const QuantizationArgs& search_args, const 
   VectorPlan vec = vector_plan(cfg, dt, em, dplan, search_args.symmetric, level);
   const CertifiedPlan cert = certified_plan(cfg, dt, em, dplan, shrink, vec, weights != nullptr, len);
   const int64_t S = static_cast<int64_t>(shrink.size());
+  const BatchPlan batch = batch_plan(cfg, dt, vec, cert, shrunk, contiguous, len, level);
   return Plan{.flat = flat,
               .weights = weights,
               .cfg = cfg,
@@ -138,7 +148,7 @@ Plan make_plan(const FlatView& flat, const QuantizationArgs& search_args, const 
               .em = em,
               .vec = std::move(vec),
               .cert = cert,
-              .batch = batch_plan(cfg, cert, shrunk, contiguous, len, level)};
+              .batch = batch};
 }
 
 }  // namespace qobs::kernels::fast

@@ -34,10 +34,11 @@ struct CertifiedPlan {
   double q_abs_max = 0.0;       ///< max(|q_min|, |q_max|), for poly_r_error
 };
 
-/// The batch kernel (batch.h).
+/// The batch kernels (batch.h): one group per vector lane.
 struct BatchPlan {
-  int lanes = 1;  ///< groups per batch; 1 = one group at a time
-  detail::PolySumBound bound{};
+  int lanes = 1;       ///< groups per batch; 1 = one group at a time
+  bool exact = false;  ///< the exact batch kernel (exact_batch_simd.h), else the certified polynomial
+  detail::PolySumBound bound{};  ///< the polynomial's only
 };
 
 /// Everything a worker needs for one call, resolved once (make_plan).
@@ -79,6 +80,10 @@ struct Scratch {
   std::vector<float> xt, m0, M0, xmax, lo_f, hi_f;
   std::vector<const float*> group_x;
   std::vector<uint32_t> lane_improved;
+  // the exact batch kernel's: the lanes' widened / gathered groups and weights, the
+  // transposed weights and the lanes' weight pointers
+  std::vector<float> xw, ww, wt;
+  std::vector<const float*> group_w;
   int64_t groups_batched = 0, exact_evaluations = 0;
 };
 

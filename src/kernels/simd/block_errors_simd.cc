@@ -30,6 +30,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 #include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, DH, DD, VF, VD, ...
 #include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round, fp4_round
 #include "kernels/simd/pow-inl.h"  // pow_replay, pow_approx
+#include "kernels/simd/exact_term-inl.h"  // exact_term
 
 /// Accumulates an f32 vector of terms into the 8 canonical lane sums.
 struct LaneSums {
@@ -71,12 +72,7 @@ HWY_NOINLINE void BlockErrorsT(const BlockKernelArgs& A) {
   static_assert(HWY_LANES(float) == 8 || HWY_LANES(float) == 16, "lane layout assumes AVX2 or AVX-512");
   const DF df;
   const size_t N = hn::Lanes(df);
-  const Narrow dn = kDN >= 0 ? static_cast<Narrow>(kDN) : A.data_narrow;
-  const Narrow en = kEN >= 0 ? static_cast<Narrow>(kEN) : A.err_narrow;
-  const auto grid = kG >= 0 ? static_cast<qobs::detail::GridKind>(kG) : A.grid;
-  const NormKind norm_kind = kNK >= 0 ? static_cast<NormKind>(kNK) : A.norm_kind;
-  const VF qmin = hn::Set(df, A.q_min), qmax = hn::Set(df, A.q_max);
-  alignas(64) float lane_buf[16];
+  const bool weighted = A.w != nullptr;
   for (int64_t i = 0; i < A.num_candidates; ++i) {
     const VF s = hn::Set(df, A.scale[i]);
     const VF z = hn::Set(df, A.has_zp ? A.zp[i] : 0.0f);
@@ -87,53 +83,7 @@ HWY_NOINLINE void BlockErrorsT(const BlockKernelArgs& A) {
     // bound) save the two f64 conversions and adds per vector
     constexpr bool kF32Sum = kNK == static_cast<int>(NormKind::kPowApprox);
     VF acc32 = hn::Zero(df);
-    // the error term of one vector of x (and weights w, when given)
-    auto term = [&](VF x, VF w) HWY_ATTR {
-      // R5.1.1: y = x / s (+ z), clamp, round to the grid, dequantize, * s
-      VF y = narrow_to(dn, hn::Div(x, s));
-      if (A.has_zp) y = narrow_to(dn, hn::Add(y, z));
-      const VF c = hn::Min(hn::Max(y, qmin), qmax);
-      VF q;
-      switch (grid) {
-        case qobs::detail::GridKind::kInt: q = hn::Round(c); break;
-        case qobs::detail::GridKind::kFp8: q = fp8_round(c); break;
-        default: q = fp4_round(c); break;
-      }
-      VF d = narrow_to(dn, q);
-      if (A.has_zp) d = narrow_to(dn, hn::Sub(d, z));
-      const VF r = narrow_to(dn, hn::Mul(d, s));
-      // R6.6.6 step 4 / R6.8.6: |r - x|^norm (x w) in the error dtype
-      const VF e = hn::Abs(narrow_to(en, hn::Sub(r, x)));
-      VF t;
-      switch (norm_kind) {
-        case NormKind::kTwo: t = narrow_to(en, hn::Mul(e, e)); break;
-        case NormKind::kThree: t = narrow_to(en, hn::Mul(hn::Mul(e, e), e)); break;
-        case NormKind::kPowReplay: t = narrow_to(en, pow_replay(e, A.norm, *A.tables)); break;
-        case NormKind::kPowApprox: t = pow_approx(e, A.norm); break;
-        case NormKind::kTable16: {
-          // e >= 0 holds a bf16 / f16 value: its 16-bit pattern (sign 0) indexes the table
-          const DU du;
-          hn::Vec<DU> idx;
-          if (en == Narrow::kBF16) {
-            idx = hn::ShiftRight<16>(hn::BitCast(du, e));
-          } else {
-            const hn::Rebind<hwy::float16_t, DF> dh16;
-            const hn::Rebind<uint16_t, DF> d16;
-            idx = hn::PromoteTo(du, hn::BitCast(d16, hn::DemoteTo(dh16, e)));
-          }
-          t = hn::GatherIndex(df, A.pow_table, hn::BitCast(DI(), idx));
-          break;
-        }
-        default: {
-          hn::Store(e, df, lane_buf);
-          for (size_t l = 0; l < N; ++l) lane_buf[l] = std::pow(lane_buf[l], A.norm);
-          t = narrow_to(en, hn::Load(df, lane_buf));
-          break;
-        }
-      }
-      if (A.w) t = narrow_to(en, hn::Mul(w, t));
-      return t;
-    };
+    auto term = [&](VF x, VF w) HWY_ATTR { return exact_term<kDN, kEN, kG, kNK>(A, x, w, weighted, s, z); };
     auto accumulate = [&](VF t) HWY_ATTR {
       if constexpr (kF32Sum) acc32 = hn::Add(acc32, t);
       else acc.add(t);

@@ -1,0 +1,189 @@
+// The exact batch kernel (exact_batch_simd.h), compiled for AVX2 and AVX-512.
+//
+// Numerics: the terms are exact_term's (the block kernel's, bit for bit); the sums are
+// ErrorSum's, lane by lane: term j goes to f64 lane sum j % 8, the block value is
+// ((l0+l4) + (l1+l5)) + ((l2+l6) + (l3+l7)) and the total 0 + block. Rounding the total
+// to bf16 / f16 (round_to_float_dtype) is RNE on the f64 bits in the dtype's normal
+// range; subnormal, NaN results take the scalar rounding.
+#include "kernels/simd/simd_targets.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/simd/exact_batch_simd.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <cmath>
+#include <type_traits>
+#include <utility>
+
+#include "kernels/simd/exact_batch_simd.h"
+#include "qobs/formats.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qobs::kernels::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Only the AVX2 and AVX-512 passes carry kernels (simd_targets.h); the baseline pass
+// Highway always adds stays empty.
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+
+#include "kernels/simd/lane_types-inl.h"   // DF, DU, DI, DH, DD, VF, VD, ...
+#include "kernels/simd/grid_round-inl.h"   // narrow_to, fp8_round, fp4_round
+#include "kernels/simd/pow-inl.h"          // pow_replay
+#include "kernels/simd/exact_term-inl.h"   // exact_term
+#include "kernels/simd/qparams_lanes-inl.h"  // shrunk_qparams_lanes
+
+/// round_to_float_dtype(dt, v) for half a vector of non-negative sums: RNE to the
+/// dtype's significand (kDrop low bits of the f64 mantissa) where v is zero or at least
+/// the dtype's smallest normal (tiny); the rest (subnormal results, NaN) lane by lane.
+template <int kDrop>
+HWY_INLINE VD round_sums(VD v, double tiny, double max_finite, DType dt) {
+  const DD dd;
+  const DU64 du;
+  auto u = hn::BitCast(du, v);
+  const auto lsb = hn::And(hn::ShiftRight<kDrop>(u), hn::Set(du, 1u));
+  u = hn::And(hn::Add(u, hn::Add(hn::Set(du, (uint64_t{1} << (kDrop - 1)) - 1), lsb)),
+              hn::Set(du, ~((uint64_t{1} << kDrop) - 1)));
+  VD r = hn::BitCast(dd, u);
+  // past the largest finite value (f16: 65520 and up rounds to 2^16): infinity
+  r = hn::IfThenElse(hn::Gt(r, hn::Set(dd, max_finite)), hn::Set(dd, HUGE_VAL), r);
+  const auto plain = hn::Or(hn::Ge(v, hn::Set(dd, tiny)), hn::Eq(v, hn::Zero(dd)));
+  if (HWY_UNLIKELY(!hn::AllTrue(dd, plain))) {
+    alignas(64) double vl[8], rl[8];
+    hn::Store(v, dd, vl);
+    hn::Store(r, dd, rl);
+    for (size_t l = 0; l < hn::Lanes(dd); ++l)
+      if (!(vl[l] >= tiny || vl[l] == 0.0)) rl[l] = round_to_float_dtype(dt, vl[l]);
+    r = hn::Load(dd, rl);
+  }
+  return r;
+}
+
+/// The kernel. Template arguments: fixed Narrow / GridKind / NormKind values or -1
+/// (read A) as in the block kernel; kQExact as exact_abs_error's; kZp and kW fix
+/// whether there is a zero point and weights (0 / 1) or read them (-1).
+template <int kDN, int kEN, int kG, int kNK, bool kQExact, int kZp, int kW>
+HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
+  static_assert(HWY_LANES(float) == 8 || HWY_LANES(float) == 16, "lane layout assumes AVX2 or AVX-512");
+  const DF df;
+  const DD dd;
+  const DH dh;
+  constexpr int64_t N = HWY_LANES(float);
+  const BlockKernelArgs& T = A.term;
+  const bool weighted = kW >= 0 ? kW == 1 : A.wt != nullptr;
+  const bool zp = !A.qparams.symmetric;
+  const Narrow stat_narrow = A.qparams.stat_round == DType::kBF16  ? Narrow::kBF16
+                             : A.qparams.stat_round == DType::kF16 ? Narrow::kF16
+                                                                   : Narrow::kNone;
+  const VF m0 = hn::LoadU(df, A.m0), M0 = hn::LoadU(df, A.M0);
+  const VF zero = hn::Zero(df), one = hn::Set(df, 1.0f), inf = hn::Set(df, HUGE_VALF);
+  VF best = hn::Set(df, A.initial_best);
+  hn::Vec<DU> words = hn::Zero(DU());  // the improvement bits of 32 candidates, per lane
+  for (int64_t i = 0; i < A.num_candidates; ++i) {
+    // R6.6.6 steps 1-2 lane-wise (ShrunkQParams's f32 operations)
+    // (the shrunk range is rounded to the statistics' dtype, as Arith::mul does)
+    const VF p = hn::Set(df, A.shrink[i]);
+    const VF cm = narrow_to(stat_narrow, hn::Mul(m0, p)), cM = narrow_to(stat_narrow, hn::Mul(M0, p));
+    VF s, z;
+    if (zp) shrunk_qparams_lanes<true>(A.qparams, cm, cM, s, z);
+    else shrunk_qparams_lanes<false>(A.qparams, cm, cM, s, z);
+    if (HWY_UNLIKELY(!hn::AllTrue(df, hn::And(hn::Gt(s, zero), hn::Lt(s, inf))))) return false;
+    // ErrorSum's eight f64 lane sums of each group: acc[k][h] holds lane sum k of the
+    // groups in half h of the vector (indexed by constants only, so they stay in
+    // registers)
+    VD acc[8][2];
+    for (auto& a : acc) a[0] = a[1] = hn::Zero(dd);
+    auto step = [&]<size_t k>(int64_t j, std::integral_constant<size_t, k>) HWY_ATTR {
+      const int64_t jk = j + static_cast<int64_t>(k);
+      const VF x = hn::LoadU(df, A.xt + jk * N);
+      const VF w = weighted ? hn::LoadU(df, A.wt + jk * N) : one;
+      const VF t = exact_term<kDN, kEN, kG, kNK, kQExact, kZp>(T, x, w, weighted, s, z);
+      acc[k][0] = hn::Add(acc[k][0], hn::PromoteTo(dd, hn::LowerHalf(dh, t)));
+      acc[k][1] = hn::Add(acc[k][1], hn::PromoteTo(dd, hn::UpperHalf(dh, t)));
+    };
+    // whole rows of eight without exits (the sums stay in registers), then the tail
+    int64_t j = 0;
+    for (; j + 8 <= A.n; j += 8)
+      [&]<size_t... K>(std::index_sequence<K...>) HWY_ATTR {
+        (step(j, std::integral_constant<size_t, K>{}), ...);
+      }(std::make_index_sequence<8>{});
+    const int64_t rem = A.n - j;
+    [&]<size_t... K>(std::index_sequence<K...>) HWY_ATTR {
+      ((static_cast<int64_t>(K) < rem ? step(j, std::integral_constant<size_t, K>{}) : void()), ...);
+    }(std::make_index_sequence<7>{});
+    hn::Vec<DH> err[2];
+    for (int h = 0; h < 2; ++h) {
+      const VD blk = hn::Add(hn::Add(hn::Add(acc[0][h], acc[4][h]), hn::Add(acc[1][h], acc[5][h])),
+                             hn::Add(hn::Add(acc[2][h], acc[6][h]), hn::Add(acc[3][h], acc[7][h])));
+      const VD tot = hn::Add(hn::Zero(dd), blk);
+      VD r;
+      switch (A.err_dt) {
+        case DType::kBF16: r = round_sums<45>(tot, 0x1p-126, 0x1.FEp127, DType::kBF16); break;
+        case DType::kF16: r = round_sums<42>(tot, 0x1p-14, 65504.0, DType::kF16); break;
+        default: r = tot; break;  // f32: the conversion below rounds it
+      }
+      err[h] = hn::DemoteTo(dh, r);
+    }
+    const VF e = hn::Combine(df, err[1], err[0]);
+    // the reference's rule: strict <, NaN never improves
+    const auto imp = hn::Lt(e, best);
+    best = hn::IfThenElse(imp, e, best);
+    alignas(8) uint8_t mask_bytes[8] = {0};
+    hn::StoreMaskBits(df, imp, mask_bytes);
+    const hn::Vec<DU> bit = hn::Set(DU(), 1u << (i % 32));
+    words = hn::Or(words, hn::IfThenElseZero(hn::LoadMaskBits(DU(), mask_bytes), bit));
+    if (i % 32 == 31 || i + 1 == A.num_candidates) {
+      hn::StoreU(words, DU(), A.improved + (i / 32) * N);
+      words = hn::Zero(DU());
+    }
+  }
+  return true;
+}
+
+/// ExactBatchT with the zero point fixed: the benchmarked searches have either.
+template <int kDN, int kEN, int kG, int kNK, bool kQExact, int kW>
+HWY_INLINE bool ExactBatchZp(const ExactBatchArgs& A) {
+  return A.term.has_zp ? ExactBatchT<kDN, kEN, kG, kNK, kQExact, 1, kW>(A)
+                       : ExactBatchT<kDN, kEN, kG, kNK, kQExact, 0, kW>(A);
+}
+
+/// Specialized kernels for the benchmarked bf16 searches (memoryless_mse / mse on INT
+/// grids, nvfp4_expanded_mse: unweighted bf16 terms from the table; imatrix_mse:
+/// weighted f32 cubes); everything else runs the generic instantiation.
+bool ExactBatch(const ExactBatchArgs& A) {
+  constexpr int kNone = static_cast<int>(Narrow::kNone), kBF16 = static_cast<int>(Narrow::kBF16);
+  constexpr int kInt = static_cast<int>(qobs::detail::GridKind::kInt);
+  constexpr int kFp4 = static_cast<int>(qobs::detail::GridKind::kFp4);
+  constexpr int kTable = static_cast<int>(NormKind::kTable16), kThree = static_cast<int>(NormKind::kThree);
+  const BlockKernelArgs& T = A.term;
+  const bool weighted = A.wt != nullptr;
+  if (T.data_narrow == Narrow::kBF16 && T.err_narrow == Narrow::kBF16 && T.norm_kind == NormKind::kTable16 &&
+      !weighted) {
+    if (T.grid == qobs::detail::GridKind::kInt && A.q_exact) return ExactBatchZp<kBF16, kBF16, kInt, kTable, true, 0>(A);
+    if (T.grid == qobs::detail::GridKind::kFp4 && !T.has_zp && A.q_exact)
+      return ExactBatchT<kBF16, kBF16, kFp4, kTable, true, 0, 0>(A);
+  }
+  if (T.data_narrow == Narrow::kBF16 && T.err_narrow == Narrow::kNone && T.norm_kind == NormKind::kThree &&
+      T.grid == qobs::detail::GridKind::kInt && A.q_exact && weighted)
+    return ExactBatchZp<kBF16, kNone, kInt, kThree, true, 1>(A);
+  return ExactBatchT<-1, -1, -1, -1, false, -1, -1>(A);
+}
+
+int ExactBatchLanes() { return static_cast<int>(hn::Lanes(DF())); }
+
+#endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+}  // namespace HWY_NAMESPACE
+}  // namespace qobs::kernels::detail
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "kernels/simd/simd_dispatch.h"  // QOBS_SIMD_DISPATCH
+
+namespace qobs::kernels::detail {
+
+int exact_batch_lanes(SimdLevel level) { QOBS_SIMD_DISPATCH(ExactBatchLanes()); }
+bool exact_batch_simd(SimdLevel level, const ExactBatchArgs& args) { QOBS_SIMD_DISPATCH(ExactBatch(args)); }
+
+}  // namespace qobs::kernels::detail
+#endif  // HWY_ONCE

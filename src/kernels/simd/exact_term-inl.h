@@ -1,0 +1,84 @@
+// The exact error term of one vector of elements (R5.1.1 fake quantization, then R6.6.6
+// step 4 / R6.8.6), shared by the block kernel (block_errors_simd.cc, one group, a
+// candidate's (s, z) broadcast) and the exact batch kernel (exact_batch_simd.cc, one
+// group per lane, (s, z) per lane): the same ops in the same order, so both equal the
+// scalar twin scalar_errors (kernels/search/exact.cc). Included inside each kernel
+// file's per-target namespace after grid_round-inl.h and pow-inl.h, once per Highway
+// target -- hence no include guard.
+
+/// |r - x| in the error dtype for x (on the data dtype's grid), scale s > 0 and zero
+/// point z (used when A.has_zp). Each template argument is a fixed Narrow / GridKind
+/// value or -1 (read A). kQExact: the caller knows that q and q - z are values the data
+/// dtype holds exactly (an INT grid with an integer zero point in [q_min, q_max] and
+/// q_max - q_min at most 256 for bf16, 2048 for f16; FP4 / FP8 without a zero point),
+/// so their narrowing, the identity, is skipped. kZp: 0 / 1 fixes A.has_zp, -1 reads
+/// it.
+template <int kDN, int kEN, int kG, bool kQExact = false, int kZp = -1>
+HWY_INLINE VF exact_abs_error(const BlockKernelArgs& A, VF x, VF s, VF z) {
+  const DF df;
+  const bool has_zp = kZp >= 0 ? kZp == 1 : A.has_zp;
+  const Narrow dn = kDN >= 0 ? static_cast<Narrow>(kDN) : A.data_narrow;
+  const Narrow en = kEN >= 0 ? static_cast<Narrow>(kEN) : A.err_narrow;
+  const auto grid = kG >= 0 ? static_cast<qobs::detail::GridKind>(kG) : A.grid;
+  // R5.1.1: y = x / s (+ z), clamp, round to the grid, dequantize, * s
+  VF y = narrow_to(dn, hn::Div(x, s));
+  if (has_zp) y = narrow_to(dn, hn::Add(y, z));
+  const VF c = hn::Min(hn::Max(y, hn::Set(df, A.q_min)), hn::Set(df, A.q_max));
+  VF q;
+  switch (grid) {
+    case qobs::detail::GridKind::kInt: q = hn::Round(c); break;
+    case qobs::detail::GridKind::kFp8: q = fp8_round(c); break;
+    // fp4_round's table by the five-op rounding of |c| (equal on [0, 6]: c is clamped),
+    // the sign put back as fp4_round does
+    default: q = hn::CopySign(fp4_round_nonneg(hn::Abs(c)), c); break;
+  }
+  VF d = kQExact ? q : narrow_to(dn, q);
+  if (has_zp) d = kQExact ? hn::Sub(d, z) : narrow_to(dn, hn::Sub(d, z));
+  const VF r = narrow_to(dn, hn::Mul(d, s));
+  // R6.6.6 step 4 / R6.8.6: |r - x| in the error dtype
+  return hn::Abs(narrow_to(en, hn::Sub(r, x)));
+}
+
+/// |e|^norm in the error dtype (Arith::pow_abs) for e = exact_abs_error(...).
+template <int kEN, int kNK>
+HWY_INLINE VF exact_pow(const BlockKernelArgs& A, VF e) {
+  const DF df;
+  const Narrow en = kEN >= 0 ? static_cast<Narrow>(kEN) : A.err_narrow;
+  const NormKind norm_kind = kNK >= 0 ? static_cast<NormKind>(kNK) : A.norm_kind;
+  switch (norm_kind) {
+    case NormKind::kTwo: return narrow_to(en, hn::Mul(e, e));
+    // Arith::pow_abs: bf16 rounds the intermediate square, f16 and f32 do not
+    case NormKind::kThree:
+      return narrow_to(en, hn::Mul(en == Narrow::kBF16 ? narrow_to(en, hn::Mul(e, e)) : hn::Mul(e, e), e));
+    case NormKind::kPowReplay: return narrow_to(en, pow_replay(e, A.norm, *A.tables));
+    case NormKind::kPowApprox: return pow_approx(e, A.norm);
+    case NormKind::kTable16: {
+      // e >= 0 holds a bf16 / f16 value: its 16-bit pattern (sign 0) indexes the table
+      const DU du;
+      hn::Vec<DU> idx;
+      if (en == Narrow::kBF16) {
+        idx = hn::ShiftRight<16>(hn::BitCast(du, e));
+      } else {
+        const hn::Rebind<hwy::float16_t, DF> dh16;
+        const hn::Rebind<uint16_t, DF> d16;
+        idx = hn::PromoteTo(du, hn::BitCast(d16, hn::DemoteTo(dh16, e)));
+      }
+      return hn::GatherIndex(df, A.pow_table, hn::BitCast(DI(), idx));
+    }
+    default: {
+      alignas(64) float lane_buf[16];
+      hn::Store(e, df, lane_buf);
+      for (size_t l = 0; l < hn::Lanes(df); ++l) lane_buf[l] = std::pow(lane_buf[l], A.norm);
+      return narrow_to(en, hn::Load(df, lane_buf));
+    }
+  }
+}
+
+/// The whole term: |r - x|^norm (x w when `weighted`) in the error dtype.
+template <int kDN, int kEN, int kG, int kNK, bool kQExact = false, int kZp = -1>
+HWY_INLINE VF exact_term(const BlockKernelArgs& A, VF x, VF w, bool weighted, VF s, VF z) {
+  const Narrow en = kEN >= 0 ? static_cast<Narrow>(kEN) : A.err_narrow;
+  VF t = exact_pow<kEN, kNK>(A, exact_abs_error<kDN, kEN, kG, kQExact, kZp>(A, x, s, z));
+  if (weighted) t = narrow_to(en, hn::Mul(w, t));
+  return t;
+}

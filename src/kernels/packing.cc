@@ -34,6 +34,23 @@ void for_row_blocks(int64_t rows, int64_t cols, int num_threads, Body&& body) {
                [&](int64_t t, int) { body(t * per, std::min(rows, (t + 1) * per)); });
 }
 
+/// The words of one in-range row, `Bits` a compile-time divisor of 32 so that the
+/// compiler unrolls and vectorises the shifts (a runtime width kept it scalar).
+template <int Bits>
+void pack_in_range(const int8_t* v, int64_t cols, uint32_t* words) {
+  constexpr int lo = -(1 << (Bits - 1));
+  constexpr int per = 32 / Bits;
+  const int64_t full = cols / per;
+  for (int64_t k = 0; k < full; ++k) {
+    uint32_t w = 0;
+    for (int l = 0; l < per; ++l) w |= static_cast<uint32_t>(v[k * per + l] - lo) << (l * Bits);
+    words[k] = w;
+  }
+  uint32_t w = 0;
+  for (int64_t j = full * per; j < cols; ++j) w |= static_cast<uint32_t>(v[j] - lo) << ((j - full * per) * Bits);
+  if (full * per < cols) words[full] = w;
+}
+
 /// One row of pack_int_rows; `words` is zero-filled.
 void pack_row(const int8_t* v, int64_t cols, int bits, uint32_t* words, std::string_view label, int64_t row) {
   auto reference = [&] {
@@ -45,16 +62,14 @@ void pack_row(const int8_t* v, int64_t cols, int bits, uint32_t* words, std::str
   uint32_t over = 0;
   for (int64_t j = 0; j < cols; ++j) over |= static_cast<uint32_t>(v[j] - lo) >> bits;
   if (over != 0) return reference();  // throws the reference's range error
-  const int per = 32 / bits;
-  const int64_t full = cols / per;
-  for (int64_t k = 0; k < full; ++k) {
-    uint32_t w = 0;
-    for (int l = 0; l < per; ++l) w |= static_cast<uint32_t>(v[k * per + l] - lo) << (l * bits);
-    words[k] = w;
+  switch (bits) {
+    case 1: return pack_in_range<1>(v, cols, words);
+    case 2: return pack_in_range<2>(v, cols, words);
+    case 4: return pack_in_range<4>(v, cols, words);
+    case 8: return pack_in_range<8>(v, cols, words);
+    case 16: return pack_in_range<16>(v, cols, words);
+    default: return reference();
   }
-  uint32_t w = 0;
-  for (int64_t j = full * per; j < cols; ++j) w |= static_cast<uint32_t>(v[j] - lo) << ((j - full * per) * bits);
-  if (full * per < cols) words[full] = w;
 }
 
 void unpack_row(const uint32_t* words, int64_t cols, int bits, int8_t* v) {

@@ -62,6 +62,9 @@ std::vector<std::pair<double, std::vector<double>>> reference_candidate_lists(DT
   return out;
 }
 
+/// The exponents of the E8M0 codes 0..254 (R2.4.2 after step 5's uint8 clamp; 255 is NaN).
+constexpr int kE8M0MinExp = -127, kE8M0MaxExp = 127;
+
 /// Per-call constants of the search.
 struct LsqPlan {
   DType dt;
@@ -79,6 +82,9 @@ struct LsqPlan {
   qobs::detail::ShrunkQParams shrunk;
   /// fp_scale_codes: the stored scale of each positive E4M3 code 1..126 (index = code)
   std::vector<double> code_scale;
+  /// the smallest positive value of the FP grid (FP4 0.5, FP8 E4M3 2^-9): below half of
+  /// it x / s rounds to 0 (extend_window)
+  double grid_min = 0.5;
   /// INT asymmetric: the log grid's factors of the range (weighted: 0.04x .. 1.25x in
   /// 48 steps; unweighted: 0.5x .. 1.25x in 16), the same for every group
   std::vector<double> log_grid;
@@ -219,17 +225,27 @@ void refit(Group& g, double s, double z, double e, Best& best) {
   }
 }
 
-/// Codes outside the window can still win under a skewed weighting: walk outwards while
-/// a lower bound of a code's error stays below the best error. Below the window an
-/// element beyond q_max x scale is clipped, costing at least w (|x| - q_max s)^2; above
-/// it an element under a quarter step rounds to 0, costing w x^2. Both bounds grow
-/// monotonically away from the window, so the walk ends at the exhaustive optimum.
-void extend_code_window(Group& g, int lo, int hi, Best& best) {
+/// Scales outside the tried window can still win under a skewed weighting: walk
+/// outwards, index by index, while a lower bound of an index's error stays below the
+/// best error. `scale_of(i)` is the stored scale of index i, increasing in i (NVFP4: the
+/// E4M3 code; MX: the E8M0 exponent). Below the window an element beyond
+/// q_max x applied scale x (1 + 2^-7) is clipped, costing at least w (|x| - that)^2: the
+/// margin covers the rounding of code x scale in the data dtype (bf16's half ulp is
+/// 2^-8), without which the dequantized top value can exceed q_max x scale. Above the
+/// window an element under 0.48 x the smallest positive grid value x applied scale
+/// rounds to 0 even after x / s is rounded (by at most 2^-8), costing w x^2. Both
+/// bounds grow monotonically away from the window, so the walk ends at the exhaustive
+/// optimum over [i_min, i_max]; the factor 1 - 1e-6 covers the different sum order.
+template <class ScaleOf>
+void extend_window(Group& g, int lo, int hi, int i_min, int i_max, double grid_min, ScaleOf scale_of, Best& best) {
   const double qmax = g.P->qplan.q_max;
-  const double safety = 1.0 - 1e-6;  // the bounds ignore the last rounding of each step
-  for (int c = lo - 1; c >= 1; --c) {
-    const double s = g.P->code_scale[static_cast<std::size_t>(c)];
-    const double top = qmax * g.applied(s);
+  const double safety = 1.0 - 1e-6;
+  double prev = NAN;
+  for (int c = lo - 1; c >= i_min; --c) {
+    const double s = scale_of(c);
+    if (s == prev) continue;  // the same stored scale (an underflow to eps), scored already
+    prev = s;
+    const double top = qmax * g.applied(s) * (1.0 + 0x1p-7);
     double bound = 0;
     for (int64_t j = 0; j < g.n; ++j) {
       const double over = std::fabs(g.x[j]) - top;
@@ -238,12 +254,16 @@ void extend_code_window(Group& g, int lo, int hi, Best& best) {
     if (bound * safety >= best.err) break;
     best.offer(g.error(s, 0.0), s, 0.0);
   }
-  for (int c = hi + 1; c <= 126; ++c) {
-    const double s = g.P->code_scale[static_cast<std::size_t>(c)];
-    const double quarter = 0.24 * g.applied(s);  // below a quarter of the first FP4 step 0.5
+  prev = NAN;
+  for (int c = hi + 1; c <= i_max; ++c) {
+    const double s = scale_of(c);
+    if (!std::isfinite(s)) break;  // an overflow of the scale dtype (f16): no stored scale beyond
+    if (s == prev) continue;
+    prev = s;
+    const double zero = 0.48 * grid_min * g.applied(s);
     double bound = 0;
     for (int64_t j = 0; j < g.n; ++j)
-      if (std::fabs(g.x[j]) < quarter) bound += (g.w ? static_cast<double>(g.w[j]) : 1.0) * g.x[j] * g.x[j];
+      if (std::fabs(g.x[j]) < zero) bound += (g.w ? static_cast<double>(g.w[j]) : 1.0) * g.x[j] * g.x[j];
     if (bound * safety >= best.err) break;
     best.offer(g.error(s, 0.0), s, 0.0);
   }
@@ -377,9 +397,12 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     // (2) E8M0 exponents floor - 1, floor, floor + 1 of log2(amax) - log2(q_max)
     const double off = P.qplan.num_bits == 4 ? 2.0 : 8.0;
     const int e = static_cast<int>(std::floor(std::log2(amax)) - off);
-    for (int d = -1; d <= 1; ++d)
-      if (e + d + 127 >= 0 && e + d + 127 <= 254)  // an E8M0 code (R2.4.2 after step 5's uint8 clamp)
-        cands.emplace_back(stored_scale(static_cast<double>(std::ldexp(1.0f, e + d)), P), 0.0);
+    window_lo = std::clamp(e - 1, kE8M0MinExp, kE8M0MaxExp);
+    window_hi = std::clamp(e + 1, kE8M0MinExp, kE8M0MaxExp);
+    for (int d = window_lo; d <= window_hi; ++d) {
+      const double s = stored_scale(static_cast<double>(std::ldexp(1.0f, d)), P);
+      if (std::isfinite(s)) cands.emplace_back(s, 0.0);
+    }
   }
   std::sort(cands.begin(), cands.end());
   cands.erase(std::unique(cands.begin(), cands.end()), cands.end());
@@ -387,7 +410,14 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   errs.resize(cands.size());
   g.errors(cands.data(), cands.size(), errs.data());
   for (std::size_t i = 0; i < cands.size(); ++i) best.offer(errs[i], cands[i].first, cands[i].second);
-  if (window_lo <= window_hi) extend_code_window(g, window_lo, window_hi, best);
+  if (window_lo <= window_hi) {
+    if (P.mx)
+      extend_window(g, window_lo, window_hi, kE8M0MinExp, kE8M0MaxExp, P.grid_min,
+                    [&](int e) { return stored_scale(static_cast<double>(std::ldexp(1.0f, e)), P); }, best);
+    else
+      extend_window(g, window_lo, window_hi, 1, 126, P.grid_min,
+                    [&](int c) { return P.code_scale[static_cast<std::size_t>(c)]; }, best);
+  }
   if (P.fp_scale_codes || P.mx) return {best.scale, best.zp};
 
   // (3) integer grids: (weighted) a log grid of scales far below the max; asymmetric
@@ -467,6 +497,7 @@ LsqPlan make_plan(const FlatView& flat, const QuantizationArgs& args, const LsqS
     const int steps = cfg.weighted ? 48 : 16;
     for (int i = 0; i < steps; ++i) P.log_grid.push_back(f_lo * std::pow(1.25 / f_lo, static_cast<double>(i) / (steps - 1)));
   }
+  P.grid_min = P.qplan.num_bits == 4 ? 0.5 : 0x1p-9;
   if (P.fp_scale_codes)
     for (int c = 0; c <= 126; ++c) P.code_scale.push_back(stored_scale(fp8_e4m3_to_float(static_cast<uint8_t>(c)), P));
   for (const auto& l : P.ref_lists) P.ref_lists_f32.emplace_back(l.second.begin(), l.second.end());

@@ -79,6 +79,11 @@ struct LsqPlan {
   /// ref_lists' shrink factors as f32 (what Arith::mul multiplies by) and the
   /// branch-free twin of compute_qparams_elem for them, where the plan allows it
   std::vector<std::vector<float>> ref_lists_f32;
+  /// MX symmetric: ref_lists' shrink factors, ascending without repeats (the search
+  /// treats them as a set; mx_reference_candidates)
+  std::vector<std::vector<double>> ref_lists_sorted;
+  /// MX: the stored scale of each E8M0 exponent kE8M0MinExp..kE8M0MaxExp (index e + 127)
+  std::vector<double> mx_scale;
   qobs::detail::ShrunkQParams shrunk;
   /// fp_scale_codes: the stored scale of each positive E4M3 code 1..126 (index = code)
   std::vector<double> code_scale;
@@ -375,6 +380,8 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
         P.shrunk.compute(static_cast<float>(m0), static_cast<float>(M0), pf.data(), static_cast<int64_t>(pf.size()),
                          fs.data(), fz.data());
       for (std::size_t i = 0; i < pf.size(); ++i) add_cand(fs[i], P.symmetric ? 0.0 : static_cast<double>(fz[i]));
+    } else if (!P.ref_lists_sorted.empty()) {
+      lanes::mx_reference_candidates(P.ref_lists_sorted[l], m0, M0, P.qplan, a, add_cand);
     } else {
       for (double p : ps) {
         const ElemQParams sz = qobs::detail::compute_qparams_elem(a.mul(m0, p), a.mul(M0, p), P.qplan);
@@ -400,7 +407,7 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     window_lo = std::clamp(e - 1, kE8M0MinExp, kE8M0MaxExp);
     window_hi = std::clamp(e + 1, kE8M0MinExp, kE8M0MaxExp);
     for (int d = window_lo; d <= window_hi; ++d) {
-      const double s = stored_scale(static_cast<double>(std::ldexp(1.0f, d)), P);
+      const double s = P.mx_scale[static_cast<std::size_t>(d - kE8M0MinExp)];
       if (std::isfinite(s)) cands.emplace_back(s, 0.0);
     }
   }
@@ -413,7 +420,7 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   if (window_lo <= window_hi) {
     if (P.mx)
       extend_window(g, window_lo, window_hi, kE8M0MinExp, kE8M0MaxExp, P.grid_min,
-                    [&](int e) { return stored_scale(static_cast<double>(std::ldexp(1.0f, e)), P); }, best);
+                    [&](int e) { return P.mx_scale[static_cast<std::size_t>(e - kE8M0MinExp)]; }, best);
     else
       extend_window(g, window_lo, window_hi, 1, 126, P.grid_min,
                     [&](int c) { return P.code_scale[static_cast<std::size_t>(c)]; }, best);
@@ -501,6 +508,15 @@ LsqPlan make_plan(const FlatView& flat, const QuantizationArgs& args, const LsqS
   if (P.fp_scale_codes)
     for (int c = 0; c <= 126; ++c) P.code_scale.push_back(stored_scale(fp8_e4m3_to_float(static_cast<uint8_t>(c)), P));
   for (const auto& l : P.ref_lists) P.ref_lists_f32.emplace_back(l.second.begin(), l.second.end());
+  if (P.mx) {
+    for (int e = kE8M0MinExp; e <= kE8M0MaxExp; ++e) P.mx_scale.push_back(stored_scale(std::ldexp(1.0f, e), P));
+    if (P.symmetric)
+      for (auto l : P.ref_lists) {
+        std::sort(l.second.begin(), l.second.end());
+        l.second.erase(std::unique(l.second.begin(), l.second.end()), l.second.end());
+        P.ref_lists_sorted.push_back(std::move(l.second));
+      }
+  }
   P.y_narrow = lanes::narrow_of(P.dplan.y_dt, cfg.mode);
   // the zero point is cast to x's dtype (R5.1.1 step 2): the lanes hold it as f32
   if (!lanes::narrow_of(P.dplan.x_dt, cfg.mode)) P.y_narrow.reset();

@@ -284,19 +284,33 @@ std::vector<double> sweep_scales(const Group& g, double base, double f_lo, doubl
   const double qpos = g.P->qplan.q_max, qneg = -g.P->qplan.q_min;
   const double s_hi = base * f_hi, s_lo = base * f_lo;
   using Bp = lanes::Crossing;
-  // per-thread scratch: the search runs once per group, millions of times per tensor
-  thread_local std::vector<Bp> bps;
-  thread_local std::vector<double> wax, wt;
-  bps.clear();
-  wax.resize(static_cast<std::size_t>(g.n));
-  wt.resize(static_cast<std::size_t>(g.n));
+  // per-thread scratch: the search runs once per group, millions of times per tensor.
+  // The loops below go through plain pointers and locals: with push_back on the
+  // thread-local vectors the compiler kept every running value in memory (a third of
+  // the sweep's time).
+  thread_local std::vector<Bp> bps_tl;
+  thread_local std::vector<double> wax_tl, wt_tl;
+  const std::size_t n = static_cast<std::size_t>(g.n);
+  // at most lim crossings per element (codes k0 .. lim - 1)
+  const std::size_t cap = n * static_cast<std::size_t>(std::max(qpos, qneg) + 1);
+  if (bps_tl.size() < cap) bps_tl.resize(cap);
+  if (wax_tl.size() < n) {
+    wax_tl.resize(n);
+    wt_tl.resize(n);
+  }
+  Bp* const bps = bps_tl.data();
+  double* const wax = wax_tl.data();
+  double* const wt = wt_tl.data();
+  const float* const x = g.x;
+  const float* const wp = g.w;
+  std::size_t nb = 0;
   double A = 0, B = 0, C = 0;
-  for (int64_t j = 0; j < g.n; ++j) {
-    const double w = g.w ? static_cast<double>(g.w[j]) : 1.0;
-    const double ax = std::fabs(g.x[j]);
-    const double lim = g.x[j] >= 0 ? qpos : qneg;
-    wt[static_cast<std::size_t>(j)] = w;
-    wax[static_cast<std::size_t>(j)] = w * ax;
+  for (std::size_t j = 0; j < n; ++j) {
+    const double w = wp ? static_cast<double>(wp[j]) : 1.0;
+    const double ax = std::fabs(x[j]);
+    const double lim = x[j] >= 0 ? qpos : qneg;
+    wt[j] = w;
+    wax[j] = w * ax;
     A += w * ax * ax;
     double k = std::min(lim, qobs::detail::round_half_even(ax / s_hi));  // nearbyint, inline
     B += w * ax * k;
@@ -304,10 +318,10 @@ std::vector<double> sweep_scales(const Group& g, double base, double f_lo, doubl
     for (; k < lim; ++k) {
       const double at = ax / (k + 0.5);
       if (at < s_lo) break;
-      bps.push_back({at, static_cast<uint32_t>(j), static_cast<uint32_t>(k)});
+      bps[nb++] = {at, static_cast<uint32_t>(j), static_cast<uint32_t>(k)};
     }
   }
-  lanes::sort_crossings(bps, s_lo, s_hi);
+  const Bp* const sorted = lanes::sort_crossings(bps, nb, s_lo, s_hi);
   // the 4 least (continuous error, s) pairs, ascending: what sorting every interval's
   // minimum and taking the first 4 gives
   std::array<std::pair<double, double>, 4> top;
@@ -324,11 +338,11 @@ std::vector<double> sweep_scales(const Group& g, double base, double f_lo, doubl
       count = std::min(count + 1, top.size());
     }
   };
-  for (const Bp& b : bps) {
+  for (std::size_t i = 0; i < nb; ++i) {
+    const Bp& b = sorted[i];
     interval(b.s);
-    const double w = wt[b.j];
     B += wax[b.j];
-    C += w * (2 * static_cast<double>(b.k) + 1);
+    C += wt[b.j] * (2 * static_cast<double>(b.k) + 1);
     upper = b.s;
   }
   interval(s_lo);

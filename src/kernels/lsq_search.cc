@@ -62,6 +62,9 @@ std::vector<std::pair<double, std::vector<double>>> reference_candidate_lists(DT
   return out;
 }
 
+/// The exponents of the E8M0 codes 0..254 (R2.4.2 after step 5's uint8 clamp; 255 is NaN).
+constexpr int kE8M0MinExp = -127, kE8M0MaxExp = 127;
+
 /// Per-call constants of the search.
 struct LsqPlan {
   DType dt;
@@ -76,9 +79,17 @@ struct LsqPlan {
   /// ref_lists' shrink factors as f32 (what Arith::mul multiplies by) and the
   /// branch-free twin of compute_qparams_elem for them, where the plan allows it
   std::vector<std::vector<float>> ref_lists_f32;
+  /// MX symmetric: ref_lists' shrink factors, ascending without repeats (the search
+  /// treats them as a set; mx_reference_candidates)
+  std::vector<std::vector<double>> ref_lists_sorted;
+  /// MX: the stored scale of each E8M0 exponent kE8M0MinExp..kE8M0MaxExp (index e + 127)
+  std::vector<double> mx_scale;
   qobs::detail::ShrunkQParams shrunk;
   /// fp_scale_codes: the stored scale of each positive E4M3 code 1..126 (index = code)
   std::vector<double> code_scale;
+  /// the smallest positive value of the FP grid (FP4 0.5, FP8 E4M3 2^-9): below half of
+  /// it x / s rounds to 0 (extend_window)
+  double grid_min = 0.5;
   /// INT asymmetric: the log grid's factors of the range (weighted: 0.04x .. 1.25x in
   /// 48 steps; unweighted: 0.5x .. 1.25x in 16), the same for every group
   std::vector<double> log_grid;
@@ -219,17 +230,27 @@ void refit(Group& g, double s, double z, double e, Best& best) {
   }
 }
 
-/// Codes outside the window can still win under a skewed weighting: walk outwards while
-/// a lower bound of a code's error stays below the best error. Below the window an
-/// element beyond q_max x scale is clipped, costing at least w (|x| - q_max s)^2; above
-/// it an element under a quarter step rounds to 0, costing w x^2. Both bounds grow
-/// monotonically away from the window, so the walk ends at the exhaustive optimum.
-void extend_code_window(Group& g, int lo, int hi, Best& best) {
+/// Scales outside the tried window can still win under a skewed weighting: walk
+/// outwards, index by index, while a lower bound of an index's error stays below the
+/// best error. `scale_of(i)` is the stored scale of index i, increasing in i (NVFP4: the
+/// E4M3 code; MX: the E8M0 exponent). Below the window an element beyond
+/// q_max x applied scale x (1 + 2^-7) is clipped, costing at least w (|x| - that)^2: the
+/// margin covers the rounding of code x scale in the data dtype (bf16's half ulp is
+/// 2^-8), without which the dequantized top value can exceed q_max x scale. Above the
+/// window an element under 0.48 x the smallest positive grid value x applied scale
+/// rounds to 0 even after x / s is rounded (by at most 2^-8), costing w x^2. Both
+/// bounds grow monotonically away from the window, so the walk ends at the exhaustive
+/// optimum over [i_min, i_max]; the factor 1 - 1e-6 covers the different sum order.
+template <class ScaleOf>
+void extend_window(Group& g, int lo, int hi, int i_min, int i_max, double grid_min, ScaleOf scale_of, Best& best) {
   const double qmax = g.P->qplan.q_max;
-  const double safety = 1.0 - 1e-6;  // the bounds ignore the last rounding of each step
-  for (int c = lo - 1; c >= 1; --c) {
-    const double s = g.P->code_scale[static_cast<std::size_t>(c)];
-    const double top = qmax * g.applied(s);
+  const double safety = 1.0 - 1e-6;
+  double prev = NAN;
+  for (int c = lo - 1; c >= i_min; --c) {
+    const double s = scale_of(c);
+    if (s == prev) continue;  // the same stored scale (an underflow to eps), scored already
+    prev = s;
+    const double top = qmax * g.applied(s) * (1.0 + 0x1p-7);
     double bound = 0;
     for (int64_t j = 0; j < g.n; ++j) {
       const double over = std::fabs(g.x[j]) - top;
@@ -238,12 +259,16 @@ void extend_code_window(Group& g, int lo, int hi, Best& best) {
     if (bound * safety >= best.err) break;
     best.offer(g.error(s, 0.0), s, 0.0);
   }
-  for (int c = hi + 1; c <= 126; ++c) {
-    const double s = g.P->code_scale[static_cast<std::size_t>(c)];
-    const double quarter = 0.24 * g.applied(s);  // below a quarter of the first FP4 step 0.5
+  prev = NAN;
+  for (int c = hi + 1; c <= i_max; ++c) {
+    const double s = scale_of(c);
+    if (!std::isfinite(s)) break;  // an overflow of the scale dtype (f16): no stored scale beyond
+    if (s == prev) continue;
+    prev = s;
+    const double zero = 0.48 * grid_min * g.applied(s);
     double bound = 0;
     for (int64_t j = 0; j < g.n; ++j)
-      if (std::fabs(g.x[j]) < quarter) bound += (g.w ? static_cast<double>(g.w[j]) : 1.0) * g.x[j] * g.x[j];
+      if (std::fabs(g.x[j]) < zero) bound += (g.w ? static_cast<double>(g.w[j]) : 1.0) * g.x[j] * g.x[j];
     if (bound * safety >= best.err) break;
     best.offer(g.error(s, 0.0), s, 0.0);
   }
@@ -259,19 +284,33 @@ std::vector<double> sweep_scales(const Group& g, double base, double f_lo, doubl
   const double qpos = g.P->qplan.q_max, qneg = -g.P->qplan.q_min;
   const double s_hi = base * f_hi, s_lo = base * f_lo;
   using Bp = lanes::Crossing;
-  // per-thread scratch: the search runs once per group, millions of times per tensor
-  thread_local std::vector<Bp> bps;
-  thread_local std::vector<double> wax, wt;
-  bps.clear();
-  wax.resize(static_cast<std::size_t>(g.n));
-  wt.resize(static_cast<std::size_t>(g.n));
+  // per-thread scratch: the search runs once per group, millions of times per tensor.
+  // The loops below go through plain pointers and locals: with push_back on the
+  // thread-local vectors the compiler kept every running value in memory (a third of
+  // the sweep's time).
+  thread_local std::vector<Bp> bps_tl;
+  thread_local std::vector<double> wax_tl, wt_tl;
+  const std::size_t n = static_cast<std::size_t>(g.n);
+  // at most lim crossings per element (codes k0 .. lim - 1)
+  const std::size_t cap = n * static_cast<std::size_t>(std::max(qpos, qneg) + 1);
+  if (bps_tl.size() < cap) bps_tl.resize(cap);
+  if (wax_tl.size() < n) {
+    wax_tl.resize(n);
+    wt_tl.resize(n);
+  }
+  Bp* const bps = bps_tl.data();
+  double* const wax = wax_tl.data();
+  double* const wt = wt_tl.data();
+  const float* const x = g.x;
+  const float* const wp = g.w;
+  std::size_t nb = 0;
   double A = 0, B = 0, C = 0;
-  for (int64_t j = 0; j < g.n; ++j) {
-    const double w = g.w ? static_cast<double>(g.w[j]) : 1.0;
-    const double ax = std::fabs(g.x[j]);
-    const double lim = g.x[j] >= 0 ? qpos : qneg;
-    wt[static_cast<std::size_t>(j)] = w;
-    wax[static_cast<std::size_t>(j)] = w * ax;
+  for (std::size_t j = 0; j < n; ++j) {
+    const double w = wp ? static_cast<double>(wp[j]) : 1.0;
+    const double ax = std::fabs(x[j]);
+    const double lim = x[j] >= 0 ? qpos : qneg;
+    wt[j] = w;
+    wax[j] = w * ax;
     A += w * ax * ax;
     double k = std::min(lim, qobs::detail::round_half_even(ax / s_hi));  // nearbyint, inline
     B += w * ax * k;
@@ -279,10 +318,10 @@ std::vector<double> sweep_scales(const Group& g, double base, double f_lo, doubl
     for (; k < lim; ++k) {
       const double at = ax / (k + 0.5);
       if (at < s_lo) break;
-      bps.push_back({at, static_cast<uint32_t>(j), static_cast<uint32_t>(k)});
+      bps[nb++] = {at, static_cast<uint32_t>(j), static_cast<uint32_t>(k)};
     }
   }
-  lanes::sort_crossings(bps, s_lo, s_hi);
+  const Bp* const sorted = lanes::sort_crossings(bps, nb, s_lo, s_hi);
   // the 4 least (continuous error, s) pairs, ascending: what sorting every interval's
   // minimum and taking the first 4 gives
   std::array<std::pair<double, double>, 4> top;
@@ -299,11 +338,11 @@ std::vector<double> sweep_scales(const Group& g, double base, double f_lo, doubl
       count = std::min(count + 1, top.size());
     }
   };
-  for (const Bp& b : bps) {
+  for (std::size_t i = 0; i < nb; ++i) {
+    const Bp& b = sorted[i];
     interval(b.s);
-    const double w = wt[b.j];
     B += wax[b.j];
-    C += w * (2 * static_cast<double>(b.k) + 1);
+    C += wt[b.j] * (2 * static_cast<double>(b.k) + 1);
     upper = b.s;
   }
   interval(s_lo);
@@ -355,6 +394,8 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
         P.shrunk.compute(static_cast<float>(m0), static_cast<float>(M0), pf.data(), static_cast<int64_t>(pf.size()),
                          fs.data(), fz.data());
       for (std::size_t i = 0; i < pf.size(); ++i) add_cand(fs[i], P.symmetric ? 0.0 : static_cast<double>(fz[i]));
+    } else if (!P.ref_lists_sorted.empty()) {
+      lanes::mx_reference_candidates(P.ref_lists_sorted[l], m0, M0, P.qplan, a, add_cand);
     } else {
       for (double p : ps) {
         const ElemQParams sz = qobs::detail::compute_qparams_elem(a.mul(m0, p), a.mul(M0, p), P.qplan);
@@ -377,9 +418,12 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     // (2) E8M0 exponents floor - 1, floor, floor + 1 of log2(amax) - log2(q_max)
     const double off = P.qplan.num_bits == 4 ? 2.0 : 8.0;
     const int e = static_cast<int>(std::floor(std::log2(amax)) - off);
-    for (int d = -1; d <= 1; ++d)
-      if (e + d + 127 >= 0 && e + d + 127 <= 254)  // an E8M0 code (R2.4.2 after step 5's uint8 clamp)
-        cands.emplace_back(stored_scale(static_cast<double>(std::ldexp(1.0f, e + d)), P), 0.0);
+    window_lo = std::clamp(e - 1, kE8M0MinExp, kE8M0MaxExp);
+    window_hi = std::clamp(e + 1, kE8M0MinExp, kE8M0MaxExp);
+    for (int d = window_lo; d <= window_hi; ++d) {
+      const double s = P.mx_scale[static_cast<std::size_t>(d - kE8M0MinExp)];
+      if (std::isfinite(s)) cands.emplace_back(s, 0.0);
+    }
   }
   std::sort(cands.begin(), cands.end());
   cands.erase(std::unique(cands.begin(), cands.end()), cands.end());
@@ -387,7 +431,14 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   errs.resize(cands.size());
   g.errors(cands.data(), cands.size(), errs.data());
   for (std::size_t i = 0; i < cands.size(); ++i) best.offer(errs[i], cands[i].first, cands[i].second);
-  if (window_lo <= window_hi) extend_code_window(g, window_lo, window_hi, best);
+  if (window_lo <= window_hi) {
+    if (P.mx)
+      extend_window(g, window_lo, window_hi, kE8M0MinExp, kE8M0MaxExp, P.grid_min,
+                    [&](int e) { return P.mx_scale[static_cast<std::size_t>(e - kE8M0MinExp)]; }, best);
+    else
+      extend_window(g, window_lo, window_hi, 1, 126, P.grid_min,
+                    [&](int c) { return P.code_scale[static_cast<std::size_t>(c)]; }, best);
+  }
   if (P.fp_scale_codes || P.mx) return {best.scale, best.zp};
 
   // (3) integer grids: (weighted) a log grid of scales far below the max; asymmetric
@@ -467,9 +518,19 @@ LsqPlan make_plan(const FlatView& flat, const QuantizationArgs& args, const LsqS
     const int steps = cfg.weighted ? 48 : 16;
     for (int i = 0; i < steps; ++i) P.log_grid.push_back(f_lo * std::pow(1.25 / f_lo, static_cast<double>(i) / (steps - 1)));
   }
+  P.grid_min = P.qplan.num_bits == 4 ? 0.5 : 0x1p-9;
   if (P.fp_scale_codes)
     for (int c = 0; c <= 126; ++c) P.code_scale.push_back(stored_scale(fp8_e4m3_to_float(static_cast<uint8_t>(c)), P));
   for (const auto& l : P.ref_lists) P.ref_lists_f32.emplace_back(l.second.begin(), l.second.end());
+  if (P.mx) {
+    for (int e = kE8M0MinExp; e <= kE8M0MaxExp; ++e) P.mx_scale.push_back(stored_scale(std::ldexp(1.0f, e), P));
+    if (P.symmetric)
+      for (auto l : P.ref_lists) {
+        std::sort(l.second.begin(), l.second.end());
+        l.second.erase(std::unique(l.second.begin(), l.second.end()), l.second.end());
+        P.ref_lists_sorted.push_back(std::move(l.second));
+      }
+  }
   P.y_narrow = lanes::narrow_of(P.dplan.y_dt, cfg.mode);
   // the zero point is cast to x's dtype (R5.1.1 step 2): the lanes hold it as f32
   if (!lanes::narrow_of(P.dplan.x_dt, cfg.mode)) P.y_narrow.reset();

@@ -1,13 +1,18 @@
-// The ordering step of the least-squares observers' exact sweep (docs/LSQ.md#L2,
-// lsq_search.cc): the code crossings of a group sorted by descending scale, equal
-// scales by element -- a strict total order, so the sweep's running sums do not depend
-// on the sort algorithm.
+// Steps of the least-squares observers' search (lsq_search.cc) that the kernel tests
+// check on their own: the ordering of the exact sweep's code crossings (docs/LSQ.md#L2)
+// by descending scale, equal scales by element -- a strict total order, so the sweep's
+// running sums do not depend on the sort algorithm; and the MX reference candidates by
+// bisection (docs/LSQ.md#L4).
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
+
+#include "core/arith.h"
+#include "qobs/formats.h"
+#include "qparams/qparam_math.h"
 
 namespace qobs::kernels::detail {
 
@@ -19,37 +24,76 @@ struct Crossing {
 
 inline bool crossing_before(const Crossing& a, const Crossing& b) { return a.s != b.s ? a.s > b.s : a.j < b.j; }
 
-/// Sorts v (every s in [s_lo, s_hi], or near it) by crossing_before, as std::sort would:
-/// a counting sort into as many buckets as crossings, by a bucket index that never
-/// decreases as s falls, then an insertion sort that only moves crossings within their
-/// bucket -- expected linear time for the sweep's spread-out crossings.
-inline void sort_crossings(std::vector<Crossing>& v, double s_lo, double s_hi) {
-  const std::size_t nb = v.size();
-  if (nb < 2) return;
+/// Sorts v[0, nb) (every s in [s_lo, s_hi], or near it) by crossing_before, as
+/// std::sort would, and returns the sorted crossings (v itself or a per-thread buffer,
+/// valid until the next call on this thread): a counting sort into as many buckets as
+/// crossings, by a bucket index that never decreases as s falls, then an insertion sort
+/// that only moves crossings within their bucket -- expected linear time for the
+/// sweep's spread-out crossings.
+inline const Crossing* sort_crossings(Crossing* v, std::size_t nb, double s_lo, double s_hi) {
+  if (nb < 2) return v;
   const double per = static_cast<double>(nb) / (s_hi - s_lo);
   if (!std::isfinite(per) || !(per > 0)) {  // a subnormal or empty range
-    std::sort(v.begin(), v.end(), crossing_before);
-    return;
+    std::sort(v, v + nb, crossing_before);
+    return v;
   }
   // truncation is floor here (f > 0) and inline, unlike std::floor on baseline x86-64
   auto bucket = [&](double s) {
     const double f = (s_hi - s) * per;
     return f > 0 ? static_cast<std::size_t>(std::min(f, static_cast<double>(nb - 1))) : std::size_t{0};
   };
-  thread_local std::vector<uint32_t> start;
-  thread_local std::vector<Crossing> sorted;
-  start.assign(nb + 1, 0);
-  sorted.resize(nb);
-  for (const Crossing& c : v) ++start[bucket(c.s) + 1];
+  thread_local std::vector<uint32_t> start_tl;
+  thread_local std::vector<Crossing> sorted_tl;
+  start_tl.assign(nb + 1, 0);
+  if (sorted_tl.size() < nb) sorted_tl.resize(nb);
+  uint32_t* const start = start_tl.data();
+  Crossing* const sorted = sorted_tl.data();
+  for (std::size_t i = 0; i < nb; ++i) ++start[bucket(v[i].s) + 1];
   for (std::size_t i = 0; i < nb; ++i) start[i + 1] += start[i];
-  for (const Crossing& c : v) sorted[start[bucket(c.s)]++] = c;
+  for (std::size_t i = 0; i < nb; ++i) sorted[start[bucket(v[i].s)]++] = v[i];
   for (std::size_t i = 1; i < nb; ++i) {
     const Crossing c = sorted[i];
     std::size_t k = i;
     for (; k > 0 && crossing_before(c, sorted[k - 1]); --k) sorted[k] = sorted[k - 1];
     sorted[k] = c;
   }
-  v.swap(sorted);
+  return sorted;
+}
+
+/// MX symmetric: the (scale, zero point) pairs compute_qparams_elem stores for the
+/// shrunk ranges (a.mul(m0, p), a.mul(M0, p)) of the ascending factors ps, as a set
+/// (emit may see them in any order), with a few calls instead of one per factor. The
+/// stored pair depends on the range only through the key round_to_power_2(amax)
+/// (R2.4.2; the zero point is 0), and the key never decreases as p grows (every step
+/// is monotone: the rounded products, nan_min / nan_max with 0, |.|, the power-of-two
+/// rounding of a non-negative float's bits). So where two factors share a key, every
+/// factor between them does too: bisecting between factors of different keys finds
+/// every distinct key, and each gets one compute_qparams_elem call.
+template <class Emit>
+void mx_reference_candidates(const std::vector<double>& ps, double m0, double M0,
+                             const qobs::detail::QParamPlan& qp, const qobs::detail::Arith& a, Emit emit) {
+  if (ps.empty()) return;
+  const DType rdt = qp.stat_dt == DType::kF64 ? DType::kF64 : qp.stat_dt;
+  // compute_qparams_elem's steps up to the power-of-two rounding, exactly
+  auto key = [&](std::size_t i) {
+    const double mn = qobs::detail::nan_min(a.mul(m0, ps[i]), 0.0), mx = qobs::detail::nan_max(a.mul(M0, ps[i]), 0.0);
+    return round_to_power_2(rdt, qobs::detail::nan_max(std::fabs(mn), std::fabs(mx)));
+  };
+  auto stored = [&](std::size_t i) {
+    const qobs::detail::ElemQParams q = qobs::detail::compute_qparams_elem(a.mul(m0, ps[i]), a.mul(M0, ps[i]), qp);
+    emit(q.scale, q.zero_point);
+  };
+  // emits the keys of (i, j] other than ki, given the keys ki at i and kj at j
+  auto between = [&](auto& self, std::size_t i, std::size_t j, double ki, double kj) -> void {
+    if (ki == kj) return;
+    if (j == i + 1) return stored(j);
+    const std::size_t m = i + (j - i) / 2;
+    const double km = key(m);
+    self(self, i, m, ki, km);
+    self(self, m, j, km, kj);
+  };
+  stored(0);
+  between(between, 0, ps.size() - 1, key(0), key(ps.size() - 1));
 }
 
 }  // namespace qobs::kernels::detail

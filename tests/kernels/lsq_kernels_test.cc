@@ -8,11 +8,13 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "kernels/kernels.h"
 #include "kernels/lsq_sweep.h"
+#include "kernels/search/select.h"
 #include "kernels/simd/lsq_candidates_simd.h"
 #include "kernels/simd/lsq_error_simd.h"
 #include "kernels/simd/simd_level.h"
@@ -243,11 +245,52 @@ TEST(LsqKernels, SweepOrderEqualsStdSort) {
     }
     std::vector<detail::Crossing> want = v;
     std::sort(want.begin(), want.end(), detail::crossing_before);
-    detail::sort_crossings(v, s_lo, s_hi);
-    ASSERT_EQ(v.size(), want.size());
+    const detail::Crossing* got = detail::sort_crossings(v.data(), v.size(), s_lo, s_hi);
     for (std::size_t i = 0; i < v.size(); ++i) {
-      ASSERT_EQ(double_bits(v[i].s), double_bits(want[i].s)) << "trial " << trial << " at " << i;
-      ASSERT_EQ(v[i].j, want[i].j) << "trial " << trial << " at " << i;
+      ASSERT_EQ(double_bits(got[i].s), double_bits(want[i].s)) << "trial " << trial << " at " << i;
+      ASSERT_EQ(got[i].j, want[i].j) << "trial " << trial << " at " << i;
+    }
+  }
+}
+
+// The MX reference candidates by bisection are the set compute_qparams_elem gives
+// factor by factor: MXFP4 / MXFP8, bf16 / f16 / f32 / f64 statistics, the reference's
+// shrink lists and random ones, ranges of either sign, tiny (subnormal, underflowing
+// f16's scale) and huge (overflowing f16).
+TEST(LsqKernels, MxReferenceCandidatesEqualEveryFactor) {
+  std::mt19937 rng(43);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (const char* preset : {"MXFP4A16", "MXFP8A16"}) {
+    const QuantizationArgs args = preset_scheme(preset).weights->validated();
+    for (DType dt : {DType::kBF16, DType::kF16, DType::kF32, DType::kF64}) {
+      const qobs::detail::QParamPlan qp = qobs::detail::QParamPlan::make(args, dt, std::nullopt, NumericMode::kParity);
+      const qobs::detail::Arith a{dt, NumericMode::kParity};
+      for (int trial = 0; trial < 200; ++trial) {
+        std::vector<double> ps;
+        if (trial % 2 == 0) {
+          GridSearchConfig c;
+          c.imatrix = trial % 4 == 0;
+          c.maxshrink = c.imatrix ? 0.95 : 0.2;
+          c.grid = c.imatrix ? 20 : 100;
+          c.chunked = trial % 8 < 4;
+          ps = qobs::detail::search_shrink_factors(c, dt);
+          ps.push_back(1.0);
+        } else {
+          for (int i = 0, n = 1 + static_cast<int>(rng() % 120); i < n; ++i) ps.push_back(u(rng));
+        }
+        std::sort(ps.begin(), ps.end());
+        ps.erase(std::unique(ps.begin(), ps.end()), ps.end());
+        const double mag = std::ldexp(1.0, static_cast<int>(rng() % 300) - 150);
+        const double hi = a.cast(mag * (trial % 5 == 4 ? -u(rng) : u(rng) + 0.5));
+        const double lo = a.cast(trial % 3 == 0 ? -hi * u(rng) * 2 : (trial % 3 == 1 ? hi * 0.5 : -mag));
+        std::set<std::pair<double, double>> want, got;
+        for (double p : ps) {
+          const auto q = qobs::detail::compute_qparams_elem(a.mul(lo, p), a.mul(hi, p), qp);
+          want.emplace(q.scale, q.zero_point);
+        }
+        detail::mx_reference_candidates(ps, lo, hi, qp, a, [&](double sc, double z) { got.emplace(sc, z); });
+        ASSERT_EQ(got, want) << preset << " " << dtype_name(dt) << " trial " << trial << " range " << lo << " " << hi;
+      }
     }
   }
 }

@@ -155,21 +155,80 @@ TEST(LsqObservers, Nvfp4BlockScaleIsExhaustiveOptimum) {
   }
 }
 
-// L1 (4): the MX exponent is the exhaustive optimum over the E8M0 codes.
+/// The least error of group g over every E8M0 exponent (codes 0..254), by brute force.
+double mx_exhaustive(const FlatView& flat, const QuantizationArgs& args, int64_t g, const float* wts) {
+  double best = INFINITY;
+  for (int e = -127; e <= 127; ++e)
+    best = std::min(best, kernels::qdq_group_error(flat, args, std::ldexp(1.0, e), 0, g, nullptr,
+                                                   NumericMode::kParity, wts));
+  return best;
+}
+
+// L1 (4): the MX exponent is the exhaustive optimum over the E8M0 codes, for MXFP4 and
+// MXFP8, bf16 and f32 weights, weighted or not.
 TEST(LsqObservers, MxExponentIsExhaustiveOptimum) {
   std::mt19937 rng(5);
-  const QuantizationArgs args = weights_of("MXFP4A16").validated();
-  for (int trial = 0; trial < 10; ++trial) {
-    const Tensor w = random_weight(rng, 4, 128);
-    const Q q = qparams_of("lsq_mse", w, args);
-    const FlatView flat = flatten_for_calibration(w.view(), "weight", args);
-    for (int64_t g = 0; g < flat.layout.num_qparams(); ++g) {
-      double best = INFINITY;
-      for (int e = -40; e <= 10; ++e)
-        best = std::min(best, kernels::qdq_group_error(flat, args, std::ldexp(1.0, e), 0, g, nullptr,
-                                                       NumericMode::kParity));
-      EXPECT_LE(kernels::qdq_group_error(flat, args, q.scale.get(g), 0, g, nullptr, NumericMode::kParity), best)
-          << "trial " << trial << " group " << g;
+  for (const char* preset : {"MXFP4A16", "MXFP8A16"}) {
+    const QuantizationArgs args = weights_of(preset).validated();
+    for (DType dt : {DType::kBF16, DType::kF32}) {
+      for (bool weighted : {false, true}) {
+        for (int trial = 0; trial < 3; ++trial) {
+          const Tensor w = random_weight(rng, 4, 128, dt);
+          std::vector<float> imp(128);
+          std::gamma_distribution<float> gd(0.3f, 1.0f);
+          for (float& v : imp) v = gd(rng);
+          const Q q = qparams_of(weighted ? "imatrix_lsq" : "lsq_mse", w, args, weighted ? &imp : nullptr);
+          const FlatView flat = flatten_for_calibration(w.view(), "weight", args);
+          std::vector<float> wts(32);
+          for (int64_t g = 0; g < flat.layout.num_qparams(); ++g) {
+            for (int j = 0; j < 32; ++j) wts[j] = imp[static_cast<std::size_t>((g * 32 + j) % 128)];
+            const float* wp = weighted ? wts.data() : nullptr;
+            EXPECT_LE(kernels::qdq_group_error(flat, args, q.scale.get(g), 0, g, nullptr, NumericMode::kParity, wp),
+                      mx_exhaustive(flat, args, g, wp))
+                << preset << " " << dtype_name(dt) << " weighted=" << weighted << " trial " << trial << " group " << g;
+          }
+        }
+      }
+    }
+  }
+}
+
+// L1 (4): one huge, unimportant outlier among small important values puts the optimum
+// over 10 exponents below floor(log2 amax) - off, far outside the tried window
+// floor - 1 .. floor + 1: the walk down reaches it. (An optimum above floor + 1 cannot
+// be built: with power-of-two scales x / s and code x s are exact, and within
+// [0, amax] the grid of 4s is a subset of the grid of 2s, so floor + 2 is never strictly
+// better than floor + 1 -- the walk up only has to prove that.)
+TEST(LsqObservers, MxExponentFarBelowMaxWithUnimportantOutlier) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<double> small(-1.0, 1.0);
+  for (const char* preset : {"MXFP4A16", "MXFP8A16"}) {
+    const QuantizationArgs args = weights_of(preset).validated();
+    for (DType dt : {DType::kBF16, DType::kF32}) {
+      std::vector<double> v(2 * 64);
+      // 1e-3: below FP8's subnormals at the outlier's scale too
+      for (double& x : v) x = small(rng) * 1e-3;
+      v[5] = 1000.0;  // column 5 of each row: the outlier, importance 1e-14
+      v[64 + 5] = -700.0;
+      std::vector<float> imp(64, 1.0f);
+      imp[5] = 1e-14f;
+      const Tensor w = Tensor::from_values(dt, {2, 64}, v);
+      const Q q = qparams_of("imatrix_lsq", w, args, &imp);
+      const FlatView flat = flatten_for_calibration(w.view(), "weight", args);
+      const double off = std::string(preset) == "MXFP4A16" ? 2.0 : 8.0;
+      std::vector<float> wts(32);
+      for (int64_t g = 0; g < flat.layout.num_qparams(); ++g) {
+        for (int j = 0; j < 32; ++j) wts[j] = imp[static_cast<std::size_t>((g * 32 + j) % 64)];
+        const double ours = kernels::qdq_group_error(flat, args, q.scale.get(g), 0, g, nullptr,
+                                                     NumericMode::kParity, wts.data());
+        EXPECT_LE(ours, mx_exhaustive(flat, args, g, wts.data())) << preset << " " << dtype_name(dt) << " group " << g;
+        if (g % 2 == 0) {  // the outlier's groups: the optimum lies below the tried window
+          double amax = 0;
+          for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[static_cast<std::size_t>(g * 32 + j)]));
+          EXPECT_LE(std::log2(q.scale.get(g)), std::floor(std::log2(amax)) - off - 2)
+              << preset << " " << dtype_name(dt) << " group " << g;
+        }
+      }
     }
   }
 }

@@ -149,7 +149,7 @@ TEST(LsqKernels, ScorerEqualsScalarStepsBitForBit) {
                       const FlatView flat = flatten_for_calibration(t.view(), "weight", args);
                       ASSERT_EQ(double_bits(qdq_group_error(flat, args, s[c], z[c], 0, nullptr, mode,
                                                             weighted ? w.data() : nullptr)),
-                                double_bits(detail::lsq_combine(part)));
+                                double_bits(combine_partials(part)));
                     }
                     // the refit's sums in lanes == the same sums over quantize_elem's codes
                     double want_sums[detail::kLsqRefitSums];
@@ -162,8 +162,8 @@ TEST(LsqKernels, ScorerEqualsScalarStepsBitForBit) {
                           << "refit sum " << i << " n " << n << " scale " << s[c] << " zp " << z[c];
                     ASSERT_EQ(double_bits(detail::lsq_error_scalar(x.data(), weighted ? w.data() : nullptr, n, s[c],
                                                                    z[c], plan)),
-                              double_bits(detail::lsq_combine(part)));
-                    ASSERT_EQ(double_bits(err[c]), double_bits(detail::lsq_combine(part)))
+                              double_bits(combine_partials(part)));
+                    ASSERT_EQ(double_bits(err[c]), double_bits(combine_partials(part)))
                         << to_string(level) << " x " << dtype_name(x_dt) << " s " << dtype_name(s_dt) << " bits "
                         << gr.bits << (gr.symmetric ? " sym" : " asym") << " n " << n << " kind "
                         << static_cast<int>(kind) << " weighted " << weighted << " scale " << s[c] << " zp " << z[c];

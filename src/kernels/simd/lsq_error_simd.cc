@@ -80,7 +80,7 @@ HWY_NOINLINE bool LsqErrorsT(const LsqGroupArgs& G, const float* s, const float*
     alignas(64) double p[kLsqPartials];
     HWY_DASSERT(kAcc * hn::Lanes(dd) == kLsqPartials);
     for (int k = 0; k < kAcc; ++k) hn::Store(acc[k], dd, p + k * static_cast<int>(hn::Lanes(dd)));
-    err[c] = lsq_combine(p);
+    err[c] = combine_partials(p);
     if (!hn::AllFalse(df, bad) || !std::isfinite(err[c])) return false;
   }
   return true;
@@ -135,7 +135,7 @@ HWY_NOINLINE bool LsqRefitSumsT(const LsqGroupArgs& G, float s, float zx, double
   for (int i = 0; i < kLsqRefitSums; ++i) {
     alignas(64) double p[kLsqPartials];
     for (int k = 0; k < kAcc; ++k) hn::Store(acc[i][k], dd, p + k * static_cast<int>(hn::Lanes(dd)));
-    sums[i] = lsq_combine(p);
+    sums[i] = combine_partials(p);
   }
   return hn::AllFalse(df, bad);
 }

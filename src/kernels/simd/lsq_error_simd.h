@@ -4,25 +4,22 @@
 //
 // The sum order is qobs's own and the same at every level: element j adds its term
 // (w_j (x_j - QDQ(x_j)))... exactly (w_j d_j) d_j in f64, d_j = x_j - QDQ(x_j) in f64, to
-// partial sum j mod kLsqPartials in increasing j, and lsq_combine adds the partials in
+// partial sum j mod kLsqPartials in increasing j, and combine_partials (kernels.h) adds the partials in
 // a fixed tree. The scalar twins below (the reference's) sum in this order too, so every
 // level returns the same bits.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/kernels.h"
 #include "kernels/simd/narrow.h"
 #include "kernels/simd/simd_level.h"
 #include "qparams/qparam_math.h"
 
 namespace qobs::kernels::detail {
 
-inline constexpr int kLsqPartials = 8;
-
-/// The canonical combination of the kLsqPartials partial sums.
-inline double lsq_combine(const double* p) {
-  return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
-}
+/// The report's error sums and the lsq scorer share one canonical order (kernels.h).
+inline constexpr int kLsqPartials = kErrorSumPartials;
 
 /// One group (finite values on x's dtype grid, as f32) and its quantizer.
 struct LsqGroupArgs {
@@ -64,7 +61,7 @@ inline double lsq_error_scalar(const float* x, const float* w, int64_t n, double
     const double d = x[j] - qobs::detail::qdq_elem(x[j], s, z, plan);
     part[j % kLsqPartials] += (w ? static_cast<double>(w[j]) : 1.0) * d * d;
   }
-  return lsq_combine(part);
+  return combine_partials(part);
 }
 inline void lsq_refit_sums_scalar(const float* x, const float* w, int64_t n, double s, double z,
                                   const qobs::detail::QdqPlan& plan, double* sums) {
@@ -80,7 +77,7 @@ inline void lsq_refit_sums_scalar(const float* x, const float* w, int64_t n, dou
     part[kSumWQQ][l] += wq * qj;
     part[kSumWQX][l] += wq * xj;
   }
-  for (int i = 0; i < kLsqRefitSums; ++i) sums[i] = lsq_combine(part[i]);
+  for (int i = 0; i < kLsqRefitSums; ++i) sums[i] = combine_partials(part[i]);
 }
 
 }  // namespace qobs::kernels::detail

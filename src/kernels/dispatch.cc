@@ -227,6 +227,12 @@ void minmax(const FlatView& flat, float* mins, float* maxs, int num_threads) {
   fast::minmax(flat, mins, maxs, active_simd_level(), num_threads);
 }
 
+std::pair<Tensor, Tensor> minmax_stats(const FlatView& flat, int num_threads) {
+  Tensor mn(flat.dtype, flat.layout.qparam_shape), mx(flat.dtype, flat.layout.qparam_shape);
+  fast::minmax_stats(flat, mn.data(), mx.data(), active_simd_level(), num_threads);
+  return {std::move(mn), std::move(mx)};
+}
+
 GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,
                              const FlatView* weights) {
   return fast::grid_search(flat, search_args, cfg, weights, active_simd_level(), cfg.num_threads);
@@ -237,6 +243,13 @@ void sum_squares_by_column(const TensorView& x, int64_t cols, double* acc, int) 
   ref::sum_squares_by_column(x, cols, acc);
 }
 void minmax(const FlatView& flat, float* mins, float* maxs, int) { ref::minmax(flat, mins, maxs); }
+std::pair<Tensor, Tensor> minmax_stats(const FlatView& flat, int) {
+  const std::size_t nq = static_cast<std::size_t>(flat.layout.num_qparams());
+  std::vector<float> mins(nq), maxs(nq);
+  ref::minmax(flat, mins.data(), maxs.data());
+  return {Tensor::from_floats(flat.dtype, flat.layout.qparam_shape, mins),
+          Tensor::from_floats(flat.dtype, flat.layout.qparam_shape, maxs)};
+}
 ErrorSums error_sums(const TensorView& x, const TensorView& y) { return ref::error_sums(x, y); }
 
 GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,

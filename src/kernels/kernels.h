@@ -25,6 +25,9 @@ namespace qobs::kernels {
 /// last one in (obs, group) order wins, as in the sequential reference loop.
 /// num_threads: 0 = QOBS_NUM_THREADS or the hardware concurrency.
 void minmax(const FlatView& flat, float* mins, float* maxs, int num_threads = 0);
+/// minmax of an f32 / bf16 / f16 view as statistics tensors of its dtype and qparam
+/// shape: the values Tensor::from_floats makes of minmax's floats, written once.
+std::pair<Tensor, Tensor> minmax_stats(const FlatView& flat, int num_threads = 0);
 
 /// The imatrix hook's statistic (R6.8.3): acc[c] += x[r, c]^2 for every row r of x viewed
 /// as [numel / cols, cols], each square taken in f32 (the value converted to f32 first)

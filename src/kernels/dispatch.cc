@@ -93,6 +93,34 @@ Tensor qdq(QdqOp op, const TensorView& x, const Tensor& scale, const Tensor* zer
 #endif
 }
 
+std::optional<std::pair<double, double>> nan_min_max(const TensorView& v) {
+  const int64_t n = v.numel();
+  const bool fast_dtype = v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16;
+#if QOBS_HAVE_FAST_KERNELS
+  const SimdLevel level = active_simd_level();
+  if (fast_dtype && n > 0 && v.is_contiguous() && level != SimdLevel::kScalar) {
+    float lo, hi;
+    if (v.dtype == DType::kF32) {
+      detail::minmax_simd(level, static_cast<const float*>(v.data), n, &lo, &hi);
+      return std::pair<double, double>{lo, hi};
+    }
+    constexpr int64_t kChunk = 4096;
+    float buf[kChunk];
+    double l = INFINITY, h = -INFINITY;
+    for (int64_t c = 0; c < n; c += kChunk) {
+      const int64_t len = std::min(kChunk, n - c);
+      detail::widen_simd(level, static_cast<const uint16_t*>(v.data) + c, len, v.dtype == DType::kBF16, buf);
+      detail::minmax_simd(level, buf, len, &lo, &hi);
+      l = qobs::detail::nan_min(l, lo);
+      h = qobs::detail::nan_max(h, hi);
+    }
+    return std::pair<double, double>{l, h};
+  }
+#endif
+  (void)fast_dtype;
+  return std::nullopt;
+}
+
 int64_t first_non_finite(const TensorView& v, int num_threads) {
   const int64_t n = v.numel();
   const bool fast_dtype = v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16;

@@ -58,6 +58,12 @@ ErrorSums error_sums(const TensorView& x, const TensorView& y);
 /// observers' input check); other views are scanned element by element.
 int64_t first_non_finite(const TensorView& value, int num_threads = 0);
 
+/// NaN-propagating min and max of a contiguous f32 / bf16 / f16 tensor's values (n >= 1)
+/// in vector lanes -- R6.1.5's global amax over a million NVFP4 statistics. The sign of
+/// a zero result is unspecified (the caller takes magnitudes). nullopt for other views,
+/// the scalar level or a build without the fast kernels: the caller's loop then runs.
+std::optional<std::pair<double, double>> nan_min_max(const TensorView& value);
+
 /// calculate_qparams (R4.1), behind the public qobs::calculate_qparams and the
 /// observers' phase 2 (1M groups for NVFP4): the element-wise step in vector lanes and
 /// spread over threads. Bit-identical for any thread count: elements are independent.

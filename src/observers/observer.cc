@@ -216,7 +216,8 @@ std::optional<Tensor> Observer::get_global_scale() {
     const Tensor& mn = m->state_.at("min_vals");
     const Tensor& mx = m->state_.at("max_vals");
     dt = detail::promote_float_dtypes(dt, mx.dtype());
-    const double mmax = nan_extreme(mx, true), mmin = nan_extreme(mn, false);
+    const auto vmax = kernels::nan_min_max(mx.view()), vmin = kernels::nan_min_max(mn.view());
+    const double mmax = vmax ? vmax->second : nan_extreme(mx, true), mmin = vmin ? vmin->first : nan_extreme(mn, false);
     A = first ? mmax : detail::nan_max(A, mmax);
     A = detail::nan_max(A, -mmin);
     first = false;

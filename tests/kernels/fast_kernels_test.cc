@@ -374,6 +374,44 @@ TEST(FastMinMax, Narrow16EqualsTensorStores) {
   }
 }
 
+TEST(FastMinMax, WholeTensorMinMaxForTheGlobalScale) {
+  // kernels::nan_min_max (R6.1.5's amax over the statistics) against nan_min / nan_max
+  // over the values: lengths around the vector widths and the 4096-element chunks of
+  // bf16 / f16, NaN anywhere (propagates), +-Inf, equal values; magnitudes compared
+  // (a zero's sign is unspecified).
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+    for (int64_t n : {1, 7, 16, 17, 4096, 4097, 10000})
+      for (int poison = 0; poison < 4; ++poison) {
+        std::vector<float> v = make_data(n, Pattern::kNormal, static_cast<uint32_t>(n + poison));
+        if (poison == 1) v[static_cast<std::size_t>(n - 1)] = NAN;
+        if (poison == 2) v[static_cast<std::size_t>(n / 2)] = -INFINITY;
+        if (poison == 3) std::fill(v.begin(), v.end(), 0.75f);
+        const Tensor t = Tensor::from_floats(dt, {n}, v);
+        double lo = INFINITY, hi = -INFINITY;
+        for (int64_t i = 0; i < n; ++i) {
+          lo = qobs::detail::nan_min(lo, t.get(i));
+          hi = qobs::detail::nan_max(hi, t.get(i));
+        }
+        for (SimdLevel level : available_simd_levels()) {
+          const ScopedSimdLevel scoped(level);
+          const auto got = nan_min_max(t.view());
+          if (level == SimdLevel::kScalar) {
+            EXPECT_FALSE(got);
+            continue;
+          }
+          ASSERT_TRUE(got);
+          const std::string at = std::string(dtype_name(dt)) + " n=" + std::to_string(n) +
+                                 " p=" + std::to_string(poison) + " " + std::string(to_string(level));
+          EXPECT_EQ(std::isnan(lo), std::isnan(got->first)) << at;
+          EXPECT_EQ(std::isnan(hi), std::isnan(got->second)) << at;
+          if (!std::isnan(lo)) EXPECT_EQ(std::fabs(lo), std::fabs(got->first)) << at;
+          if (!std::isnan(hi)) EXPECT_EQ(std::fabs(hi), std::fabs(got->second)) << at;
+          if (!std::isnan(lo) && lo != 0) EXPECT_EQ(lo, got->first) << at;
+          if (!std::isnan(hi) && hi != 0) EXPECT_EQ(hi, got->second) << at;
+        }
+      }
+}
+
 TEST(FastMinMax, NanAndInfPropagateLikeReference) {
   const QuantizationArgs channel = make_args(8, QuantType::kInt, true, Strategy::kChannel);
   for (int64_t n : {5, 17, 70000}) {

@@ -264,7 +264,7 @@ TEST(FastMinMax, MatchesReferenceEverywhere) {
 }
 
 TEST(FastMinMax, SmallGroupsEightAtATime) {
-  // f32 / bf16 / f16 groups of 8..64 elements laid end to end go through
+  // f32 / bf16 / f16 groups of 8..128 elements laid end to end go through
   // minmax_groups_simd, eight groups per pass: many groups (full passes, a task's
   // remainder, a short tail), zero signs, and NaN / Inf anywhere.
   struct Case {
@@ -277,6 +277,10 @@ TEST(FastMinMax, SmallGroupsEightAtATime) {
       {make_args(4, QuantType::kFloat, true, Strategy::kGroup, 32, DType::kU8), 96, 32},
       {make_args(8, QuantType::kInt, true, Strategy::kChannel), 64, 64},
       {make_args(8, QuantType::kInt, true, Strategy::kChannel), 24, 24},
+      {make_args(4, QuantType::kInt, false, Strategy::kGroup, 128), 256, 128},
+      {make_args(4, QuantType::kInt, true, Strategy::kGroup, 120), 240, 120},
+      {make_args(8, QuantType::kInt, true, Strategy::kChannel), 128, 128},
+      {make_args(4, QuantType::kInt, true, Strategy::kGroup, 136), 272, 136},  // one group at a time
   };
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
     for (const Case& c : cases)
@@ -308,6 +312,7 @@ TEST(FastMinMax, StatisticsTensorsEqualFromFloatsOfReference) {
       {make_args(4, QuantType::kFloat, true, Strategy::kTensorGroup, 16, DType::kF8E4M3), 64, "weight"},
       {make_args(4, QuantType::kInt, false, Strategy::kGroup, 8), 40, "weight"},
       {make_args(4, QuantType::kInt, true, Strategy::kGroup, 24), 72, "weight"},
+      {make_args(4, QuantType::kInt, false, Strategy::kGroup, 128), 384, "weight"},
       {make_args(8, QuantType::kInt, true, Strategy::kChannel), 33, "weight"},
       {make_args(8, QuantType::kInt, true, Strategy::kTensor), 1031, "input"},
   };

@@ -94,9 +94,9 @@ Tensor qdq(QdqOp op, const TensorView& x, const Tensor& scale, const Tensor* zer
 }
 
 std::optional<std::pair<double, double>> nan_min_max(const TensorView& v) {
+#if QOBS_HAVE_FAST_KERNELS
   const int64_t n = v.numel();
   const bool fast_dtype = v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16;
-#if QOBS_HAVE_FAST_KERNELS
   const SimdLevel level = active_simd_level();
   if (fast_dtype && n > 0 && v.is_contiguous() && level != SimdLevel::kScalar) {
     float lo, hi;
@@ -116,8 +116,9 @@ std::optional<std::pair<double, double>> nan_min_max(const TensorView& v) {
     }
     return std::pair<double, double>{l, h};
   }
+#else
+  (void)v;
 #endif
-  (void)fast_dtype;
   return std::nullopt;
 }
 

@@ -139,10 +139,12 @@ void BM_GridSearch(benchmark::State& state, std::string scheme, bool nvfp4_defau
 }
 
 /// The yardstick for min-max: read every float of the tensor once, same threads.
-void BM_StreamRead(benchmark::State& state, int64_t rows, int64_t cols) {
-  const qobs::Tensor& w = weight(rows, cols, DType::kF32);
-  const float* p = w.data_as<float>();
-  const int64_t n = rows * cols;
+void BM_StreamRead(benchmark::State& state, int64_t rows, int64_t cols, DType dt) {
+  // the tensor's bytes read as floats: a bf16 weight is the same 32-bit stream at half
+  // the length (the values themselves do not matter to a read)
+  const qobs::Tensor& w = weight(rows, cols, dt);
+  const float* p = static_cast<const float*>(w.data());
+  const int64_t n = rows * cols * static_cast<int64_t>(qobs::dtype_size(dt)) / 4;
   const int threads = qobs::kernels::resolve_num_threads(0);
   const int64_t parts = threads * 4, step = (n + parts - 1) / parts;
   for (auto _ : state) {
@@ -176,10 +178,13 @@ void register_all() {
   }
   for (const Shape& s : shapes) {
     const std::string sh = std::to_string(s.rows) + "x" + std::to_string(s.cols);
-    benchmark::RegisterBenchmark(("stream_read/f32/" + sh).c_str(), BM_StreamRead, s.rows, s.cols)
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime()
-        ->MinTime(0.5);
+    for (DType dt : {DType::kF32, DType::kBF16})
+      benchmark::RegisterBenchmark(
+          ("stream_read/" + std::string(dt == DType::kF32 ? "f32/" : "bf16/") + sh).c_str(), BM_StreamRead, s.rows,
+          s.cols, dt)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime()
+          ->MinTime(0.5);
     for (DType dt : {DType::kF32, DType::kBF16}) {
       const std::string d = dt == DType::kF32 ? "f32" : "bf16";
       // activations: one 2048-token batch of the hidden size

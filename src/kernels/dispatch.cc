@@ -93,6 +93,35 @@ Tensor qdq(QdqOp op, const TensorView& x, const Tensor& scale, const Tensor* zer
 #endif
 }
 
+std::optional<std::pair<double, double>> nan_min_max(const TensorView& v) {
+#if QOBS_HAVE_FAST_KERNELS
+  const int64_t n = v.numel();
+  const bool fast_dtype = v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16;
+  const SimdLevel level = active_simd_level();
+  if (fast_dtype && n > 0 && v.is_contiguous() && level != SimdLevel::kScalar) {
+    float lo, hi;
+    if (v.dtype == DType::kF32) {
+      detail::minmax_simd(level, static_cast<const float*>(v.data), n, &lo, &hi);
+      return std::pair<double, double>{lo, hi};
+    }
+    constexpr int64_t kChunk = 4096;
+    float buf[kChunk];
+    double l = INFINITY, h = -INFINITY;
+    for (int64_t c = 0; c < n; c += kChunk) {
+      const int64_t len = std::min(kChunk, n - c);
+      detail::widen_simd(level, static_cast<const uint16_t*>(v.data) + c, len, v.dtype == DType::kBF16, buf);
+      detail::minmax_simd(level, buf, len, &lo, &hi);
+      l = qobs::detail::nan_min(l, lo);
+      h = qobs::detail::nan_max(h, hi);
+    }
+    return std::pair<double, double>{l, h};
+  }
+#else
+  (void)v;
+#endif
+  return std::nullopt;
+}
+
 int64_t first_non_finite(const TensorView& v, int num_threads) {
   const int64_t n = v.numel();
   const bool fast_dtype = v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16;
@@ -227,6 +256,12 @@ void minmax(const FlatView& flat, float* mins, float* maxs, int num_threads) {
   fast::minmax(flat, mins, maxs, active_simd_level(), num_threads);
 }
 
+std::pair<Tensor, Tensor> minmax_stats(const FlatView& flat, int num_threads) {
+  Tensor mn(flat.dtype, flat.layout.qparam_shape), mx(flat.dtype, flat.layout.qparam_shape);
+  fast::minmax_stats(flat, mn.data(), mx.data(), active_simd_level(), num_threads);
+  return {std::move(mn), std::move(mx)};
+}
+
 GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,
                              const FlatView* weights) {
   return fast::grid_search(flat, search_args, cfg, weights, active_simd_level(), cfg.num_threads);
@@ -237,6 +272,13 @@ void sum_squares_by_column(const TensorView& x, int64_t cols, double* acc, int) 
   ref::sum_squares_by_column(x, cols, acc);
 }
 void minmax(const FlatView& flat, float* mins, float* maxs, int) { ref::minmax(flat, mins, maxs); }
+std::pair<Tensor, Tensor> minmax_stats(const FlatView& flat, int) {
+  const std::size_t nq = static_cast<std::size_t>(flat.layout.num_qparams());
+  std::vector<float> mins(nq), maxs(nq);
+  ref::minmax(flat, mins.data(), maxs.data());
+  return {Tensor::from_floats(flat.dtype, flat.layout.qparam_shape, mins),
+          Tensor::from_floats(flat.dtype, flat.layout.qparam_shape, maxs)};
+}
 ErrorSums error_sums(const TensorView& x, const TensorView& y) { return ref::error_sums(x, y); }
 
 GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,

@@ -25,6 +25,9 @@ namespace qobs::kernels {
 /// last one in (obs, group) order wins, as in the sequential reference loop.
 /// num_threads: 0 = QOBS_NUM_THREADS or the hardware concurrency.
 void minmax(const FlatView& flat, float* mins, float* maxs, int num_threads = 0);
+/// minmax of an f32 / bf16 / f16 view as statistics tensors of its dtype and qparam
+/// shape: the values Tensor::from_floats makes of minmax's floats, written once.
+std::pair<Tensor, Tensor> minmax_stats(const FlatView& flat, int num_threads = 0);
 
 /// The imatrix hook's statistic (R6.8.3): acc[c] += x[r, c]^2 for every row r of x viewed
 /// as [numel / cols, cols], each square taken in f32 (the value converted to f32 first)
@@ -54,6 +57,12 @@ ErrorSums error_sums(const TensorView& x, const TensorView& y);
 /// Threaded scan of the bit patterns for contiguous f32 / bf16 / f16 views (the
 /// observers' input check); other views are scanned element by element.
 int64_t first_non_finite(const TensorView& value, int num_threads = 0);
+
+/// NaN-propagating min and max of a contiguous f32 / bf16 / f16 tensor's values (n >= 1)
+/// in vector lanes -- R6.1.5's global amax over a million NVFP4 statistics. The sign of
+/// a zero result is unspecified (the caller takes magnitudes). nullopt for other views,
+/// the scalar level or a build without the fast kernels: the caller's loop then runs.
+std::optional<std::pair<double, double>> nan_min_max(const TensorView& value);
 
 /// calculate_qparams (R4.1), behind the public qobs::calculate_qparams and the
 /// observers' phase 2 (1M groups for NVFP4): the element-wise step in vector lanes and

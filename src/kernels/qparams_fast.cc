@@ -5,12 +5,13 @@
 #include "kernels/qparams_fast.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "kernels/parallel/thread_pool.h"
-#include "kernels/simd/minmax_simd.h"  // widen_simd
+#include "kernels/simd/minmax_simd.h"  // widen_simd, narrow16_simd
 #include "kernels/simd/shrunk_qparams_simd.h"
 #include "qparams/qparam_math.h"
 
@@ -50,51 +51,50 @@ std::optional<ScaleZeroPoint> calculate_qparams_simd(const Tensor& min_vals, con
   const bool zero_zp = plan.symmetric && is_floating(plan.zp_dtype);
   if (!integer_zp_dtype(plan.zp_dtype) && !zero_zp) return std::nullopt;
   const int64_t n = min_vals.numel();
-  // a non-finite statistic: the scalar path names it (R4.1)
-  if (first_non_finite(min_vals.view(), num_threads) >= 0 || first_non_finite(max_vals.view(), num_threads) >= 0)
-    return std::nullopt;
   ScaleZeroPoint out{Tensor(plan.scale_dt, min_vals.shape()), Tensor(plan.zp_dtype, min_vals.shape())};
   constexpr int64_t kChunk = 8192;  // below that a thread costs more than it saves
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   const int threads = static_cast<int>(std::min<int64_t>(resolve_num_threads(num_threads), chunks));
-  struct Buffers {
-    std::vector<float> lo, hi, scale, zp;
-  };
-  std::vector<Buffers> bufs(static_cast<std::size_t>(std::max(threads, 1)));
-  parallel_for(chunks, threads, [&](int64_t c, int worker) {
-    const int64_t b = c * kChunk, len = std::min(n, b + kChunk) - b;
-    Buffers& w = bufs[static_cast<std::size_t>(worker)];
-    for (auto* v : {&w.lo, &w.hi, &w.scale, &w.zp}) v->resize(static_cast<std::size_t>(kChunk));
-    // the statistics as floats: in place for f32, widened (exactly) from bf16 / f16
-    const float *lo = min_vals.data_as<float>() + b, *hi = max_vals.data_as<float>() + b;
-    if (stat_dt != DType::kF32) {
-      const bool bf16 = stat_dt == DType::kBF16;
-      detail::widen_simd(level, min_vals.data_as<uint16_t>() + b, len, bf16, w.lo.data());
-      detail::widen_simd(level, max_vals.data_as<uint16_t>() + b, len, bf16, w.hi.data());
-      lo = w.lo.data();
-      hi = w.hi.data();
-    }
-    float* scale = plan.scale_dt == DType::kF32 ? out.scale.data_as<float>() + b : w.scale.data();
-    detail::shrunk_qparams_simd(level, q, lo, hi, len, scale, w.zp.data());
-    // scales in a 16-bit dtype are on its grid already: the conversion is exact
-    if (plan.scale_dt == DType::kBF16)
-      for (int64_t i = 0; i < len; ++i) out.scale.data_as<uint16_t>()[b + i] = float_to_bf16(scale[i]);
-    else if (plan.scale_dt == DType::kF16)
-      for (int64_t i = 0; i < len; ++i) out.scale.data_as<uint16_t>()[b + i] = float_to_f16(scale[i]);
-    if (zero_zp) {
-      const std::size_t es = dtype_size(plan.zp_dtype);
-      std::memset(static_cast<unsigned char*>(out.zero_point.data()) + static_cast<std::size_t>(b) * es, 0,
-                  static_cast<std::size_t>(len) * es);
-      return;
-    }
-    switch (plan.zp_dtype) {
-      case DType::kI8: return store_zero_points(w.zp.data(), len, out.zero_point.data_as<int8_t>() + b);
-      case DType::kU8: return store_zero_points(w.zp.data(), len, out.zero_point.data_as<uint8_t>() + b);
-      case DType::kI16: return store_zero_points(w.zp.data(), len, out.zero_point.data_as<int16_t>() + b);
-      case DType::kI32: return store_zero_points(w.zp.data(), len, out.zero_point.data_as<int32_t>() + b);
-      default: return store_zero_points(w.zp.data(), len, out.zero_point.data_as<int64_t>() + b);  // kI64
+  // A non-finite statistic, seen by the kernel as it reads them: the scalar path names
+  // it (R4.1). No separate scan of the statistics beforehand.
+  std::atomic<bool> non_finite{false};
+  parallel_for(chunks, threads, [&](int64_t c, int) {
+    // blocks small enough for the stack: no per-call buffers to allocate
+    constexpr int64_t kBlock = 1024;
+    float wlo[kBlock], whi[kBlock], wscale[kBlock], wzp[kBlock];
+    const int64_t chunk_end = std::min(n, (c + 1) * kChunk);
+    for (int64_t b = c * kChunk; b < chunk_end; b += kBlock) {
+      const int64_t len = std::min(chunk_end, b + kBlock) - b;
+      // the statistics as floats: in place for f32, widened (exactly) from bf16 / f16
+      const float *lo = min_vals.data_as<float>() + b, *hi = max_vals.data_as<float>() + b;
+      if (stat_dt != DType::kF32) {
+        const bool bf16 = stat_dt == DType::kBF16;
+        detail::widen_simd(level, min_vals.data_as<uint16_t>() + b, len, bf16, wlo);
+        detail::widen_simd(level, max_vals.data_as<uint16_t>() + b, len, bf16, whi);
+        lo = wlo;
+        hi = whi;
+      }
+      float* scale = plan.scale_dt == DType::kF32 ? out.scale.data_as<float>() + b : wscale;
+      if (!detail::shrunk_qparams_simd(level, q, lo, hi, len, scale, wzp)) {
+        non_finite.store(true, std::memory_order_relaxed);
+        return;
+      }
+      // scales in a 16-bit dtype: float_to_bf16 / float_to_f16 (finite statistics give
+      // finite or +inf scales, never the NaN that narrow16_simd treats differently)
+      if (plan.scale_dt != DType::kF32)
+        detail::narrow16_simd(level, scale, len, plan.scale_dt == DType::kBF16,
+                                  out.scale.data_as<uint16_t>() + b);
+      if (zero_zp) continue;  // Tensor's zero fill: a symmetric plan's zero points, +0 in every float dtype
+      switch (plan.zp_dtype) {
+        case DType::kI8: store_zero_points(wzp, len, out.zero_point.data_as<int8_t>() + b); break;
+        case DType::kU8: store_zero_points(wzp, len, out.zero_point.data_as<uint8_t>() + b); break;
+        case DType::kI16: store_zero_points(wzp, len, out.zero_point.data_as<int16_t>() + b); break;
+        case DType::kI32: store_zero_points(wzp, len, out.zero_point.data_as<int32_t>() + b); break;
+        default: store_zero_points(wzp, len, out.zero_point.data_as<int64_t>() + b);  // kI64
+      }
     }
   });
+  if (non_finite.load()) return std::nullopt;
   return out;
 }
 

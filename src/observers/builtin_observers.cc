@@ -10,13 +10,13 @@
 namespace qobs::detail {
 
 std::pair<Tensor, Tensor> reduce_minmax(const FlatView& flat) {
-  const int64_t nq = flat.layout.num_qparams();
-  std::vector<float> mins(static_cast<std::size_t>(nq)), maxs(static_cast<std::size_t>(nq));
   // Integer observations (min-max observers only) take the scalar path: exact for
   // |values| < 2^24, where every integer is a float.
   const bool fast = flat.dtype == DType::kF32 || flat.dtype == DType::kBF16 || flat.dtype == DType::kF16;
-  if (fast) kernels::minmax(flat, mins.data(), maxs.data());
-  else kernels::ref::minmax(flat, mins.data(), maxs.data());
+  if (fast) return kernels::minmax_stats(flat);  // straight into the statistics tensors
+  const int64_t nq = flat.layout.num_qparams();
+  std::vector<float> mins(static_cast<std::size_t>(nq)), maxs(static_cast<std::size_t>(nq));
+  kernels::ref::minmax(flat, mins.data(), maxs.data());
   const Shape& qs = flat.layout.qparam_shape;
   return {Tensor::from_floats(flat.dtype, qs, mins), Tensor::from_floats(flat.dtype, qs, maxs)};
 }

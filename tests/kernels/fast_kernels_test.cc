@@ -27,6 +27,7 @@
 #include "kernels/qparams_fast.h"
 #include "kernels/search/select.h"
 #include "kernels/simd/libm_powf.h"
+#include "kernels/simd/minmax_simd.h"  // narrow16_simd
 #include "kernels/simd/poly_batch_simd.h"  // kPolyBatchMaxLen, fp4_round_nonneg_simd
 #include "kernels/simd/pow_simd.h"
 #include "kernels/simd/simd_level.h"
@@ -263,7 +264,7 @@ TEST(FastMinMax, MatchesReferenceEverywhere) {
 }
 
 TEST(FastMinMax, SmallGroupsEightAtATime) {
-  // f32 / bf16 / f16 groups of 8..64 elements laid end to end go through
+  // f32 / bf16 / f16 groups of 8..128 elements laid end to end go through
   // minmax_groups_simd, eight groups per pass: many groups (full passes, a task's
   // remainder, a short tail), zero signs, and NaN / Inf anywhere.
   struct Case {
@@ -276,6 +277,10 @@ TEST(FastMinMax, SmallGroupsEightAtATime) {
       {make_args(4, QuantType::kFloat, true, Strategy::kGroup, 32, DType::kU8), 96, 32},
       {make_args(8, QuantType::kInt, true, Strategy::kChannel), 64, 64},
       {make_args(8, QuantType::kInt, true, Strategy::kChannel), 24, 24},
+      {make_args(4, QuantType::kInt, false, Strategy::kGroup, 128), 256, 128},
+      {make_args(4, QuantType::kInt, true, Strategy::kGroup, 120), 240, 120},
+      {make_args(8, QuantType::kInt, true, Strategy::kChannel), 128, 128},
+      {make_args(4, QuantType::kInt, true, Strategy::kGroup, 136), 272, 136},  // one group at a time
   };
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
     for (const Case& c : cases)
@@ -290,6 +295,126 @@ TEST(FastMinMax, SmallGroupsEightAtATime) {
                                   std::string(dtype_name(dt)) + " rows=" + std::to_string(rows) +
                                       " poison=" + std::to_string(poison));
           }
+}
+
+TEST(FastMinMax, StatisticsTensorsEqualFromFloatsOfReference) {
+  // fast::minmax_stats writes the observers' statistics tensors in the view's dtype
+  // (bf16 / f16 narrowed a block of 1024 groups at a time): byte for byte what
+  // Tensor::from_floats made of ref::minmax's floats, NaN patterns included. Many small
+  // groups (eight per pass, several blocks and a tail per task), long groups, and one
+  // huge group; zero signs, all-equal groups, subnormals, NaN / Inf anywhere.
+  struct Case {
+    QuantizationArgs args;
+    int64_t cols;
+    const char* base;
+  };
+  const std::vector<Case> cases = {
+      {make_args(4, QuantType::kFloat, true, Strategy::kTensorGroup, 16, DType::kF8E4M3), 64, "weight"},
+      {make_args(4, QuantType::kInt, false, Strategy::kGroup, 8), 40, "weight"},
+      {make_args(4, QuantType::kInt, true, Strategy::kGroup, 24), 72, "weight"},
+      {make_args(4, QuantType::kInt, false, Strategy::kGroup, 128), 384, "weight"},
+      {make_args(8, QuantType::kInt, true, Strategy::kChannel), 33, "weight"},
+      {make_args(8, QuantType::kInt, true, Strategy::kTensor), 1031, "input"},
+  };
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+    for (const Case& c : cases)
+      for (Pattern p : {Pattern::kNormal, Pattern::kSignedZeros, Pattern::kEqualGroups, Pattern::kSubnormal})
+        for (int64_t rows : {int64_t{3}, int64_t{700}})
+          for (int poison = 0; poison < 4; ++poison) {
+            std::vector<float> v = make_data(rows * c.cols, p, static_cast<uint32_t>(rows + c.cols), 16);
+            if (dt == DType::kF16)
+              for (float& x : v) x = std::clamp(x, -6e4f, 6e4f);
+            if (poison == 1) v[v.size() / 3] = NAN;
+            if (poison == 2) v[v.size() - 1] = -INFINITY;
+            if (poison == 3) v[7] = -NAN;
+            const Tensor t = Tensor::from_floats(dt, {rows, c.cols}, v);
+            const FlatView flat = flatten_for_calibration(t.view(), c.base, c.args);
+            const std::size_t nq = static_cast<std::size_t>(flat.layout.num_qparams());
+            std::vector<float> rmin(nq), rmax(nq);
+            ref::minmax(flat, rmin.data(), rmax.data());
+            const Tensor emin = Tensor::from_floats(dt, flat.layout.qparam_shape, rmin);
+            const Tensor emax = Tensor::from_floats(dt, flat.layout.qparam_shape, rmax);
+            for (SimdLevel level : available_simd_levels())
+              for (int threads : {1, 2, 3}) {
+                Tensor gmin(dt, flat.layout.qparam_shape), gmax(dt, flat.layout.qparam_shape);
+                fast::minmax_stats(flat, gmin.data(), gmax.data(), level, threads);
+                const std::string at = std::string(dtype_name(dt)) + " cols=" + std::to_string(c.cols) +
+                                       " rows=" + std::to_string(rows) + " poison=" + std::to_string(poison) + " " +
+                                       std::string(to_string(level)) + " t" + std::to_string(threads);
+                ASSERT_EQ(0, std::memcmp(gmin.data(), emin.data(), emin.nbytes())) << at;
+                ASSERT_EQ(0, std::memcmp(gmax.data(), emax.data(), emax.nbytes())) << at;
+              }
+          }
+}
+
+TEST(FastMinMax, Narrow16EqualsTensorStores) {
+  // narrow16_simd against the scalar stores of Tensor::from_floats on values off the
+  // 16-bit grids: ties to even, carries into the exponent, overflow to Inf, subnormals,
+  // signed zeros, and NaN (from_floats' double path) in the body and the tail.
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<uint32_t> bits;
+  std::vector<float> v;
+  for (int i = 0; i < 4000; ++i) {
+    float x;
+    const uint32_t b = bits(rng);
+    std::memcpy(&x, &b, 4);
+    if (std::isnan(x) && i % 7 != 0) x = 1.0f;  // mostly numbers, some NaN payloads
+    v.push_back(x);
+  }
+  for (float x : {0.0f, -0.0f, 1.00390625f, 1.01171875f, 65520.0f, 65519.0f, 3.4e38f, -3.4e38f, 1e-45f, 6e-8f,
+                  3e-8f, INFINITY, -INFINITY, NAN, -NAN, 0x1.fffffep127f})
+    v.push_back(x);
+  for (bool bf16 : {true, false}) {
+    const Tensor expect = Tensor::from_floats(bf16 ? DType::kBF16 : DType::kF16, {static_cast<int64_t>(v.size())}, v);
+    for (SimdLevel level : available_simd_levels()) {
+      if (level == SimdLevel::kScalar) continue;
+      for (std::size_t n : {v.size(), v.size() - 3, std::size_t{5}}) {
+        std::vector<uint16_t> got(n);
+        detail::narrow16_simd(level, v.data(), static_cast<int64_t>(n), bf16, got.data());
+        for (std::size_t i = 0; i < n; ++i)
+          ASSERT_EQ(got[i], expect.data_as<uint16_t>()[i]) << (bf16 ? "bf16" : "f16") << " i=" << i << " x=" << v[i]
+                                                           << " " << to_string(level);
+      }
+    }
+  }
+}
+
+TEST(FastMinMax, WholeTensorMinMaxForTheGlobalScale) {
+  // kernels::nan_min_max (R6.1.5's amax over the statistics) against nan_min / nan_max
+  // over the values: lengths around the vector widths and the 4096-element chunks of
+  // bf16 / f16, NaN anywhere (propagates), +-Inf, equal values; magnitudes compared
+  // (a zero's sign is unspecified).
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+    for (int64_t n : {1, 7, 16, 17, 4096, 4097, 10000})
+      for (int poison = 0; poison < 4; ++poison) {
+        std::vector<float> v = make_data(n, Pattern::kNormal, static_cast<uint32_t>(n + poison));
+        if (poison == 1) v[static_cast<std::size_t>(n - 1)] = NAN;
+        if (poison == 2) v[static_cast<std::size_t>(n / 2)] = -INFINITY;
+        if (poison == 3) std::fill(v.begin(), v.end(), 0.75f);
+        const Tensor t = Tensor::from_floats(dt, {n}, v);
+        double lo = INFINITY, hi = -INFINITY;
+        for (int64_t i = 0; i < n; ++i) {
+          lo = qobs::detail::nan_min(lo, t.get(i));
+          hi = qobs::detail::nan_max(hi, t.get(i));
+        }
+        for (SimdLevel level : available_simd_levels()) {
+          const ScopedSimdLevel scoped(level);
+          const auto got = nan_min_max(t.view());
+          if (level == SimdLevel::kScalar) {
+            EXPECT_FALSE(got);
+            continue;
+          }
+          ASSERT_TRUE(got);
+          const std::string at = std::string(dtype_name(dt)) + " n=" + std::to_string(n) +
+                                 " p=" + std::to_string(poison) + " " + std::string(to_string(level));
+          EXPECT_EQ(std::isnan(lo), std::isnan(got->first)) << at;
+          EXPECT_EQ(std::isnan(hi), std::isnan(got->second)) << at;
+          if (!std::isnan(lo)) EXPECT_EQ(std::fabs(lo), std::fabs(got->first)) << at;
+          if (!std::isnan(hi)) EXPECT_EQ(std::fabs(hi), std::fabs(got->second)) << at;
+          if (!std::isnan(lo) && lo != 0) EXPECT_EQ(lo, got->first) << at;
+          if (!std::isnan(hi) && hi != 0) EXPECT_EQ(hi, got->second) << at;
+        }
+      }
 }
 
 TEST(FastMinMax, NanAndInfPropagateLikeReference) {
@@ -1068,6 +1193,29 @@ TEST(VectorQParams, EqualScalarR41BitForBitAtEveryLevel) {
   const QuantizationArgs a = make_args(4, QuantType::kInt, true, Strategy::kChannel);
   EXPECT_FALSE(fast::calculate_qparams_simd(mn, mx, a, nullptr, NumericMode::kParity, available_simd_levels().back(), 1));
   EXPECT_THROW(calculate_qparams(mn, mx, a, nullptr, NumericMode::kParity, 1), InvalidArgument);
+}
+
+TEST(VectorQParams, NonFiniteStatisticAnywhereIsTheScalarPathsError) {
+  // The kernel itself notices a NaN / Inf statistic (no scan beforehand): in a full
+  // vector, in a tail, in a later 1024-element block or 8192-element task, in min or
+  // max, in f32 and in bf16 / f16 statistics, on every level and thread count.
+  const int64_t n = 3 * 8192 + 13;
+  const QuantizationArgs nvfp4 = make_args(4, QuantType::kFloat, true, Strategy::kTensorGroup, 16, DType::kF8E4M3);
+  const Tensor g = Tensor::from_values(DType::kF32, {1}, {448.0 * 6.0 / 0.3});
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+    for (int64_t at : {int64_t{0}, int64_t{1000}, int64_t{1030}, int64_t{8192 + 7}, n - 1})
+      for (float bad : {NAN, INFINITY, -INFINITY})
+        for (bool in_max : {false, true}) {
+          std::vector<float> lo(static_cast<std::size_t>(n), -0.5f), hi(static_cast<std::size_t>(n), 0.25f);
+          (in_max ? hi : lo)[static_cast<std::size_t>(at)] = bad;
+          const Tensor mn = Tensor::from_floats(dt, {n}, lo), mx = Tensor::from_floats(dt, {n}, hi);
+          for (SimdLevel level : available_simd_levels())
+            for (int threads : {1, 2, 3}) {
+              EXPECT_FALSE(fast::calculate_qparams_simd(mn, mx, nvfp4, &g, NumericMode::kParity, level, threads))
+                  << dtype_name(dt) << " at=" << at << " " << bad << " " << to_string(level) << " t" << threads;
+            }
+          EXPECT_THROW(calculate_qparams(mn, mx, nvfp4, &g, NumericMode::kParity, 1), InvalidArgument);
+        }
 }
 
 }  // namespace

@@ -25,5 +25,8 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
 
 /// Threaded, vectorized min-max; bit-identical to ref::minmax.
 void minmax(const FlatView& flat, float* mins, float* maxs, SimdLevel level, int num_threads);
+/// minmax with the results stored in the view's own dtype (f32, bf16 or f16), bit for
+/// bit as Tensor::from_floats stores ref::minmax's floats: written once, no float copy.
+void minmax_stats(const FlatView& flat, void* mins, void* maxs, SimdLevel level, int num_threads);
 
 }  // namespace qobs::kernels::fast

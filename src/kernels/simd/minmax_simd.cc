@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "kernels/simd/minmax_simd.h"
-#include "qobs/formats.h"  // f16_to_float
+#include "qobs/formats.h"  // f16_to_float, float_to_bf16, double_to_bf16, ...
 
 HWY_BEFORE_NAMESPACE();
 namespace qobs::kernels::detail {
@@ -133,6 +133,31 @@ void Widen(const uint16_t* src, int64_t n, bool is_bf16, float* dst) {
   }
 }
 
+void Narrow16(const float* src, int64_t n, bool is_bf16, uint16_t* dst) {
+  const DF df;
+  const hn::Rebind<uint16_t, DF> d16;
+  const hn::Rebind<hwy::float16_t, DF> dh16;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  auto nan = hn::FirstN(df, 0);
+  int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const VF v = hn::LoadU(df, src + j);
+    nan = hn::Or(nan, hn::IsNaN(v));
+    if (is_bf16) {  // float_to_bf16's RNE: add 0x7FFF plus the lowest kept bit, truncate
+      const DU du;
+      auto u = hn::BitCast(du, v);
+      u = hn::ShiftRight<16>(hn::Add(u, hn::Add(hn::Set(du, 0x7FFFu), hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u)))));
+      hn::StoreU(hn::DemoteTo(d16, hn::BitCast(DI(), u)), d16, dst + j);
+    } else {
+      hn::StoreU(hn::BitCast(d16, hn::DemoteTo(dh16, v)), d16, dst + j);  // the hardware's RNE
+    }
+  }
+  for (; j < n; ++j) dst[j] = is_bf16 ? float_to_bf16(src[j]) : float_to_f16(src[j]);
+  if (hn::AllFalse(df, nan)) return;
+  for (int64_t i = 0; i < n; ++i)
+    if (std::isnan(src[i])) dst[i] = is_bf16 ? double_to_bf16(src[i]) : double_to_f16(src[i]);
+}
+
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 }  // namespace HWY_NAMESPACE
 }  // namespace qobs::kernels::detail
@@ -152,6 +177,9 @@ bool minmax_groups_simd(SimdLevel level, const void* x, DType dt, int64_t num_gr
 }
 void widen_simd(SimdLevel level, const uint16_t* src, int64_t n, bool is_bf16, float* dst) {
   QOBS_SIMD_DISPATCH(Widen(src, n, is_bf16, dst));
+}
+void narrow16_simd(SimdLevel level, const float* src, int64_t n, bool is_bf16, uint16_t* dst) {
+  QOBS_SIMD_DISPATCH(Narrow16(src, n, is_bf16, dst));
 }
 
 }  // namespace qobs::kernels::detail

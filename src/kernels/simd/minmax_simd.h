@@ -1,7 +1,8 @@
 // Reading groups (minmax_simd.cc): NaN-propagating min / max, eight small groups per
-// pass, and the exact widening of bf16 / f16 values. Scalar twins: the nan_min /
-// nan_max loop of ref::minmax (the caller settles the sign of a zero result, see
-// settle_zero_signs in search/group_data.h) and bf16_to_float / f16_to_float.
+// pass, the exact widening of bf16 / f16 values and the narrowing back. Scalar twins:
+// the nan_min / nan_max loop of ref::minmax (the caller settles the sign of a zero
+// result, see settle_zero_signs in search/group_data.h), bf16_to_float / f16_to_float
+// and Tensor::from_floats' stores.
 #pragma once
 
 #include <cstdint>
@@ -20,5 +21,9 @@ bool minmax_groups_simd(SimdLevel level, const void* x, DType dt, int64_t num_gr
                         float* maxs);
 /// Exact widening of n bf16 (is_bf16) or f16 bit patterns to float.
 void widen_simd(SimdLevel level, const uint16_t* src, int64_t n, bool is_bf16, float* dst);
+/// RNE narrowing of n floats to bf16 (is_bf16) or f16 bit patterns, as Tensor::from_floats
+/// stores them: float_to_bf16 / float_to_f16, and a NaN through from_floats' double path
+/// (double_to_bf16 / double_to_f16). Exact for min-max results of such tensors.
+void narrow16_simd(SimdLevel level, const float* src, int64_t n, bool is_bf16, uint16_t* dst);
 
 }  // namespace qobs::kernels::detail

@@ -24,30 +24,36 @@ namespace hn = hwy::HWY_NAMESPACE;
 #include "kernels/simd/qparams_lanes-inl.h"  // shrunk_qparams_lanes
 
 template <bool kZp>
-void ShrunkQParamsT(const qobs::detail::ShrunkQParams& Q, const float* lo, const float* hi, int64_t n, float* scale,
+bool ShrunkQParamsT(const qobs::detail::ShrunkQParams& Q, const float* lo, const float* hi, int64_t n, float* scale,
                     float* zp) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   VF s, z;
+  auto finite = hn::FirstN(df, static_cast<size_t>(N));
   int64_t j = 0;
   for (; j + N <= n; j += N) {
-    shrunk_qparams_lanes<kZp>(Q, hn::LoadU(df, lo + j), hn::LoadU(df, hi + j), s, z);
+    const VF a = hn::LoadU(df, lo + j), b = hn::LoadU(df, hi + j);
+    finite = hn::And(finite, hn::And(hn::IsFinite(a), hn::IsFinite(b)));
+    shrunk_qparams_lanes<kZp>(Q, a, b, s, z);
     hn::StoreU(s, df, scale + j);
     hn::StoreU(z, df, zp + j);
   }
   if (j < n) {
     const auto m = hn::FirstN(df, static_cast<size_t>(n - j));
     // dead lanes compute on zeros (a zero range: eps, no NaN escapes) and are not stored
-    shrunk_qparams_lanes<kZp>(Q, hn::MaskedLoad(m, df, lo + j), hn::MaskedLoad(m, df, hi + j), s, z);
+    const VF a = hn::MaskedLoad(m, df, lo + j), b = hn::MaskedLoad(m, df, hi + j);
+    finite = hn::And(finite, hn::And(hn::IsFinite(a), hn::IsFinite(b)));
+    shrunk_qparams_lanes<kZp>(Q, a, b, s, z);
     hn::BlendedStore(s, m, df, scale + j);
     hn::BlendedStore(z, m, df, zp + j);
   }
+  return hn::AllTrue(df, finite);
 }
 
-void ShrunkQParamsN(const qobs::detail::ShrunkQParams& Q, const float* lo, const float* hi, int64_t n, float* scale,
+bool ShrunkQParamsN(const qobs::detail::ShrunkQParams& Q, const float* lo, const float* hi, int64_t n, float* scale,
                     float* zp) {
-  if (Q.symmetric) ShrunkQParamsT<false>(Q, lo, hi, n, scale, zp);
-  else ShrunkQParamsT<true>(Q, lo, hi, n, scale, zp);
+  if (Q.symmetric) return ShrunkQParamsT<false>(Q, lo, hi, n, scale, zp);
+  return ShrunkQParamsT<true>(Q, lo, hi, n, scale, zp);
 }
 
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
@@ -60,7 +66,7 @@ HWY_AFTER_NAMESPACE();
 
 namespace qobs::kernels::detail {
 
-void shrunk_qparams_simd(SimdLevel level, const qobs::detail::ShrunkQParams& q, const float* lo, const float* hi,
+bool shrunk_qparams_simd(SimdLevel level, const qobs::detail::ShrunkQParams& q, const float* lo, const float* hi,
                          int64_t n, float* scale, float* zp) {
   QOBS_SIMD_DISPATCH(ShrunkQParamsN(q, lo, hi, n, scale, zp));
 }

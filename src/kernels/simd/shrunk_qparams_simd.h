@@ -12,8 +12,9 @@ namespace qobs::kernels::detail {
 
 /// R4.1 for n f32 (min, max) pairs under a ShrunkQParams-usable plan (q.usable): the
 /// scales and the zero points (integer values, as floats; 0 when symmetric), bit for
-/// bit compute_qparams_elem's.
-void shrunk_qparams_simd(SimdLevel level, const qobs::detail::ShrunkQParams& q, const float* lo, const float* hi,
+/// bit compute_qparams_elem's. False when some statistic is NaN / Inf (the outputs are
+/// then unspecified: the scalar path reports it), so the caller needs no separate scan.
+bool shrunk_qparams_simd(SimdLevel level, const qobs::detail::ShrunkQParams& q, const float* lo, const float* hi,
                          int64_t n, float* scale, float* zp);
 
 }  // namespace qobs::kernels::detail

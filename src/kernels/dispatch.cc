@@ -194,9 +194,7 @@ void sum_squares_by_column(const TensorView& x, int64_t cols, double* acc, int n
     std::vector<float> buf(static_cast<std::size_t>(c1 - c0));
     for (int64_t r = 0; r < rows; ++r) {
       const uint16_t* row = src + r * cols + c0;
-      if (level != SimdLevel::kScalar) detail::widen_simd(level, row, c1 - c0, bf16, buf.data());
-      else
-        for (int64_t c = 0; c < c1 - c0; ++c) buf[static_cast<std::size_t>(c)] = bf16 ? bf16_to_float(row[c]) : f16_to_float(row[c]);
+      detail::widen_simd(level, row, c1 - c0, bf16, buf.data());
       add_squares(buf.data(), 1, c1 - c0, 0, c1 - c0, acc + c0);
     }
   });
@@ -209,10 +207,7 @@ namespace {
 const float* as_f32(const TensorView& v, int64_t begin, int64_t n, SimdLevel level, float* buf) {
   if (v.dtype == DType::kF32) return static_cast<const float*>(v.data) + begin;
   const uint16_t* src = static_cast<const uint16_t*>(v.data) + begin;
-  const bool bf16 = v.dtype == DType::kBF16;
-  if (level != SimdLevel::kScalar) detail::widen_simd(level, src, n, bf16, buf);
-  else
-    for (int64_t j = 0; j < n; ++j) buf[j] = bf16 ? bf16_to_float(src[j]) : f16_to_float(src[j]);
+  detail::widen_simd(level, src, n, v.dtype == DType::kBF16, buf);
   return buf;
 }
 

@@ -108,9 +108,7 @@ void minmax_impl(const FlatView& flat, DType out_dt, void* out_mins, void* out_m
         float buf[kChunk];
         for (int64_t c = b; c < e; c += kChunk) {  // chunks in index order: later equal zeros win
           const int64_t n = std::min(kChunk, e - c);
-          if (level != SimdLevel::kScalar) widen_simd(level, src + c, n, bf16, buf);
-          else
-            for (int64_t j = 0; j < n; ++j) buf[j] = bf16 ? bf16_to_float(src[c + j]) : f16_to_float(src[c + j]);
+          widen_simd(level, src + c, n, bf16, buf);
           double cl, ch;
           group_minmax(buf, n, level, &cl, &ch);
           l = qobs::detail::nan_min(l, cl);

@@ -176,6 +176,10 @@ bool minmax_groups_simd(SimdLevel level, const void* x, DType dt, int64_t num_gr
   QOBS_SIMD_DISPATCH(MinMaxGroups(x, dt, num_groups, len, mins, maxs));
 }
 void widen_simd(SimdLevel level, const uint16_t* src, int64_t n, bool is_bf16, float* dst) {
+  if (level == SimdLevel::kScalar) {  // the scalar twin, so that callers need no fallback of their own
+    for (int64_t j = 0; j < n; ++j) dst[j] = is_bf16 ? bf16_to_float(src[j]) : f16_to_float(src[j]);
+    return;
+  }
   QOBS_SIMD_DISPATCH(Widen(src, n, is_bf16, dst));
 }
 void narrow16_simd(SimdLevel level, const float* src, int64_t n, bool is_bf16, uint16_t* dst) {

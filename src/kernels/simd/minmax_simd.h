@@ -19,7 +19,8 @@ void minmax_simd(SimdLevel level, const float* x, int64_t n, float* lo, float* h
 /// zero result is unspecified (the caller settles it); false when some value is NaN.
 bool minmax_groups_simd(SimdLevel level, const void* x, DType dt, int64_t num_groups, int64_t len, float* mins,
                         float* maxs);
-/// Exact widening of n bf16 (is_bf16) or f16 bit patterns to float.
+/// Exact widening of n bf16 (is_bf16) or f16 bit patterns to float (at kScalar by the
+/// scalar twin itself).
 void widen_simd(SimdLevel level, const uint16_t* src, int64_t n, bool is_bf16, float* dst);
 /// RNE narrowing of n floats to bf16 (is_bf16) or f16 bit patterns, as Tensor::from_floats
 /// stores them: float_to_bf16 / float_to_f16, and a NaN through from_floats' double path

@@ -52,6 +52,15 @@ Q qparams_of(const std::string& observer, const Tensor& w, const QuantizationArg
   return {p.scale, p.zero_point, p.global_scale};
 }
 
+/// Group g's importance weights: the importance of the column each of its len elements
+/// lies in (groups run along the rows of a row-major weight with imp.size() columns).
+std::vector<float> group_weights(const std::vector<float>& imp, int64_t g, int64_t len) {
+  std::vector<float> w(static_cast<std::size_t>(len));
+  const int64_t cols = static_cast<int64_t>(imp.size());
+  for (int64_t j = 0; j < len; ++j) w[static_cast<std::size_t>(j)] = imp[static_cast<std::size_t>((g * len + j) % cols)];
+  return w;
+}
+
 /// Per-group squared errors of `w` under qparams (scale / zp flat per group).
 std::vector<double> group_errors(const Tensor& w, const QuantizationArgs& args, const Q& q,
                                  const std::vector<float>* importance = nullptr) {
@@ -59,11 +68,8 @@ std::vector<double> group_errors(const Tensor& w, const QuantizationArgs& args, 
   const int64_t nq = flat.layout.num_qparams();
   const int64_t gl = flat.layout.group_len();
   std::vector<double> out(static_cast<std::size_t>(nq));
-  const int64_t cols = w.shape()[1];
-  std::vector<float> wts(static_cast<std::size_t>(gl));
   for (int64_t g = 0; g < nq; ++g) {
-    if (importance)
-      for (int64_t j = 0; j < gl; ++j) wts[j] = (*importance)[static_cast<std::size_t>((g * gl + j) % cols)];
+    const std::vector<float> wts = importance ? group_weights(*importance, g, gl) : std::vector<float>();
     out[static_cast<std::size_t>(g)] =
         kernels::qdq_group_error(flat, args, q.scale.get(g), q.zp.get(g), g, q.global ? &*q.global : nullptr,
                                  NumericMode::kParity, importance ? wts.data() : nullptr);
@@ -139,9 +145,8 @@ TEST(LsqObservers, Nvfp4BlockScaleIsExhaustiveOptimum) {
       for (float& v : imp) v = gd(rng);
       const Q q = qparams_of(weighted ? "imatrix_lsq" : "lsq_mse", w, args, weighted ? &imp : nullptr);
       const FlatView flat = flatten_for_calibration(w.view(), "weight", args);
-      std::vector<float> wts(16);
       for (int64_t g = 0; g < flat.layout.num_qparams(); ++g) {
-        for (int j = 0; j < 16; ++j) wts[j] = imp[static_cast<std::size_t>((g * 16 + j) % 64)];
+        const std::vector<float> wts = group_weights(imp, g, 16);
         const float* wp = weighted ? wts.data() : nullptr;
         double best = INFINITY;
         for (int c = 1; c <= 126; ++c)
@@ -179,9 +184,8 @@ TEST(LsqObservers, MxExponentIsExhaustiveOptimum) {
           for (float& v : imp) v = gd(rng);
           const Q q = qparams_of(weighted ? "imatrix_lsq" : "lsq_mse", w, args, weighted ? &imp : nullptr);
           const FlatView flat = flatten_for_calibration(w.view(), "weight", args);
-          std::vector<float> wts(32);
           for (int64_t g = 0; g < flat.layout.num_qparams(); ++g) {
-            for (int j = 0; j < 32; ++j) wts[j] = imp[static_cast<std::size_t>((g * 32 + j) % 128)];
+            const std::vector<float> wts = group_weights(imp, g, 32);
             const float* wp = weighted ? wts.data() : nullptr;
             EXPECT_LE(kernels::qdq_group_error(flat, args, q.scale.get(g), 0, g, nullptr, NumericMode::kParity, wp),
                       mx_exhaustive(flat, args, g, wp))
@@ -216,9 +220,8 @@ TEST(LsqObservers, MxExponentFarBelowMaxWithUnimportantOutlier) {
       const Q q = qparams_of("imatrix_lsq", w, args, &imp);
       const FlatView flat = flatten_for_calibration(w.view(), "weight", args);
       const double off = std::string(preset) == "MXFP4A16" ? 2.0 : 8.0;
-      std::vector<float> wts(32);
       for (int64_t g = 0; g < flat.layout.num_qparams(); ++g) {
-        for (int j = 0; j < 32; ++j) wts[j] = imp[static_cast<std::size_t>((g * 32 + j) % 64)];
+        const std::vector<float> wts = group_weights(imp, g, 32);
         const double ours = kernels::qdq_group_error(flat, args, q.scale.get(g), 0, g, nullptr,
                                                      NumericMode::kParity, wts.data());
         EXPECT_LE(ours, mx_exhaustive(flat, args, g, wts.data())) << preset << " " << dtype_name(dt) << " group " << g;

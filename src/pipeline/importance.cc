@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "qobs/observer.h"
+#include "pipeline/plan.h"
 #include "qobs/pipeline.h"
 
 namespace qobs {
@@ -40,6 +41,14 @@ void check_values(const std::string& file, const std::string& module, const Modu
 
 }  // namespace
 
+namespace detail {
+Statistics importance_statistics(const ModuleImportance& m) {
+  Tensor count(DType::kI64, {});
+  count.data_as<int64_t>()[0] = m.count;
+  return Statistics{"", {{"importance_sum", m.sum, ReduceOp::kSum}, {"importance_count", count, ReduceOp::kSum}}, 1};
+}
+}  // namespace detail
+
 void write_importance(const std::string& path, const ImportanceMap& importance) {
   QOBS_CHECK(!importance.empty(), InvalidArgument, path, ": no module has importance to write (R6.12.4)");
   for (const auto& [module, m] : importance) check_values(path, module, m);
@@ -57,10 +66,9 @@ void write_importance(const std::string& path, const ImportanceMap& importance) 
                          {"qobs.format", std::string(kImportanceFormat)},
                          {"qobs.format_version", std::string(kImportanceFormatVersion)}});
     for (const auto& [module, m] : importance) {
-      w.write(module + std::string(kSum), m.sum);
-      Tensor count(DType::kI64, {});
-      count.data_as<int64_t>()[0] = m.count;
-      w.write(module + std::string(kCount), count);
+      const Statistics st = detail::importance_statistics(m);
+      w.write(module + std::string(kSum), *st.find("importance_sum"));
+      w.write(module + std::string(kCount), *st.find("importance_count"));
     }
     w.close();
     std::error_code ec;
@@ -146,16 +154,10 @@ ImportanceMap merge_importance(const std::vector<std::string>& paths, const std:
       QOBS_CHECK(!overflow && total <= (int64_t{1} << 53), InvalidArgument, paths[i], ": ", module, kCount,
                  ": the merged token count exceeds 2^53 (R6.12.4)");
     }
-    // The reduce op of each statistic is the observer's own (imatrix_mse's sync table),
-    // applied by the code that merges any observer statistics.
+    // The reduce op of each statistic is the observer's own (SUM, imatrix_mse's sync
+    // table), applied by the code that merges any observer statistics.
     std::vector<Statistics> ranks;
-    for (const ImportanceMap& f : files) {
-      const ModuleImportance& e = f.at(module);
-      Tensor count(DType::kI64, {});
-      count.data_as<int64_t>()[0] = e.count;
-      ranks.push_back(Statistics{
-          "imatrix_mse", {{"importance_sum", e.sum, ReduceOp::kSum}, {"importance_count", count, ReduceOp::kSum}}, 1});
-    }
+    for (const ImportanceMap& f : files) ranks.push_back(detail::importance_statistics(f.at(module)));
     const Statistics r = reduce_statistics(ranks);
     merged[module] = ModuleImportance{*r.find("importance_sum"), r.find("importance_count")->data_as<int64_t>()[0]};
   }

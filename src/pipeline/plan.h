@@ -71,4 +71,9 @@ std::vector<PlanGroup> resolve_groups(const QuantizeOptions& options);
 /// the weight's in_features (R6.12.4; IoError for an unreadable file).
 QuantizePlan plan_quantize(const Checkpoint& ckpt, const QuantizeOptions& options, std::vector<PlanGroup> groups);
 
+/// A module's importance as the statistics the imatrix observers keep (R6.8.3,
+/// importance_sum and importance_count, SUM-reduced): what attach + accumulate_input
+/// would have left, for import_statistics and reduce_statistics (importance.cc).
+Statistics importance_statistics(const ModuleImportance& m);
+
 }  // namespace qobs::detail

@@ -46,11 +46,8 @@ std::vector<QParams> calibrate(const std::vector<TensorView>& views, const std::
     opt.label = labels[i];
     obs.push_back(load_observer(observer, "weight", args, {}, opt));
     if (const ModuleImportance* imp = importance.empty() ? nullptr : importance[i]) {
-      Tensor count(DType::kI64, {});
-      count.data_as<int64_t>()[0] = imp->count;
       obs.back()->attach(imp->sum.numel());
-      obs.back()->import_statistics(Statistics{
-          "", {{"importance_sum", imp->sum, ReduceOp::kSum}, {"importance_count", count, ReduceOp::kSum}}, 1});
+      obs.back()->import_statistics(importance_statistics(*imp));
     }
     obs.back()->bind_weight(views[i]);
   }

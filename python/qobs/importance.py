@@ -23,6 +23,7 @@ import numpy as np
 
 from . import _qobs
 from ._tensors import to_numpy
+from .observer import accumulate_hook_input
 
 __all__ = ["collect_importance", "merge_importance", "read_importance"]
 
@@ -108,12 +109,7 @@ def collect_importance(
     def make_hook(core: Any) -> Callable[..., None]:
         # The imatrix observers' forward pre-hook (qobs.Observer.attach, qobs.llmcompressor).
         def _hook(mod: Any, args: Any) -> None:
-            x = args[0] if isinstance(args, tuple) and args else args
-            if isinstance(x, tuple):
-                x = x[0] if x else None
-            if not isinstance(x, torch.Tensor):
-                return
-            core.accumulate_input(x.detach() if x.is_cpu else x.detach().cpu())
+            accumulate_hook_input(core, args)
 
         return _hook
 

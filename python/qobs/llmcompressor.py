@@ -48,7 +48,7 @@ except ImportError as e:
 
 from . import _qobs
 from .args import as_core_args
-from .observer import IMATRIX_OBSERVERS
+from .observer import IMATRIX_OBSERVERS, accumulate_hook_input
 from .observer import Observer as _QObserver
 from .observer import Statistics
 
@@ -213,12 +213,7 @@ class QobsObserver(_LcObserver):
             # Respect llm-compressor's global hook switch like the built-in imatrix hook.
             if HooksMixin._HOOKS_DISABLED and self._imatrix_hook not in HooksMixin._HOOKS_KEEP_ENABLED:
                 return
-            x = args[0] if isinstance(args, tuple) else args
-            if isinstance(x, tuple):
-                x = x[0]
-            if not isinstance(x, torch.Tensor):
-                return
-            core.accumulate_input(x if x.is_cpu else x.detach().cpu())
+            accumulate_hook_input(core, args)
 
         self._imatrix_hook = module.register_forward_pre_hook(_hook)
 

@@ -77,6 +77,19 @@ def _warn_imatrix_fallback(core: Any) -> None:
             _logger.warning(message)
 
 
+
+def accumulate_hook_input(core: Any, args: Any) -> None:
+    """The imatrix forward pre-hook's work (R6.8.3): the module's first positional input,
+    detached and on the CPU, into ``core.accumulate_input``; a call without a tensor
+    input is ignored. Shared by Observer.attach, the llm-compressor plugin and
+    collect_importance, so all three accumulate the same rows."""
+    x = args[0] if isinstance(args, tuple) and args else args
+    if isinstance(x, tuple):
+        x = x[0] if x else None
+    if x is None or not is_torch(x):
+        return
+    core.accumulate_input(x.detach().cpu())
+
 class Observer:
     """A qobs observer. Construct with ``load_from_registry`` or a subclass."""
 
@@ -236,12 +249,7 @@ class Observer:
         self._kind = "torch"  # a module's hook sees torch tensors
 
         def _hook(mod, args):
-            x = args[0] if isinstance(args, tuple) else args
-            if isinstance(x, tuple):
-                x = x[0]
-            if x is None or not is_torch(x):
-                return
-            core.accumulate_input(x.detach().cpu())
+            accumulate_hook_input(core, args)
 
         self._hook = module.register_forward_pre_hook(_hook)
 

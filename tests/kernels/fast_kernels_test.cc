@@ -286,15 +286,75 @@ TEST(FastMinMax, SmallGroupsEightAtATime) {
     for (const Case& c : cases)
       for (Pattern p : {Pattern::kNormal, Pattern::kSignedZeros, Pattern::kZeroGroups, Pattern::kPositive})
         for (int64_t rows : {1, 37, 130})
-          for (int poison = 0; poison < 3; ++poison) {
+          for (int poison = 0; poison < 5; ++poison) {
             std::vector<float> v = make_data(rows * c.cols, p, static_cast<uint32_t>(rows + c.cols), c.group);
             if (poison == 1) v[v.size() / 3] = NAN;
             if (poison == 2) v[v.size() - 1] = -INFINITY;
+            // a negative NaN (the 16-bit kernels see it as a key below -Inf's) and +Inf
+            if (poison == 3) v[v.size() / 2] = -NAN;
+            if (poison == 4) v[0] = INFINITY;
             const Tensor t = Tensor::from_floats(dt, {rows, c.cols}, v);
             expect_minmax_matches(flatten_for_calibration(t.view(), "weight", c.args),
                                   std::string(dtype_name(dt)) + " rows=" + std::to_string(rows) +
                                       " poison=" + std::to_string(poison));
           }
+}
+
+TEST(FastMinMax, GroupsOfSixteenBitPatternsEqualScalarMinMax) {
+  // minmax_groups_simd on raw bf16 / f16 patterns (AVX-512: 32 groups per pass in int16
+  // keys, the rest eight at a time) against nan_min / nan_max of the widened values, at
+  // every level: any finite pattern (subnormals, both zeros, the largest values), +-Inf,
+  // and NaN of either sign in any group, for group lengths the key kernel takes (16 and
+  // multiples of 32) and ones it leaves to the eight-group kernel.
+  std::mt19937 rng(11);
+  for (SimdLevel level : available_simd_levels()) {
+    if (level == SimdLevel::kScalar) continue;
+    for (DType dt : {DType::kBF16, DType::kF16}) {
+      const bool bf16 = dt == DType::kBF16;
+      const uint16_t inf = bf16 ? 0x7F80 : 0x7C00;
+      auto widen = [&](uint16_t b) { return bf16 ? bf16_to_float(b) : f16_to_float(b); };
+      for (int64_t len : {16, 32, 64, 96, 128, 8, 24}) {
+        for (int64_t groups : {32, 64, 40, 8, 96}) {
+          for (int poison = 0; poison < 4; ++poison) {
+            std::vector<uint16_t> x(static_cast<std::size_t>(groups * len));
+            for (uint16_t& b : x) {
+              do {
+                b = static_cast<uint16_t>(rng());
+              } while ((b & 0x7FFF) > inf);  // no NaN unless poisoned
+            }
+            // groups of one repeated value, and of only zeros of both signs
+            std::fill(x.begin(), x.begin() + len, static_cast<uint16_t>(0x3F80));
+            for (int64_t j = 0; j < len; ++j) x[static_cast<std::size_t>(len + j)] = j % 2 ? 0x8000 : 0x0000;
+            const std::size_t at = static_cast<std::size_t>(rng() % x.size());
+            if (poison == 1) x[at] = static_cast<uint16_t>(inf | 1);             // +NaN
+            if (poison == 2) x[at] = static_cast<uint16_t>(inf | 0x8000 | 0x40);  // -NaN
+            if (poison == 3) x[at] = static_cast<uint16_t>(inf | 0x8000);         // -Inf
+            std::vector<float> mins(static_cast<std::size_t>(groups)), maxs(mins.size());
+            bool zero_result = false;
+            const bool finite =
+                detail::minmax_groups_simd(level, x.data(), dt, groups, len, mins.data(), maxs.data(), &zero_result);
+            const std::string what = std::string(dtype_name(dt)) + " len=" + std::to_string(len) +
+                                     " groups=" + std::to_string(groups) + " poison=" + std::to_string(poison);
+            EXPECT_EQ(finite, poison == 0 || poison == 3) << what;
+            if (!finite) continue;
+            // group 1 is all zeros: its zero results must be flagged for the caller
+            EXPECT_TRUE(zero_result) << what;
+            for (int64_t g = 0; g < groups; ++g) {
+              float lo = INFINITY, hi = -INFINITY;
+              for (int64_t j = 0; j < len; ++j) {
+                const float v = widen(x[static_cast<std::size_t>(g * len + j)]);
+                lo = std::min(lo, v);
+                hi = std::max(hi, v);
+              }
+              // the sign of a zero result is the caller's to settle: compare values
+              ASSERT_EQ(mins[static_cast<std::size_t>(g)], lo) << what << " group " << g;
+              ASSERT_EQ(maxs[static_cast<std::size_t>(g)], hi) << what << " group " << g;
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(FastMinMax, StatisticsTensorsEqualFromFloatsOfReference) {

@@ -59,8 +59,9 @@ void minmax_range(const FlatView& flat, bool contiguous, bool eight_at_once, int
     const std::size_t es = dtype_size(flat.dtype);
     const auto* x = static_cast<const unsigned char*>(flat.data) + static_cast<std::size_t>(flat.group_offset(q)) * es;
     // NaN: the per-group loop below redoes the range with the reference's propagation
-    if (whole > 0 && minmax_groups_simd(level, x, flat.dtype, whole, len, mins, maxs)) {
-      for (int64_t g = q; g < q + whole; ++g)
+    bool zero_result = false;
+    if (whole > 0 && minmax_groups_simd(level, x, flat.dtype, whole, len, mins, maxs, &zero_result)) {
+      for (int64_t g = q; zero_result && g < q + whole; ++g)
         if (mins[g - q0] == 0.0f || maxs[g - q0] == 0.0f) {
           // the zero's sign, from the group's values as floats
           const float* v = load_group(flat, contiguous, g, len, level, buf);
@@ -135,7 +136,8 @@ void minmax_impl(const FlatView& flat, DType out_dt, void* out_mins, void* out_m
   // g128 at ~55% of a plain read; ~80% now).
   const bool eight_at_once =
       level != SimdLevel::kScalar && vec_dtype && len % 8 == 0 && len <= 128 && flat.groups_end_to_end();
-  const int64_t unit = eight_at_once ? 8 : 1;
+  // tasks of whole 32-group passes: the AVX-512 16-bit kernel takes 32 at a time
+  const int64_t unit = eight_at_once ? 32 : 1;
   const int64_t per_task = (std::max<int64_t>(1, (nq + target_tasks - 1) / target_tasks) + unit - 1) / unit * unit;
   const int64_t num_tasks = (nq + per_task - 1) / per_task;
   std::vector<std::vector<float>> bufs(static_cast<std::size_t>(threads));

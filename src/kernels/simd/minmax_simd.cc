@@ -22,28 +22,16 @@ namespace hn = hwy::HWY_NAMESPACE;
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
 #include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, DH, DD, VF, VD, ...
-#include "kernels/simd/transpose8-inl.h"  // D8, V8, transpose8x8
-
-/// Eight f32 / bf16 / f16 values at p, as floats (16-bit ones widen exactly).
-template <typename T>
-HWY_INLINE V8 load8(const T* p, bool bf16) {
-  const D8 d8;
-  if constexpr (sizeof(T) == 4) {
-    return hn::LoadU(d8, p);
-  } else {
-    const hn::Rebind<uint16_t, D8> d16;
-    const auto raw = hn::LoadU(d16, p);
-    if (bf16) return hn::BitCast(d8, hn::ShiftLeft<16>(hn::PromoteTo(hn::RebindToUnsigned<D8>(), raw)));
-    return hn::PromoteTo(d8, hn::BitCast(hn::Rebind<hwy::float16_t, D8>(), raw));
-  }
-}
+#include "kernels/simd/transpose8-inl.h"  // D8, V8, load8, transpose8x8
 
 /// MinMaxGroups: num_groups (a multiple of 8) consecutive groups of len (a multiple of
 /// 8) values; per group min and max, eight groups per pass, reduced by a transpose.
 template <typename T>
-bool MinMaxGroupsT(const T* x, bool bf16, int64_t num_groups, int64_t len, float* mins, float* maxs) {
+bool MinMaxGroupsT(const T* x, bool bf16, int64_t num_groups, int64_t len, float* mins, float* maxs,
+                   bool* zero_result) {
   const D8 d8;
   auto nan = hn::FirstN(d8, 0);
+  auto zero = hn::FirstN(d8, 0);
   for (int64_t g0 = 0; g0 < num_groups; g0 += 8) {
     V8 lo[8], hi[8];
     for (int l = 0; l < 8; ++l) {
@@ -66,13 +54,180 @@ bool MinMaxGroupsT(const T* x, bool bf16, int64_t num_groups, int64_t len, float
     }
     hn::StoreU(clo[0], d8, mins + g0);
     hn::StoreU(chi[0], d8, maxs + g0);
+    zero = hn::Or(zero, hn::Or(hn::Eq(clo[0], hn::Zero(d8)), hn::Eq(chi[0], hn::Zero(d8))));
   }
+  if (!hn::AllFalse(d8, zero)) *zero_result = true;
   return hn::AllFalse(d8, nan);
 }
 
-bool MinMaxGroups(const void* x, DType dt, int64_t num_groups, int64_t len, float* mins, float* maxs) {
-  if (dt == DType::kF32) return MinMaxGroupsT(static_cast<const float*>(x), false, num_groups, len, mins, maxs);
-  return MinMaxGroupsT(static_cast<const uint16_t*>(x), dt == DType::kBF16, num_groups, len, mins, maxs);
+#if HWY_TARGET == HWY_AVX3
+// 16-bit groups on AVX-512, 32 groups per pass, in 32 int16 lanes: a bf16 / f16 pattern b
+// maps to the int16 key b ^ ((b >> 15) & 0x7FFF), whose signed order is the values'
+// order for every non-NaN (-0 just below +0; the caller settles zero signs anyway), and
+// back by the same map. NaNs become keys beyond +-inf's, so the group results alone
+// show them. Each group's partial results are halved by a tree of shuffles, four steps
+// from 16 partials (two groups per vector) to one (32 groups per vector).
+
+/// The key map (an involution): b ^ ((b >> 15) & 0x7FFF), the and-xor in one ternlog.
+HWY_INLINE __m512i key16(__m512i b) {
+  return _mm512_ternarylogic_epi32(b, _mm512_srai_epi16(b, 15), _mm512_set1_epi16(0x7FFF), 0x78);
+}
+
+template <bool kMax>
+HWY_INLINE __m512i pick16(__m512i a, __m512i b) {
+  return kMax ? _mm512_max_epi16(a, b) : _mm512_min_epi16(a, b);
+}
+
+/// Steps 2-4 of the tree on eight vectors of four groups x 8 partials (one group per
+/// 128-bit block): 32 results, one int16 per group, in the tree's lane order.
+template <bool kMax>
+HWY_INLINE __m512i tree_tail(const __m512i (&m)[8], __m512i order) {
+  __m512i r[4], t[2];
+  // step 2: the two qwords of a block are one group's 8 partials -> 4
+  for (int j = 0; j < 4; ++j)
+    r[j] = pick16<kMax>(_mm512_unpacklo_epi64(m[2 * j], m[2 * j + 1]), _mm512_unpackhi_epi64(m[2 * j], m[2 * j + 1]));
+  // step 3: a block holds two groups (qwords), each in two dwords -> 2 partials
+  for (int j = 0; j < 2; ++j) {
+    const __m512 a = _mm512_castsi512_ps(r[2 * j]), b = _mm512_castsi512_ps(r[2 * j + 1]);
+    t[j] = pick16<kMax>(_mm512_castps_si512(_mm512_shuffle_ps(a, b, 0x88)),
+                        _mm512_castps_si512(_mm512_shuffle_ps(a, b, 0xDD)));
+  }
+  // step 4: each dword holds one group's two partials -> the low word of each dword
+  const __m512i a = pick16<kMax>(t[0], _mm512_srli_epi32(t[0], 16));
+  const __m512i b = pick16<kMax>(t[1], _mm512_srli_epi32(t[1], 16));
+  return _mm512_permutex2var_epi16(a, order, b);
+}
+
+/// Step 1 on two vectors of two groups x 16 partials each: blocks 0 / 2 against 1 / 3.
+template <bool kMax>
+HWY_INLINE __m512i step1(__m512i a, __m512i b) {
+  return pick16<kMax>(_mm512_shuffle_i64x2(a, b, 0x88), _mm512_shuffle_i64x2(a, b, 0xDD));
+}
+
+/// The final permutation: even words of the two step-4 vectors, reordered so that lane
+/// g holds group g. Found by running the tree's shuffles on groups whose keys are their
+/// numbers, so that it cannot drift from the steps above.
+__m512i make_tree_order_index() {
+  // groups 0..31 with all partials equal to their number; the identity permutation
+  // (even words of a, then of b) shows where each lands
+  __m512i v[16];
+  for (int i = 0; i < 16; ++i) {
+    alignas(64) int16_t w[32];
+    for (int l = 0; l < 32; ++l) w[l] = static_cast<int16_t>(2 * i + l / 16);
+    v[i] = _mm512_load_si512(w);
+  }
+  __m512i m[8];
+  for (int i = 0; i < 8; ++i)
+    m[i] = _mm512_min_epi16(_mm512_shuffle_i64x2(v[2 * i], v[2 * i + 1], 0x88),
+                            _mm512_shuffle_i64x2(v[2 * i], v[2 * i + 1], 0xDD));
+  __m512i r[4], t[2];
+  for (int j = 0; j < 4; ++j)
+    r[j] = _mm512_min_epi16(_mm512_unpacklo_epi64(m[2 * j], m[2 * j + 1]), _mm512_unpackhi_epi64(m[2 * j], m[2 * j + 1]));
+  for (int j = 0; j < 2; ++j) {
+    const __m512 a = _mm512_castsi512_ps(r[2 * j]), b = _mm512_castsi512_ps(r[2 * j + 1]);
+    t[j] = _mm512_min_epi16(_mm512_castps_si512(_mm512_shuffle_ps(a, b, 0x88)),
+                            _mm512_castps_si512(_mm512_shuffle_ps(a, b, 0xDD)));
+  }
+  alignas(64) int16_t wa[32], wb[32];
+  _mm512_store_si512(wa, t[0]);
+  _mm512_store_si512(wb, t[1]);
+  alignas(64) int16_t idx[32];
+  for (int s = 0; s < 16; ++s) {  // source word 2s of a (index s) and of b (index 32 + s)
+    idx[wa[2 * s]] = static_cast<int16_t>(2 * s);
+    idx[wb[2 * s]] = static_cast<int16_t>(32 + 2 * s);
+  }
+  return _mm512_load_si512(idx);
+}
+
+/// Min and max of 32 consecutive groups of len 16-bit values (len 16 or a multiple of
+/// 32) as keys; false when a group holds a NaN (its keys lie beyond +-inf's).
+HWY_INLINE bool minmax_keys32(const uint16_t* x, int64_t len, int16_t nan_hi, int16_t nan_lo, __m512i order,
+                              __m512i& lo, __m512i& hi) {
+  // after step 1: eight vectors of four groups x 8 partials, for the mins and the maxs
+  __m512i ml[8], mh[8];
+  if (len == 16) {
+    // two groups per load; step 1's shuffles serve both trees
+    for (int i = 0; i < 8; ++i) {
+      const __m512i a = key16(_mm512_loadu_si512(x + 64 * i)), b = key16(_mm512_loadu_si512(x + 64 * i + 32));
+      const __m512i p = _mm512_shuffle_i64x2(a, b, 0x88), q = _mm512_shuffle_i64x2(a, b, 0xDD);
+      ml[i] = _mm512_min_epi16(p, q);
+      mh[i] = _mm512_max_epi16(p, q);
+    }
+  } else {
+    for (int i = 0; i < 8; ++i) {
+      __m512i vl[2], vh[2];
+      for (int h = 0; h < 2; ++h) {
+        __m512i gl[2], gh[2];
+        for (int k = 0; k < 2; ++k) {
+          const uint16_t* p = x + (4 * i + 2 * h + k) * len;
+          gl[k] = gh[k] = key16(_mm512_loadu_si512(p));
+          for (int64_t j = 32; j < len; j += 32) {
+            const __m512i v = key16(_mm512_loadu_si512(p + j));
+            gl[k] = _mm512_min_epi16(gl[k], v);
+            gh[k] = _mm512_max_epi16(gh[k], v);
+          }
+        }
+        // two groups' 32 partials -> 16 each, one group per 256-bit half
+        vl[h] = _mm512_min_epi16(_mm512_shuffle_i64x2(gl[0], gl[1], 0x44), _mm512_shuffle_i64x2(gl[0], gl[1], 0xEE));
+        vh[h] = _mm512_max_epi16(_mm512_shuffle_i64x2(gh[0], gh[1], 0x44), _mm512_shuffle_i64x2(gh[0], gh[1], 0xEE));
+      }
+      ml[i] = step1<false>(vl[0], vl[1]);
+      mh[i] = step1<true>(vh[0], vh[1]);
+    }
+  }
+  lo = tree_tail<false>(ml, order);
+  hi = tree_tail<true>(mh, order);
+  return !_mm512_cmpgt_epi16_mask(hi, _mm512_set1_epi16(nan_hi)) && !_mm512_cmplt_epi16_mask(lo, _mm512_set1_epi16(nan_lo));
+}
+
+/// Keys back to values, widened to float (exact).
+HWY_INLINE void store_keys_as_floats(__m512i k, bool bf16, float* out) {
+  const __m512i b = key16(k);
+  const __m256i b0 = _mm512_castsi512_si256(b), b1 = _mm512_extracti64x4_epi64(b, 1);
+  if (bf16) {
+    _mm512_storeu_ps(out, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b0), 16)));
+    _mm512_storeu_ps(out + 16, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b1), 16)));
+  } else {
+    _mm512_storeu_ps(out, _mm512_cvtph_ps(b0));
+    _mm512_storeu_ps(out + 16, _mm512_cvtph_ps(b1));
+  }
+}
+
+/// The groups of 16-bit values 32 at a time; the rest (a multiple of 8) by MinMaxGroupsT.
+bool MinMaxGroups16(const uint16_t* x, bool bf16, int64_t num_groups, int64_t len, float* mins, float* maxs,
+                    bool* zero_result) {
+  // NaN keys: |b| above the infinity pattern, mapped (positive ones stay, negative ones
+  // fall below the key of -inf)
+  const uint16_t inf = bf16 ? 0x7F80 : 0x7C00;
+  const auto nan_hi = static_cast<int16_t>(inf), nan_lo = static_cast<int16_t>((inf | 0x8000) ^ 0x7FFF);
+  const int64_t whole = num_groups / 32 * 32;
+  static const __m512i order = make_tree_order_index();
+  for (int64_t g = 0; g < whole; g += 32) {
+    __m512i lo, hi;
+    if (!minmax_keys32(x + g * len, len, nan_hi, nan_lo, order, lo, hi)) return false;
+    store_keys_as_floats(lo, bf16, mins + g);
+    store_keys_as_floats(hi, bf16, maxs + g);
+    // the keys of +0 and -0 are 0 and -1
+    const __m512i minus1 = _mm512_set1_epi16(-1), zero = _mm512_setzero_si512();
+    if (_mm512_cmpeq_epi16_mask(lo, zero) | _mm512_cmpeq_epi16_mask(lo, minus1) | _mm512_cmpeq_epi16_mask(hi, zero) |
+        _mm512_cmpeq_epi16_mask(hi, minus1))
+      *zero_result = true;
+  }
+  if (whole == num_groups) return true;
+  return MinMaxGroupsT(x + whole * len, bf16, num_groups - whole, len, mins + whole, maxs + whole, zero_result);
+}
+#endif  // HWY_TARGET == HWY_AVX3
+
+bool MinMaxGroups(const void* x, DType dt, int64_t num_groups, int64_t len, float* mins, float* maxs,
+                  bool* zero_result) {
+  if (dt == DType::kF32)
+    return MinMaxGroupsT(static_cast<const float*>(x), false, num_groups, len, mins, maxs, zero_result);
+#if HWY_TARGET == HWY_AVX3
+  if (len == 16 || len % 32 == 0)
+    return MinMaxGroups16(static_cast<const uint16_t*>(x), dt == DType::kBF16, num_groups, len, mins, maxs,
+                          zero_result);
+#endif
+  return MinMaxGroupsT(static_cast<const uint16_t*>(x), dt == DType::kBF16, num_groups, len, mins, maxs, zero_result);
 }
 
 void MinMax(const float* x, int64_t n, float* lo_out, float* hi_out) {
@@ -172,8 +327,9 @@ void minmax_simd(SimdLevel level, const float* x, int64_t n, float* lo, float* h
   QOBS_SIMD_DISPATCH(MinMax(x, n, lo, hi));
 }
 bool minmax_groups_simd(SimdLevel level, const void* x, DType dt, int64_t num_groups, int64_t len, float* mins,
-                        float* maxs) {
-  QOBS_SIMD_DISPATCH(MinMaxGroups(x, dt, num_groups, len, mins, maxs));
+                        float* maxs, bool* zero_result) {
+  *zero_result = false;
+  QOBS_SIMD_DISPATCH(MinMaxGroups(x, dt, num_groups, len, mins, maxs, zero_result));
 }
 void widen_simd(SimdLevel level, const uint16_t* src, int64_t n, bool is_bf16, float* dst) {
   if (level == SimdLevel::kScalar) {  // the scalar twin, so that callers need no fallback of their own

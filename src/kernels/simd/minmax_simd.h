@@ -15,10 +15,13 @@ namespace qobs::kernels::detail {
 /// NaN-propagating min and max of n floats (n >= 1).
 void minmax_simd(SimdLevel level, const float* x, int64_t n, float* lo, float* hi);
 /// Min and max of each of num_groups (a multiple of 8) consecutive groups of len (a
-/// multiple of 8) f32 / bf16 / f16 values (dt), eight groups per pass. The sign of a
-/// zero result is unspecified (the caller settles it); false when some value is NaN.
+/// multiple of 8) f32 / bf16 / f16 values (dt): eight groups per pass, or on AVX-512
+/// 32 groups of 16-bit values (len 16 or a multiple of 32) per pass in int16 keys. The
+/// sign of a zero result is unspecified (the caller settles it), and *zero_result says
+/// whether any result is a zero, so that the caller looks only then; false when some
+/// value is NaN.
 bool minmax_groups_simd(SimdLevel level, const void* x, DType dt, int64_t num_groups, int64_t len, float* mins,
-                        float* maxs);
+                        float* maxs, bool* zero_result);
 /// Exact widening of n bf16 (is_bf16) or f16 bit patterns to float (at kScalar by the
 /// scalar twin itself).
 void widen_simd(SimdLevel level, const uint16_t* src, int64_t n, bool is_bf16, float* dst);

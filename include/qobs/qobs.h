@@ -14,4 +14,5 @@
 #include "qobs/packing.h"
 #include "qobs/pipeline.h"
 #include "qobs/qparams.h"
+#include "qobs/storage.h"
 #include "qobs/tensor.h"

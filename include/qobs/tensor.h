@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "qobs/dtype.h"
+#include "qobs/storage.h"
 
 namespace qobs {
 
@@ -63,6 +64,10 @@ class Tensor {
   Tensor() = default;
   /// Zero-filled tensor.
   Tensor(DType dtype, Shape shape);
+  /// A tensor whose bytes are left as the allocator gives them: for a caller that
+  /// writes every byte before anything reads it (a kernel's output), so that no zero
+  /// fill pass is paid first.
+  static Tensor uninitialized(DType dtype, Shape shape);
 
   /// Builds a tensor of dtype from values; each value is converted with the reference's
   /// narrowing rule (RNE for floats, R0.4a; round-half-even + saturate for integers).
@@ -107,7 +112,9 @@ class Tensor {
  private:
   DType dtype_ = DType::kF32;
   Shape shape_;
-  std::vector<unsigned char> bytes_;
+  struct NoFill {};
+  Tensor(DType dtype, Shape shape, NoFill);
+  std::vector<unsigned char, detail::StorageAllocator<unsigned char>> bytes_;
 };
 
 }  // namespace qobs

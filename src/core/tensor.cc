@@ -1,5 +1,6 @@
 #include "qobs/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -154,15 +155,21 @@ int64_t TensorView::offset_of(int64_t flat) const {
 
 double TensorView::get(int64_t flat) const { return load(data, dtype, offset_of(flat)); }
 
-Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
+Tensor::Tensor(DType dtype, Shape shape, NoFill) : dtype_(dtype), shape_(std::move(shape)) {
   for (int64_t d : shape_) QOBS_CHECK(d >= 0, InvalidArgument, "negative dimension in shape ", shape_str(shape_));
   const int64_t nbytes = detail::mul_size(shape_numel(shape_), static_cast<int64_t>(dtype_size(dtype)), "bytes of a ",
                                           dtype_name(dtype), " tensor of shape ", detail::ShowShape{shape_});
-  bytes_.assign(static_cast<std::size_t>(nbytes), 0);
+  bytes_.resize(static_cast<std::size_t>(nbytes));  // StorageAllocator: no fill
 }
 
+Tensor::Tensor(DType dtype, Shape shape) : Tensor(dtype, std::move(shape), NoFill{}) {
+  std::fill(bytes_.begin(), bytes_.end(), static_cast<unsigned char>(0));
+}
+
+Tensor Tensor::uninitialized(DType dtype, Shape shape) { return Tensor(dtype, std::move(shape), NoFill{}); }
+
 Tensor Tensor::from_values(DType dtype, Shape shape, std::span<const double> values) {
-  Tensor t(dtype, std::move(shape));
+  Tensor t = uninitialized(dtype, std::move(shape));
   QOBS_CHECK(static_cast<int64_t>(values.size()) == t.numel(), InvalidArgument, "from_values: ",
              values.size(), " values for shape ", shape_str(t.shape_));
   store_all(t.bytes_.data(), dtype, values.data(), values.size());
@@ -174,7 +181,7 @@ Tensor Tensor::from_values(DType dtype, Shape shape, std::initializer_list<doubl
 }
 
 Tensor Tensor::from_floats(DType dtype, Shape shape, std::span<const float> values) {
-  Tensor t(dtype, std::move(shape));
+  Tensor t = uninitialized(dtype, std::move(shape));
   QOBS_CHECK(static_cast<int64_t>(values.size()) == t.numel(), InvalidArgument, "from_floats: ",
              values.size(), " values for shape ", shape_str(t.shape_));
   store_all(t.bytes_.data(), dtype, values.data(), values.size());
@@ -182,7 +189,7 @@ Tensor Tensor::from_floats(DType dtype, Shape shape, std::span<const float> valu
 }
 
 Tensor Tensor::copy_of(const TensorView& view) {
-  Tensor t(view.dtype, view.shape);
+  Tensor t = uninitialized(view.dtype, view.shape);
   const std::size_t es = dtype_size(view.dtype);
   const int64_t n = view.numel();
   if (view.is_contiguous()) {
@@ -196,7 +203,7 @@ Tensor Tensor::copy_of(const TensorView& view) {
 }
 
 Tensor Tensor::from_bytes(DType dtype, Shape shape, const void* bytes, std::size_t nbytes) {
-  Tensor t(dtype, std::move(shape));
+  Tensor t = uninitialized(dtype, std::move(shape));
   QOBS_CHECK(nbytes == t.bytes_.size(), InvalidArgument, "from_bytes: ", nbytes, " bytes for ",
              dtype_name(dtype), " shape ", shape_str(t.shape_), " (needs ", t.bytes_.size(), ")");
   if (nbytes) std::memcpy(t.bytes_.data(), bytes, nbytes);
@@ -229,7 +236,7 @@ Tensor Tensor::reshaped(Shape shape) const {
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return *this;
   const std::vector<double> v = to_doubles();
-  Tensor t(dtype, shape_);
+  Tensor t = uninitialized(dtype, shape_);
   store_all(t.bytes_.data(), dtype, v.data(), v.size());
   return t;
 }

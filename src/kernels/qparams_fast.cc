@@ -51,7 +51,11 @@ std::optional<ScaleZeroPoint> calculate_qparams_simd(const Tensor& min_vals, con
   const bool zero_zp = plan.symmetric && is_floating(plan.zp_dtype);
   if (!integer_zp_dtype(plan.zp_dtype) && !zero_zp) return std::nullopt;
   const int64_t n = min_vals.numel();
-  ScaleZeroPoint out{Tensor(plan.scale_dt, min_vals.shape()), Tensor(plan.zp_dtype, min_vals.shape())};
+  // every scale is written below; the zero points too, except a symmetric plan's, which
+  // are the zero fill
+  ScaleZeroPoint out{Tensor::uninitialized(plan.scale_dt, min_vals.shape()),
+                     zero_zp ? Tensor(plan.zp_dtype, min_vals.shape())
+                             : Tensor::uninitialized(plan.zp_dtype, min_vals.shape())};
   constexpr int64_t kChunk = 8192;  // below that a thread costs more than it saves
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   const int threads = static_cast<int>(std::min<int64_t>(resolve_num_threads(num_threads), chunks));

@@ -82,6 +82,9 @@ float fp8_e4m3_to_float(uint8_t code);
 /// included) saturate to +-448 as the installed reference's CPU cast does (R2.2.1
 /// describes NaN; every quantization path clamps to +-448 first, so both agree there).
 uint8_t fp8_e4m3_from_double(double v);
+/// fp8_e4m3_from_double of a float by integer arithmetic: the same code for every float
+/// (the CLI converts millions of NVFP4 / FP8 scales).
+uint8_t fp8_e4m3_from_float(float v);
 
 // ---- FP4 E2M1 (R2.3) --------------------------------------------------------------
 

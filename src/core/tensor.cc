@@ -1,6 +1,7 @@
 #include "qobs/tensor.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -233,10 +234,58 @@ Tensor Tensor::reshaped(Shape shape) const {
   return t;
 }
 
+namespace {
+
+bool float_like(DType dt) {
+  return dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16 || dt == DType::kF8E4M3;
+}
+
+/// Tensor::to between f32, bf16, f16 and FP8 E4M3 without the double round trip: every
+/// such value is exactly a float, so loading it as one and narrowing with the float
+/// converters gives store()'s codes (a NaN takes store()'s own path).
+void convert_floats(const unsigned char* src, DType from, unsigned char* dst, DType to, std::size_t n) {
+  static const std::array<float, 256> fp8_values = [] {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c) t[static_cast<std::size_t>(c)] = fp8_e4m3_to_float(static_cast<uint8_t>(c));
+    return t;
+  }();
+  auto value = [&](std::size_t i) -> float {
+    switch (from) {
+      case DType::kF32: { float f; std::memcpy(&f, src + 4 * i, 4); return f; }
+      case DType::kBF16: { uint16_t b; std::memcpy(&b, src + 2 * i, 2); return bf16_to_float(b); }
+      case DType::kF16: { uint16_t b; std::memcpy(&b, src + 2 * i, 2); return f16_to_float(b); }
+      default: return fp8_values[src[i]];
+    }
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    const float f = value(i);
+    switch (to) {
+      case DType::kF32: std::memcpy(dst + 4 * i, &f, 4); break;
+      case DType::kBF16: {
+        const uint16_t b = f != f ? double_to_bf16(f) : float_to_bf16(f);
+        std::memcpy(dst + 2 * i, &b, 2);
+        break;
+      }
+      case DType::kF16: {
+        const uint16_t b = f != f ? double_to_f16(f) : float_to_f16(f);
+        std::memcpy(dst + 2 * i, &b, 2);
+        break;
+      }
+      default: dst[i] = fp8_e4m3_from_float(f);
+    }
+  }
+}
+
+}  // namespace
+
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return *this;
-  const std::vector<double> v = to_doubles();
   Tensor t = uninitialized(dtype, shape_);
+  if (float_like(dtype_) && float_like(dtype)) {
+    convert_floats(bytes_.data(), dtype_, t.bytes_.data(), dtype, static_cast<std::size_t>(numel()));
+    return t;
+  }
+  const std::vector<double> v = to_doubles();
   store_all(t.bytes_.data(), dtype, v.data(), v.size());
   return t;
 }

@@ -12,6 +12,7 @@
 #include "kernels/parallel/thread_pool.h"
 #include "kernels/qdq_fast.h"
 #include "kernels/qparams_fast.h"
+#include "kernels/simd/error_sums_simd.h"
 #include "kernels/simd/minmax_simd.h"  // widen_simd
 #include "kernels/simd/simd_level.h"
 #include "qobs/formats.h"
@@ -219,29 +220,26 @@ ErrorSums error_sums(const TensorView& x, const TensorView& y) {
   };
   if (!vec_dtype(x) || !vec_dtype(y)) return ref::error_sums(x, y);
   constexpr int P = kErrorSumPartials;
+  static_assert(P == 8, "error_sums_simd keeps eight partials");
   const int64_t n = x.numel();
   const SimdLevel level = active_simd_level();
-  // Blocks of whole rows of P elements keep element i on partial i mod P; each partial
-  // is an independent lane, so the compiler vectorises the loop without reordering a sum.
-  constexpr int64_t kBlock = 4096;
-  static_assert(kBlock % P == 0);
-  std::vector<float> xb(kBlock), yb(kBlock);
   double sig[P] = {}, err[P] = {};
-  for (int64_t b = 0; b < n; b += kBlock) {
-    const int64_t len = std::min(kBlock, n - b);
-    const float* xs = as_f32(x, b, len, level, xb.data());
-    const float* ys = as_f32(y, b, len, level, yb.data());
-    const int64_t full = len / P * P;
-    for (int64_t r = 0; r < full; r += P)
-      for (int c = 0; c < P; ++c) {
-        const double a = xs[r + c], d = a - static_cast<double>(ys[r + c]);
-        sig[c] += a * a;
-        err[c] += d * d;
+  // whole rows of P elements in lanes (bf16 / f16 widened in registers), element i on
+  // partial i mod P; the last partial row here, from the same partials
+  const int64_t full = detail::error_sums_simd(level, x.data, x.dtype, y.data, y.dtype, n, sig, err);
+  if (full < n) {
+    constexpr int64_t kBlock = 4096;
+    static_assert(kBlock % P == 0);
+    std::vector<float> xb(kBlock), yb(kBlock);
+    for (int64_t b = full; b < n; b += kBlock) {  // full is a multiple of P, so is b
+      const int64_t len = std::min(kBlock, n - b);
+      const float* xs = as_f32(x, b, len, level, xb.data());
+      const float* ys = as_f32(y, b, len, level, yb.data());
+      for (int64_t j = 0; j < len; ++j) {
+        const double a = xs[j], d = a - static_cast<double>(ys[j]);
+        sig[j % P] += a * a;
+        err[j % P] += d * d;
       }
-    for (int64_t j = full; j < len; ++j) {
-      const double a = xs[j], d = a - static_cast<double>(ys[j]);
-      sig[j - full] += a * a;
-      err[j - full] += d * d;
     }
   }
   return {combine_partials(sig), combine_partials(err)};
@@ -252,7 +250,9 @@ void minmax(const FlatView& flat, float* mins, float* maxs, int num_threads) {
 }
 
 std::pair<Tensor, Tensor> minmax_stats(const FlatView& flat, int num_threads) {
-  Tensor mn(flat.dtype, flat.layout.qparam_shape), mx(flat.dtype, flat.layout.qparam_shape);
+  // every statistic is written by the kernel
+  Tensor mn = Tensor::uninitialized(flat.dtype, flat.layout.qparam_shape);
+  Tensor mx = Tensor::uninitialized(flat.dtype, flat.layout.qparam_shape);
   fast::minmax_stats(flat, mn.data(), mx.data(), active_simd_level(), num_threads);
   return {std::move(mn), std::move(mx)};
 }

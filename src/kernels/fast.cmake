@@ -11,6 +11,7 @@ list(APPEND QOBS_KERNEL_SOURCES
      kernels/simd/exact_batch_simd.cc
      kernels/simd/shrunk_qparams_simd.cc
      kernels/simd/minmax_simd.cc
+     kernels/simd/error_sums_simd.cc
      kernels/simd/qdq_simd.cc
      kernels/simd/lsq_error_simd.cc
      kernels/simd/lsq_candidates_simd.cc

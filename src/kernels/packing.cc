@@ -105,6 +105,18 @@ void pack_fp4_by_bits(const Tensor& q, int shift, std::string_view label, uint8_
   for (int code = 0; code < 16; ++code) code_of[lut.data_as<Bits>()[code] >> shift] = static_cast<int8_t>(code);
   const Bits low = static_cast<Bits>((Bits(1) << shift) - 1);
   const Bits* src = q.data_as<Bits>();
+  // Without branches first: an element off the table (low bits set, or no code) only
+  // marks the range, which is then redone element by element so that the error names
+  // the first offending index, as before.
+  int bad = 0;
+  for (int64_t i = b; i < e; i += 2) {
+    const Bits v0 = src[i], v1 = src[i + 1];
+    const int c0 = code_of[v0 >> shift] | ((v0 & low) != 0 ? -1 : 0);
+    const int c1 = code_of[v1 >> shift] | ((v1 & low) != 0 ? -1 : 0);
+    bad |= c0 | c1;  // negative when either is
+    dst[i / 2] = static_cast<uint8_t>((c0 & 0xF) | ((c1 & 0xF) << 4));
+  }
+  if (bad >= 0) return;
   auto code = [&](int64_t i) {
     const Bits v = src[i];
     const int c = (v & low) == 0 ? code_of[v >> shift] : -1;

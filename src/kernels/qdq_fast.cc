@@ -210,7 +210,8 @@ Tensor qdq(QdqOp op, const TensorView& x, const Tensor& scale, const Tensor* zer
   const QdqCall c = resolve_qdq(op, x, scale, zero_point, args, g_idx, global_scale, out_dtype, mode);
   // A broadcast x (an output larger than x) is rare enough for the reference loops.
   if (x.shape != c.out_shape) return run_reference(c, x);
-  Tensor out(c.out_dtype, c.out_shape);
+  // every element is stored by run(): each row piece by the lanes or by the scalar steps
+  Tensor out = Tensor::uninitialized(c.out_dtype, c.out_shape);
   if (out.numel() == 0) return out;
   // strided views are gathered once; the loops below read x as contiguous rows
   Tensor gathered;

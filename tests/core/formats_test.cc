@@ -3,14 +3,18 @@
 // are the literals of docs/RULES.md or follow from the format definitions.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <random>
+#include <vector>
 
 #include "qobs/dtype.h"
 #include "qobs/error.h"
 #include "qobs/formats.h"
+#include "qobs/tensor.h"
 
 namespace qobs {
 namespace {
@@ -326,4 +330,58 @@ TEST(Formats, FloatAndDoubleRoundingTo16BitAgree) {
   }
 }
 
+}  // namespace qobs
+
+namespace qobs {
+namespace {
+
+TEST(Formats, R2_2_1_Fp8FromFloatEqualsFromDouble) {
+  // The integer encoder against the double one: every float whose top 16 bits are any
+  // pattern, with low halves at and around the RNE boundaries (0x0000, 0x0001, 0x7FFF,
+  // 0x8000, 0x8001, 0xFFFF, the 2^19 mantissa half-way point of FP8 and its neighbours)
+  // plus random ones: normals, subnormals, the saturation edge near 448, +-Inf, NaN.
+  std::mt19937 rng(5);
+  std::vector<uint32_t> lows = {0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF};
+  for (int k = 0; k < 6; ++k) lows.push_back(rng() & 0xFFFF);
+  for (uint32_t hi = 0; hi < 0x10000; ++hi)
+    for (uint32_t lo : lows) {
+      const float f = std::bit_cast<float>((hi << 16) | lo);
+      ASSERT_EQ(fp8_e4m3_from_float(f), fp8_e4m3_from_double(f)) << std::hex << ((hi << 16) | lo);
+    }
+  // the bits the 3-bit rounding looks at: 2^19 (half an FP8 step) +-1 with either
+  // parity of the kept bit, in every binade
+  for (uint32_t e = 0; e < 256; ++e)
+    for (uint32_t m3 = 0; m3 < 8; ++m3)
+      for (uint32_t rest : {0x7FFFFu, 0x80000u, 0x80001u, 0x00000u, 0xFFFFFu})
+        for (uint32_t s : {0u, 0x80000000u}) {
+          const uint32_t b = s | (e << 23) | (m3 << 20) | rest;
+          const float f = std::bit_cast<float>(b);
+          ASSERT_EQ(fp8_e4m3_from_float(f), fp8_e4m3_from_double(f)) << std::hex << b;
+        }
+}
+
+TEST(Formats, TensorToBetweenFloatDtypesEqualsTheDoublePath) {
+  // Tensor::to between f32, bf16, f16 and FP8 converts through float; each element must
+  // be what from_values (the double path) stores for the same value.
+  std::vector<double> values;
+  std::mt19937 rng(9);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  for (int i = 0; i < 4000; ++i) values.push_back(nd(rng) * std::ldexp(1.0, static_cast<int>(rng() % 40) - 20));
+  for (double v : {0.0, -0.0, 448.0, -448.0, 460.0, 1e6, 0x1p-9, 0x1p-10, 3 * 0x1p-11, 65504.0, 65520.0, 1e-8,
+                   std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
+                   std::numeric_limits<double>::quiet_NaN()})
+    values.push_back(v);
+  const int64_t n = static_cast<int64_t>(values.size());
+  const DType floats[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3};
+  for (DType from : floats) {
+    const Tensor src = Tensor::from_values(from, {n}, values);
+    for (DType to : floats) {
+      const Tensor got = src.to(to);
+      const Tensor want = Tensor::from_values(to, {n}, src.to_doubles());
+      EXPECT_TRUE(got.bit_equal(want)) << dtype_name(from) << " -> " << dtype_name(to);
+    }
+  }
+}
+
+}  // namespace
 }  // namespace qobs

@@ -1,10 +1,25 @@
-// Per-target 8 x 8 float transpose on 256-bit vectors (on AVX-512 too), shared by the
-// batch kernel's input (poly_batch_simd.cc BatchTranspose) and the eight-groups-per-pass
-// min-max (minmax_simd.cc). Included inside each kernel file's per-target namespace,
+// Per-target eight-float vectors (256 bits, on AVX-512 too): the load of eight f32 /
+// bf16 / f16 values as floats and the 8 x 8 transpose, shared by the batch kernel's
+// input (poly_batch_simd.cc BatchTranspose), the eight-groups-per-pass min-max
+// (minmax_simd.cc) and the report's error sums (error_sums_simd.cc). Included inside each kernel file's per-target namespace,
 // once per Highway target -- hence no include guard.
 
 using D8 = hn::FixedTag<float, 8>;  // 256-bit vectors, on AVX-512 too
 using V8 = hn::Vec<D8>;
+
+/// Eight f32 / bf16 / f16 values at p, as floats (16-bit ones widen exactly).
+template <typename T>
+HWY_INLINE V8 load8(const T* p, bool bf16) {
+  const D8 d8;
+  if constexpr (sizeof(T) == 4) {
+    return hn::LoadU(d8, p);
+  } else {
+    const hn::Rebind<uint16_t, D8> d16;
+    const auto raw = hn::LoadU(d16, p);
+    if (bf16) return hn::BitCast(d8, hn::ShiftLeft<16>(hn::PromoteTo(hn::RebindToUnsigned<D8>(), raw)));
+    return hn::PromoteTo(d8, hn::BitCast(hn::Rebind<hwy::float16_t, D8>(), raw));
+  }
+}
 
 /// col[k] lane l = row[l] lane k: pairs of floats, pairs of pairs (as doubles), then
 /// 128-bit halves.

@@ -1,0 +1,22 @@
+// The report's error sums (kernels::error_sums) in vector lanes: Σx² and Σ(x − y)² over
+// two f32 / bf16 / f16 arrays, element i on partial i mod 8 (kErrorSumPartials), each
+// partial summed in increasing i with a rounded multiply then a rounded add -- the
+// order and the operations of the scalar loop (ref::error_sums), so the partials are
+// bit for bit the same.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/simd/simd_level.h"
+#include "qobs/dtype.h"
+
+namespace qobs::kernels::detail {
+
+/// Adds elements [0, n / 8 * 8) of x and y (contiguous, dtype xdt / ydt: f32, bf16 or
+/// f16) to the eight partials sig[i % 8] += x_i * x_i and err[i % 8] += d * d, d = x_i − y_i
+/// in double; returns how many elements it took (the caller adds the rest). 0 at the
+/// scalar level.
+int64_t error_sums_simd(SimdLevel level, const void* x, DType xdt, const void* y, DType ydt, int64_t n, double* sig,
+                        double* err);
+
+}  // namespace qobs::kernels::detail

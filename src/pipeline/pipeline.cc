@@ -76,6 +76,24 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& options, const Progres
             std::make_unique<SafetensorsWriter>((folder.tmp / ckpt.shard_names()[s]).string(), plan.shard_specs[s]));
     }
 
+    // 4. The tensors that pass through unchanged: written by this thread while it waits
+    //    for the jobs' results (a copy that would otherwise be a serial tail after the
+    //    last job), one per call, the rest after the jobs.
+    std::vector<std::pair<std::size_t, const TensorInfo*>> passthrough;
+    for (std::size_t s = 0; s < ckpt.shards().size(); ++s)
+      for (const TensorInfo& t : ckpt.shards()[s].tensors())
+        if (!plan.replaced.count(t.name)) passthrough.emplace_back(s, &t);
+    report.copied_tensors = static_cast<int64_t>(passthrough.size());
+    std::size_t next_copy = 0;
+    const auto copy_one = [&] {
+      if (o.dry_run || next_copy == passthrough.size()) return false;
+      check_cancel();
+      const auto [s, t] = passthrough[next_copy++];
+      writers[s]->write(t->name, ckpt.shards()[s].bytes(*t));
+      ckpt.shards()[s].release(*t);
+      return next_copy < passthrough.size();
+    };
+
     // 2-3. Schedule and calibrate the jobs; 4. write each one's tensors, in job order.
     int64_t done = 0;
     detail::run_jobs(ckpt, plan, o, check_cancel, [&](std::size_t j, detail::JobResult&& r) {
@@ -92,18 +110,9 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& options, const Progres
           progress(Progress{.done = done, .total = static_cast<int64_t>(plan.modules.size()), .elapsed_s = elapsed(),
                             .last = &report.tensors[mi]});
       }
-    });
-
-    // 4. Write the tensors that pass through unchanged.
-    for (std::size_t s = 0; s < ckpt.shards().size(); ++s)
-      for (const TensorInfo& t : ckpt.shards()[s].tensors()) {
-        if (plan.replaced.count(t.name)) continue;
-        ++report.copied_tensors;
-        if (o.dry_run) continue;
-        check_cancel();
-        writers[s]->write(t.name, ckpt.shards()[s].bytes(t));
-        ckpt.shards()[s].release(t);
-      }
+    }, copy_one);
+    while (copy_one()) {
+    }
     if (o.dry_run) {
       report.seconds = elapsed();
       if (o.report_dir) detail::write_reports(*o.report_dir, report);

@@ -156,15 +156,16 @@ std::vector<std::vector<std::size_t>> assign_jobs(const QuantizePlan& plan, int 
 
 void run_jobs(const Checkpoint& ckpt, const QuantizePlan& plan, const QuantizeOptions& o,
               const std::function<void()>& check_cancel,
-              const std::function<void(std::size_t, JobResult&&)>& consume) {
+              const std::function<void(std::size_t, JobResult&&)>& consume, const std::function<bool()>& idle) {
   std::vector<std::size_t> all(plan.jobs.size());
   for (std::size_t j = 0; j < all.size(); ++j) all[j] = j;
-  run_jobs(ckpt, plan, o, all, check_cancel, consume);
+  run_jobs(ckpt, plan, o, all, check_cancel, consume, idle);
 }
 
 void run_jobs(const Checkpoint& ckpt, const QuantizePlan& plan, const QuantizeOptions& o,
               std::span<const std::size_t> jobs, const std::function<void()>& check_cancel,
-              const std::function<void(std::size_t, JobResult&&)>& consume) {
+              const std::function<void(std::size_t, JobResult&&)>& consume, const std::function<bool()>& idle) {
+  bool idle_work = static_cast<bool>(idle);
   const std::size_t n = jobs.size();
   const std::size_t ahead = static_cast<std::size_t>(o.threads);
   struct Slot {
@@ -206,6 +207,11 @@ void run_jobs(const Checkpoint& ckpt, const QuantizePlan& plan, const QuantizeOp
       JobResult r;
       {
         std::unique_lock<std::mutex> lk(mu);
+        while (idle_work && !slots[i].done) {
+          lk.unlock();
+          idle_work = idle();
+          lk.lock();
+        }
         cv.wait(lk, [&] { return slots[i].done; });
         if (slots[i].error) std::rethrow_exception(slots[i].error);
         r = std::move(*slots[i].result);

@@ -28,14 +28,19 @@ JobResult calibrate_job(const Checkpoint& ckpt, const QuantizePlan& plan, std::s
 /// not depend on it. `consume(j, result)` is called on the calling thread in job order;
 /// at most `threads` jobs are started ahead of it, which bounds memory. `check_cancel`
 /// runs before each job and after each consume. The first failing job's exception (in
-/// job order) is rethrown once the jobs already started have finished.
+/// job order) is rethrown once the jobs already started have finished. `idle`, when
+/// given, is the calling thread's own work while the next result is not ready (the
+/// writing of pass-through tensors): one piece per call, false once there is none left;
+/// it runs on the caller between waits, so it adds no thread to the budget.
 void run_jobs(const Checkpoint& ckpt, const QuantizePlan& plan, const QuantizeOptions& options,
               const std::function<void()>& check_cancel,
-              const std::function<void(std::size_t j, JobResult&& result)>& consume);
+              const std::function<void(std::size_t j, JobResult&& result)>& consume,
+              const std::function<bool()>& idle = {});
 /// The same for the jobs `jobs` only (indices into plan.jobs, consumed in that order).
 void run_jobs(const Checkpoint& ckpt, const QuantizePlan& plan, const QuantizeOptions& options,
               std::span<const std::size_t> jobs, const std::function<void()>& check_cancel,
-              const std::function<void(std::size_t j, JobResult&& result)>& consume);
+              const std::function<void(std::size_t j, JobResult&& result)>& consume,
+              const std::function<bool()>& idle = {});
 
 /// The estimated cost of job `j`: the weight elements of its members times the grid
 /// candidates each element is evaluated for (1 for the min-max observers), plus one

@@ -188,6 +188,20 @@ struct Group {
   }
 };
 
+// std::pair's and std::tuple's operator< spelled out, for the sorts of the candidates:
+// the library's synthesized three-way comparisons were calls, not inlined (~5% of the
+// INT asymmetric search). The same results, NaN included (an unordered first member
+// compares false both ways and ends the comparison, as <=> does).
+constexpr auto pair_less = [](const std::pair<double, double>& a, const std::pair<double, double>& b) {
+  return a.first < b.first || (a.first == b.first && a.second < b.second);
+};
+using Scored = std::tuple<double, double, double>;  ///< (error, scale, zero point)
+constexpr auto scored_less = [](const Scored& a, const Scored& b) {
+  if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) < std::get<0>(b);
+  if (std::get<1>(a) != std::get<1>(b)) return std::get<1>(a) < std::get<1>(b);
+  return std::get<2>(a) < std::get<2>(b);
+};
+
 struct Best {
   double err = INFINITY, scale = 0, zp = 0;
   void offer(double e, double s, double z) {
@@ -466,7 +480,7 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     // the ascending codes are the ascending stored scales (LsqPlan::code_set)
     codes.for_each([&](int c) { cands.emplace_back(P.code_scale[static_cast<std::size_t>(c)], 0.0); });
   } else {
-    std::sort(cands.begin(), cands.end());
+    std::sort(cands.begin(), cands.end(), pair_less);
     cands.erase(std::unique(cands.begin(), cands.end()), cands.end());
   }
   thread_local std::vector<double> errs;
@@ -523,7 +537,16 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   score(extra);
   constexpr std::size_t kRefits = 6;
   auto top = [&] {
-    std::sort(scored.begin(), scored.end());
+    // the pairs are unique, so without NaN the first kRefits of the order are the same
+    // values however the rest lies; with a NaN (no strict weak order) the full sort as before
+    const bool nan = std::any_of(scored.begin(), scored.end(), [](const Scored& t) {
+      return std::isnan(std::get<0>(t)) || std::isnan(std::get<1>(t)) || std::isnan(std::get<2>(t));
+    });
+    if (nan)
+      std::sort(scored.begin(), scored.end(), scored_less);
+    else
+      std::partial_sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(std::min(kRefits, scored.size())),
+                        scored.end(), scored_less);
     return std::vector<std::tuple<double, double, double>>(
         scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(std::min(kRefits, scored.size())));
   };

@@ -87,6 +87,10 @@ struct LsqPlan {
   qobs::detail::ShrunkQParams shrunk;
   /// fp_scale_codes: the stored scale of each positive E4M3 code 1..126 (index = code)
   std::vector<double> code_scale;
+  /// fp_scale_codes, symmetric, shrunk usable and code_scale strictly increasing: the
+  /// reference candidates are collected as a set of codes (lanes::E4m3CodeSet), whose
+  /// ascending codes are the ascending stored scales, instead of a list to sort
+  bool code_set = false;
   /// the smallest positive value of the FP grid (FP4 0.5, FP8 E4M3 2^-9): below half of
   /// it x / s rounds to 0 (extend_window)
   double grid_min = 0.5;
@@ -182,6 +186,20 @@ struct Group {
 #endif
     lanes::lsq_refit_sums_scalar(x, w, n, sa, z, P->dplan, sums);
   }
+};
+
+// std::pair's and std::tuple's operator< spelled out, for the sorts of the candidates:
+// the library's synthesized three-way comparisons were calls, not inlined (~5% of the
+// INT asymmetric search). The same results, NaN included (an unordered first member
+// compares false both ways and ends the comparison, as <=> does).
+constexpr auto pair_less = [](const std::pair<double, double>& a, const std::pair<double, double>& b) {
+  return a.first < b.first || (a.first == b.first && a.second < b.second);
+};
+using Scored = std::tuple<double, double, double>;  ///< (error, scale, zero point)
+constexpr auto scored_less = [](const Scored& a, const Scored& b) {
+  if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) < std::get<0>(b);
+  if (std::get<1>(a) != std::get<1>(b)) return std::get<1>(a) < std::get<1>(b);
+  return std::get<2>(a) < std::get<2>(b);
 };
 
 struct Best {
@@ -373,35 +391,64 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     if (cands.empty() || cands.back() != std::pair<double, double>{s, z}) cands.emplace_back(s, z);
   };
   thread_local std::vector<float> fs, fz;
-  for (std::size_t l = 0; l < P.ref_lists.size(); ++l) {
-    const auto& [expand, ps] = P.ref_lists[l];
-    const double m0 = a.mul(lo, expand), M0 = a.mul(hi, expand);
-    if (P.shrunk.usable) {
-      // the same f32 steps as compute_qparams_elem(a.mul(m0, p), a.mul(M0, p)), tested
-      // value for value against it (qparam_math.h)
-      const std::vector<float>& pf = P.ref_lists_f32[l];
-      fs.resize(pf.size());
-      fz.resize(pf.size());
-      bool done = false;
+  // P.code_set: the candidates as a set of E4M3 codes; if one is no code (never seen),
+  // the group starts over with the list, exactly as without codes
+  lanes::E4m3CodeSet codes;
+  bool use_codes = P.code_set;
+  auto collect = [&](bool as_codes) {
+    for (std::size_t l = 0; l < P.ref_lists.size(); ++l) {
+      const auto& [expand, ps] = P.ref_lists[l];
+      const double m0 = a.mul(lo, expand), M0 = a.mul(hi, expand);
+      if (P.shrunk.usable) {
+        // the same f32 steps as compute_qparams_elem(a.mul(m0, p), a.mul(M0, p)), tested
+        // value for value against it (qparam_math.h)
+        const std::vector<float>& pf = P.ref_lists_f32[l];
+        fs.resize(pf.size());
+        fz.resize(pf.size());
+        bool done = false;
 #if QOBS_HAVE_FAST_KERNELS
-      if (g.level != SimdLevel::kScalar) {
-        lanes::lsq_candidates_simd(g.level, P.shrunk, static_cast<float>(m0), static_cast<float>(M0), pf.data(),
-                                   static_cast<int64_t>(pf.size()), fs.data(), fz.data());
-        done = true;
-      }
+        if (g.level != SimdLevel::kScalar) {
+          lanes::lsq_candidates_simd(g.level, P.shrunk, static_cast<float>(m0), static_cast<float>(M0), pf.data(),
+                                     static_cast<int64_t>(pf.size()), fs.data(), fz.data());
+          done = true;
+        }
 #endif
-      if (!done)
-        P.shrunk.compute(static_cast<float>(m0), static_cast<float>(M0), pf.data(), static_cast<int64_t>(pf.size()),
-                         fs.data(), fz.data());
-      for (std::size_t i = 0; i < pf.size(); ++i) add_cand(fs[i], P.symmetric ? 0.0 : static_cast<double>(fz[i]));
-    } else if (!P.ref_lists_sorted.empty()) {
-      lanes::mx_reference_candidates(P.ref_lists_sorted[l], m0, M0, P.qplan, a, add_cand);
-    } else {
-      for (double p : ps) {
-        const ElemQParams sz = qobs::detail::compute_qparams_elem(a.mul(m0, p), a.mul(M0, p), P.qplan);
-        add_cand(sz.scale, sz.zero_point);
+        if (!done)
+          P.shrunk.compute(static_cast<float>(m0), static_cast<float>(M0), pf.data(), static_cast<int64_t>(pf.size()),
+                           fs.data(), fz.data());
+        if (as_codes) {
+          // neighbouring factors mostly give the same scale: a repeat is in the set already
+          const float* const f = fs.data();
+          const double* const cs = P.code_scale.data();
+          lanes::E4m3CodeSet list;  // locals, not the captured set: kept in registers
+          float prev = -1.0f;       // no scale
+          for (std::size_t i = 0; i < pf.size(); ++i) {
+            const float v = f[i];
+            if (v == prev) continue;
+            prev = v;
+            const int c = lanes::e4m3_code_of(v, cs);
+            if (c < 0) return false;
+            list.add(c);
+          }
+          codes.bits[0] |= list.bits[0];
+          codes.bits[1] |= list.bits[1];
+        } else {
+          for (std::size_t i = 0; i < pf.size(); ++i) add_cand(fs[i], P.symmetric ? 0.0 : static_cast<double>(fz[i]));
+        }
+      } else if (!P.ref_lists_sorted.empty()) {
+        lanes::mx_reference_candidates(P.ref_lists_sorted[l], m0, M0, P.qplan, a, add_cand);
+      } else {
+        for (double p : ps) {
+          const ElemQParams sz = qobs::detail::compute_qparams_elem(a.mul(m0, p), a.mul(M0, p), P.qplan);
+          add_cand(sz.scale, sz.zero_point);
+        }
       }
     }
+    return true;
+  };
+  if (!collect(use_codes)) {
+    use_codes = false;
+    collect(false);
   }
   const double amax = std::max(std::fabs(lo), std::fabs(hi));
 
@@ -410,8 +457,12 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     // (2) FP8 E4M3 block-scale codes around q0 = E4M3(amax / q_max x global)
     const int q0 = fp8_e4m3_from_double(minmax.scale);
     const int down = P.cfg.weighted ? 8 : 3;
-    for (int c = std::max(1, q0 - down); c <= std::min(126, q0 + 7); ++c)
-      cands.emplace_back(P.code_scale[static_cast<std::size_t>(c)], 0.0);
+    for (int c = std::max(1, q0 - down); c <= std::min(126, q0 + 7); ++c) {
+      if (use_codes)
+        codes.add(c);
+      else
+        cands.emplace_back(P.code_scale[static_cast<std::size_t>(c)], 0.0);
+    }
     window_lo = std::max(1, q0 - down);
     window_hi = std::min(126, q0 + 7);
   } else if (P.mx) {
@@ -425,8 +476,13 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
       if (std::isfinite(s)) cands.emplace_back(s, 0.0);
     }
   }
-  std::sort(cands.begin(), cands.end());
-  cands.erase(std::unique(cands.begin(), cands.end()), cands.end());
+  if (use_codes) {
+    // the ascending codes are the ascending stored scales (LsqPlan::code_set)
+    codes.for_each([&](int c) { cands.emplace_back(P.code_scale[static_cast<std::size_t>(c)], 0.0); });
+  } else {
+    std::sort(cands.begin(), cands.end(), pair_less);
+    cands.erase(std::unique(cands.begin(), cands.end()), cands.end());
+  }
   thread_local std::vector<double> errs;
   errs.resize(cands.size());
   g.errors(cands.data(), cands.size(), errs.data());
@@ -481,7 +537,16 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   score(extra);
   constexpr std::size_t kRefits = 6;
   auto top = [&] {
-    std::sort(scored.begin(), scored.end());
+    // the pairs are unique, so without NaN the first kRefits of the order are the same
+    // values however the rest lies; with a NaN (no strict weak order) the full sort as before
+    const bool nan = std::any_of(scored.begin(), scored.end(), [](const Scored& t) {
+      return std::isnan(std::get<0>(t)) || std::isnan(std::get<1>(t)) || std::isnan(std::get<2>(t));
+    });
+    if (nan)
+      std::sort(scored.begin(), scored.end(), scored_less);
+    else
+      std::partial_sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(std::min(kRefits, scored.size())),
+                        scored.end(), scored_less);
     return std::vector<std::tuple<double, double, double>>(
         scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(std::min(kRefits, scored.size())));
   };
@@ -519,8 +584,11 @@ LsqPlan make_plan(const FlatView& flat, const QuantizationArgs& args, const LsqS
     for (int i = 0; i < steps; ++i) P.log_grid.push_back(f_lo * std::pow(1.25 / f_lo, static_cast<double>(i) / (steps - 1)));
   }
   P.grid_min = P.qplan.num_bits == 4 ? 0.5 : 0x1p-9;
-  if (P.fp_scale_codes)
+  if (P.fp_scale_codes) {
     for (int c = 0; c <= 126; ++c) P.code_scale.push_back(stored_scale(fp8_e4m3_to_float(static_cast<uint8_t>(c)), P));
+    P.code_set = P.symmetric && !P.mx && P.shrunk.usable;
+    for (int c = 1; c < 126; ++c) P.code_set = P.code_set && P.code_scale[c] < P.code_scale[c + 1];
+  }
   for (const auto& l : P.ref_lists) P.ref_lists_f32.emplace_back(l.second.begin(), l.second.end());
   if (P.mx) {
     for (int e = kE8M0MinExp; e <= kE8M0MaxExp; ++e) P.mx_scale.push_back(stored_scale(std::ldexp(1.0f, e), P));

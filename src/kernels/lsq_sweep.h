@@ -1,13 +1,15 @@
 // Steps of the least-squares observers' search (lsq_search.cc) that the kernel tests
 // check on their own: the ordering of the exact sweep's code crossings (docs/LSQ.md#L2)
 // by descending scale, equal scales by element -- a strict total order, so the sweep's
-// running sums do not depend on the sort algorithm; and the MX reference candidates by
-// bisection (docs/LSQ.md#L4).
+// running sums do not depend on the sort algorithm; the MX reference candidates by
+// bisection; and the NVFP4 reference candidates as a set of E4M3 codes (docs/LSQ.md#L4).
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "core/arith.h"
@@ -95,5 +97,32 @@ void mx_reference_candidates(const std::vector<double>& ps, double m0, double M0
   stored(0);
   between(between, 0, ps.size() - 1, key(0), key(ps.size() - 1));
 }
+
+/// NVFP4 (FP8 E4M3 block scales): the positive E4M3 code 1..126 whose stored scale
+/// code_scale[code] is exactly v, or -1 (not such a value: 0, eps, NaN, or a scale the
+/// plan stores otherwise). The search keeps its reference candidates' stored scales as
+/// a bitmap of these codes instead of sorting a list (docs/LSQ.md#L4).
+inline int e4m3_code_of(float v, const double* code_scale) {
+  if (!(v > 0.0f && v <= 448.0f)) return -1;
+  uint32_t b;
+  std::memcpy(&b, &v, sizeof b);
+  const int e = static_cast<int>(b >> 23) - 127;
+  // E4M3: normal codes (e + 7) << 3 | 3 mantissa bits for e >= -6, subnormals m x 2^-9
+  const int c = e >= -6 ? ((e + 7) << 3) | static_cast<int>((b >> 20) & 7) : static_cast<int>(v * 512.0f);
+  return c >= 1 && c <= 126 && code_scale[c] == static_cast<double>(v) ? c : -1;
+}
+
+/// A set of E4M3 codes 0..127.
+struct E4m3CodeSet {
+  uint64_t bits[2] = {0, 0};
+  void add(int c) { bits[c >> 6] |= uint64_t{1} << (c & 63); }
+  bool empty() const { return (bits[0] | bits[1]) == 0; }
+  /// f(code) for every code of the set, ascending.
+  template <class F>
+  void for_each(F f) const {
+    for (int h = 0; h < 2; ++h)
+      for (uint64_t m = bits[h]; m; m &= m - 1) f(h * 64 + std::countr_zero(m));
+  }
+};
 
 }  // namespace qobs::kernels::detail

@@ -253,6 +253,60 @@ TEST(LsqKernels, SweepOrderEqualsStdSort) {
   }
 }
 
+// NVFP4: the reference candidates' stored scales as a set of E4M3 codes, iterated
+// ascending, are exactly the sorted unique list the search sorted before
+// (docs/LSQ.md#L4): every positive E4M3 value maps to its code, anything else (between
+// codes, 0, eps, NaN, beyond 448) to none; over random ranges from the subnormal codes
+// to saturation, f32 / bf16 / f16 statistics.
+TEST(LsqKernels, E4m3CodeSetEqualsSortedCandidates) {
+  std::vector<double> code_scale(127);
+  for (int c = 0; c <= 126; ++c) code_scale[static_cast<std::size_t>(c)] = fp8_e4m3_to_float(static_cast<uint8_t>(c));
+  for (int c = 1; c <= 126; ++c) {
+    const float v = fp8_e4m3_to_float(static_cast<uint8_t>(c));
+    ASSERT_EQ(detail::e4m3_code_of(v, code_scale.data()), c);
+    ASSERT_EQ(detail::e4m3_code_of(std::nextafter(v, 0.0f), code_scale.data()), -1) << c;
+    ASSERT_EQ(detail::e4m3_code_of(std::nextafter(v, INFINITY), code_scale.data()), -1) << c;
+  }
+  for (float v : {0.0f, -0.0f, -1.0f, 1e-9f, 896.0f, INFINITY, NAN, 0x1p-10f})
+    ASSERT_EQ(detail::e4m3_code_of(v, code_scale.data()), -1) << v;
+  // a code whose stored scale is not its E4M3 value (another scale dtype) is no code
+  std::vector<double> other = code_scale;
+  other[40] = 0.3;
+  ASSERT_EQ(detail::e4m3_code_of(fp8_e4m3_to_float(40), other.data()), -1);
+
+  std::mt19937 rng(47);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<float> shrink;
+  for (int i = 0; i < 200; ++i) shrink.push_back(static_cast<float>(1.0 - 0.95 * i / 199));
+  const QuantizationArgs args = preset_scheme("NVFP4A16").weights->validated();
+  int all_codes = 0;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+    for (int trial = 0; trial < 300; ++trial) {
+      const double global = 448.0 * 6 / std::ldexp(0.3 + u(rng), static_cast<int>(rng() % 12) - 6);
+      const qobs::detail::QParamPlan qp = qobs::detail::QParamPlan::make(args, dt, global, NumericMode::kParity);
+      const qobs::detail::ShrunkQParams q = qobs::detail::ShrunkQParams::make(qp);
+      const double mag = std::ldexp(1.0, static_cast<int>(rng() % 24) - 14);
+      const float M = static_cast<float>(round_to_float_dtype(dt, mag * (u(rng) + 0.01)));
+      const float m = static_cast<float>(round_to_float_dtype(dt, -mag * u(rng)));
+      std::vector<float> fs(shrink.size()), fz(shrink.size());
+      q.compute(m, M, shrink.data(), static_cast<int64_t>(shrink.size()), fs.data(), fz.data());
+      std::set<double> want(fs.begin(), fs.end());
+      detail::E4m3CodeSet set;
+      bool codes = true;
+      for (float v : fs) {
+        const int c = detail::e4m3_code_of(v, code_scale.data());
+        if (c < 0) codes = false;
+        else set.add(c);
+      }
+      if (!codes) continue;  // the search starts over with the list
+      ++all_codes;
+      std::vector<double> got;
+      set.for_each([&](int c) { got.push_back(code_scale[static_cast<std::size_t>(c)]); });
+      ASSERT_EQ(got, std::vector<double>(want.begin(), want.end())) << dtype_name(dt) << " trial " << trial;
+    }
+  EXPECT_GT(all_codes, 600);
+}
+
 // The MX reference candidates by bisection are the set compute_qparams_elem gives
 // factor by factor: MXFP4 / MXFP8, bf16 / f16 / f32 / f64 statistics, the reference's
 // shrink lists and random ones, ranges of either sign, tiny (subnormal, underflowing

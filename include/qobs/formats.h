@@ -10,6 +10,7 @@
 //   E8M0      8-bit biased exponent (MX scales), value 2^(e-127), stored as uint8.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 
 #include "qobs/dtype.h"
@@ -61,10 +62,16 @@ inline constexpr int kE8M0Bias = kE8M0Spec.bias;
 
 // ---- IEEE half formats ------------------------------------------------------------
 
-/// bf16 bits -> float (exact).
-float bf16_to_float(uint16_t bits);
+/// bf16 bits -> float (exact). Inline, like float_to_bf16: the per-element loops of
+/// other files (tensor loads, scale conversions) call them millions of times.
+inline float bf16_to_float(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
 /// float -> bf16 bits, round to nearest even; NaN stays NaN (quiet).
-uint16_t float_to_bf16(float v);
+inline uint16_t float_to_bf16(float v) {
+  uint32_t u = std::bit_cast<uint32_t>(v);
+  if (v != v) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN: keep the sign, quiet
+  u += 0x7FFFu + ((u >> 16) & 1u);  // RNE: add 0x7FFF plus the lowest kept bit, then truncate
+  return static_cast<uint16_t>(u >> 16);
+}
 /// f16 bits -> float (exact).
 float f16_to_float(uint16_t bits);
 /// float -> f16 bits, round to nearest even, overflow to Inf, subnormals kept.

@@ -19,16 +19,6 @@ static_assert(kFp4Magnitudes[7] == kFp4E2M1Max);
 
 }  // namespace
 
-float bf16_to_float(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
-
-uint16_t float_to_bf16(float v) {
-  uint32_t u = std::bit_cast<uint32_t>(v);
-  if (std::isnan(v)) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // keep sign, quiet
-  // RNE: add 0x7FFF plus the lowest kept bit, then truncate.
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
 float f16_to_float(uint16_t h) {
   const uint32_t sign = (h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1Fu;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kernels/parallel/thread_pool.h"
-#include "kernels/simd/minmax_simd.h"  // widen_simd, narrow16_simd
+#include "kernels/simd/minmax_simd.h"  // narrow16_simd
 #include "kernels/simd/shrunk_qparams_simd.h"
 #include "qparams/qparam_math.h"
 
@@ -65,29 +65,30 @@ std::optional<ScaleZeroPoint> calculate_qparams_simd(const Tensor& min_vals, con
   parallel_for(chunks, threads, [&](int64_t c, int) {
     // blocks small enough for the stack: no per-call buffers to allocate
     constexpr int64_t kBlock = 1024;
-    float wlo[kBlock], whi[kBlock], wscale[kBlock], wzp[kBlock];
+    float wscale[kBlock], wzp[kBlock];
     const int64_t chunk_end = std::min(n, (c + 1) * kChunk);
     for (int64_t b = c * kChunk; b < chunk_end; b += kBlock) {
       const int64_t len = std::min(chunk_end, b + kBlock) - b;
-      // the statistics as floats: in place for f32, widened (exactly) from bf16 / f16
-      const float *lo = min_vals.data_as<float>() + b, *hi = max_vals.data_as<float>() + b;
       if (stat_dt != DType::kF32) {
-        const bool bf16 = stat_dt == DType::kBF16;
-        detail::widen_simd(level, min_vals.data_as<uint16_t>() + b, len, bf16, wlo);
-        detail::widen_simd(level, max_vals.data_as<uint16_t>() + b, len, bf16, whi);
-        lo = wlo;
-        hi = whi;
+        // bf16 / f16 statistics widened, and 16-bit scales narrowed, in the lanes
+        auto* scale = static_cast<unsigned char*>(out.scale.data()) + b * static_cast<int64_t>(dtype_size(plan.scale_dt));
+        if (!detail::shrunk_qparams16_simd(level, q, min_vals.data_as<uint16_t>() + b, max_vals.data_as<uint16_t>() + b,
+                                           stat_dt == DType::kBF16, len, plan.scale_dt, scale, wzp)) {
+          non_finite.store(true, std::memory_order_relaxed);
+          return;
+        }
+      } else {
+        float* scale = plan.scale_dt == DType::kF32 ? out.scale.data_as<float>() + b : wscale;
+        if (!detail::shrunk_qparams_simd(level, q, min_vals.data_as<float>() + b, max_vals.data_as<float>() + b, len,
+                                         scale, wzp)) {
+          non_finite.store(true, std::memory_order_relaxed);
+          return;
+        }
+        // scales in a 16-bit dtype: float_to_bf16 / float_to_f16 (finite statistics give
+        // finite or +inf scales, never the NaN that narrow16_simd treats differently)
+        if (plan.scale_dt != DType::kF32)
+          detail::narrow16_simd(level, scale, len, plan.scale_dt == DType::kBF16, out.scale.data_as<uint16_t>() + b);
       }
-      float* scale = plan.scale_dt == DType::kF32 ? out.scale.data_as<float>() + b : wscale;
-      if (!detail::shrunk_qparams_simd(level, q, lo, hi, len, scale, wzp)) {
-        non_finite.store(true, std::memory_order_relaxed);
-        return;
-      }
-      // scales in a 16-bit dtype: float_to_bf16 / float_to_f16 (finite statistics give
-      // finite or +inf scales, never the NaN that narrow16_simd treats differently)
-      if (plan.scale_dt != DType::kF32)
-        detail::narrow16_simd(level, scale, len, plan.scale_dt == DType::kBF16,
-                                  out.scale.data_as<uint16_t>() + b);
       if (zero_zp) continue;  // Tensor's zero fill: a symmetric plan's zero points, +0 in every float dtype
       switch (plan.zp_dtype) {
         case DType::kI8: store_zero_points(wzp, len, out.zero_point.data_as<int8_t>() + b); break;

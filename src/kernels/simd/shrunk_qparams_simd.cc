@@ -9,6 +9,7 @@
 
 #include "kernels/simd/narrow.h"
 #include "kernels/simd/shrunk_qparams_simd.h"
+#include "qobs/formats.h"  // bf16_to_float, float_to_bf16, ...
 
 HWY_BEFORE_NAMESPACE();
 namespace qobs::kernels::detail {
@@ -56,6 +57,66 @@ bool ShrunkQParamsN(const qobs::detail::ShrunkQParams& Q, const float* lo, const
   return ShrunkQParamsT<true>(Q, lo, hi, n, scale, zp);
 }
 
+/// ShrunkQParamsT on 16-bit statistics, widened in the lanes, with the scales stored in
+/// scale_dt (f32, or narrowed in the lanes to bf16 / f16: narrow16_simd's RNE, which
+/// is all it does for the finite or +inf scales of finite statistics). The last
+/// n % lanes statistics go through ShrunkQParamsT from a stack buffer.
+template <bool kZp>
+bool ShrunkQParams16T(const qobs::detail::ShrunkQParams& Q, const uint16_t* lo, const uint16_t* hi, bool in_bf16,
+                      int64_t n, DType scale_dt, void* scale_out, float* zp) {
+  const DF df;
+  const DU du;
+  const hn::Rebind<uint16_t, DF> d16;
+  const hn::Rebind<hwy::float16_t, DF> dh16;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  auto widen = [&](const uint16_t* p) HWY_ATTR {
+    const auto raw = hn::LoadU(d16, p);
+    return in_bf16 ? hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, raw))) : hn::PromoteTo(df, hn::BitCast(dh16, raw));
+  };
+  auto store = [&](VF s, int64_t j) HWY_ATTR {
+    if (scale_dt == DType::kF32) {
+      hn::StoreU(s, df, static_cast<float*>(scale_out) + j);
+    } else if (scale_dt == DType::kBF16) {
+      // narrow_to's RNE leaves the bf16 pattern in the top half
+      const auto u = hn::ShiftRight<16>(hn::BitCast(du, narrow_to(Narrow::kBF16, s)));
+      hn::StoreU(hn::DemoteTo(d16, hn::BitCast(DI(), u)), d16, static_cast<uint16_t*>(scale_out) + j);
+    } else {
+      hn::StoreU(hn::BitCast(d16, hn::DemoteTo(dh16, s)), d16, static_cast<uint16_t*>(scale_out) + j);
+    }
+  };
+  VF s, z;
+  auto finite = hn::FirstN(df, static_cast<size_t>(N));
+  int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const VF a = widen(lo + j), b = widen(hi + j);
+    finite = hn::And(finite, hn::And(hn::IsFinite(a), hn::IsFinite(b)));
+    shrunk_qparams_lanes<kZp>(Q, a, b, s, z);
+    store(s, j);
+    hn::StoreU(z, df, zp + j);
+  }
+  if (!hn::AllTrue(df, finite)) return false;
+  if (j == n) return true;
+  alignas(64) float tl[16], th[16], ts[16];
+  const int64_t rest = n - j;
+  for (int64_t i = 0; i < rest; ++i) {
+    tl[i] = in_bf16 ? bf16_to_float(lo[j + i]) : f16_to_float(lo[j + i]);
+    th[i] = in_bf16 ? bf16_to_float(hi[j + i]) : f16_to_float(hi[j + i]);
+  }
+  if (!ShrunkQParamsT<kZp>(Q, tl, th, rest, ts, zp + j)) return false;
+  for (int64_t i = 0; i < rest; ++i) {
+    if (scale_dt == DType::kF32) static_cast<float*>(scale_out)[j + i] = ts[i];
+    else if (scale_dt == DType::kBF16) static_cast<uint16_t*>(scale_out)[j + i] = float_to_bf16(ts[i]);
+    else static_cast<uint16_t*>(scale_out)[j + i] = float_to_f16(ts[i]);
+  }
+  return true;
+}
+
+bool ShrunkQParams16N(const qobs::detail::ShrunkQParams& Q, const uint16_t* lo, const uint16_t* hi, bool in_bf16,
+                      int64_t n, DType scale_dt, void* scale, float* zp) {
+  if (Q.symmetric) return ShrunkQParams16T<false>(Q, lo, hi, in_bf16, n, scale_dt, scale, zp);
+  return ShrunkQParams16T<true>(Q, lo, hi, in_bf16, n, scale_dt, scale, zp);
+}
+
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 }  // namespace HWY_NAMESPACE
 }  // namespace qobs::kernels::detail
@@ -69,6 +130,10 @@ namespace qobs::kernels::detail {
 bool shrunk_qparams_simd(SimdLevel level, const qobs::detail::ShrunkQParams& q, const float* lo, const float* hi,
                          int64_t n, float* scale, float* zp) {
   QOBS_SIMD_DISPATCH(ShrunkQParamsN(q, lo, hi, n, scale, zp));
+}
+bool shrunk_qparams16_simd(SimdLevel level, const qobs::detail::ShrunkQParams& q, const uint16_t* lo,
+                           const uint16_t* hi, bool in_bf16, int64_t n, DType scale_dt, void* scale, float* zp) {
+  QOBS_SIMD_DISPATCH(ShrunkQParams16N(q, lo, hi, in_bf16, n, scale_dt, scale, zp));
 }
 
 }  // namespace qobs::kernels::detail

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/simd/simd_level.h"
+#include "qobs/dtype.h"
 #include "qparams/qparam_math.h"
 
 namespace qobs::kernels::detail {
@@ -16,5 +17,11 @@ namespace qobs::kernels::detail {
 /// then unspecified: the scalar path reports it), so the caller needs no separate scan.
 bool shrunk_qparams_simd(SimdLevel level, const qobs::detail::ShrunkQParams& q, const float* lo, const float* hi,
                          int64_t n, float* scale, float* zp);
+/// The same on bf16 (in_bf16) / f16 statistic patterns, widened in the lanes, with the
+/// scales stored in scale_dt (f32, bf16 or f16; narrowed in the lanes as narrow16_simd
+/// narrows the finite or +inf scales of finite statistics): no widening and narrowing
+/// passes through buffers. False when a statistic is NaN / Inf.
+bool shrunk_qparams16_simd(SimdLevel level, const qobs::detail::ShrunkQParams& q, const uint16_t* lo,
+                           const uint16_t* hi, bool in_bf16, int64_t n, DType scale_dt, void* scale, float* zp);
 
 }  // namespace qobs::kernels::detail

@@ -287,6 +287,9 @@ QuantizeReport quantize_distributed(const QuantizeOptions& o, const ProgressCall
     };
     const auto calib_start = Clock::now();
     try {
+      // rank 0 alone writes the pass-through tensors, between waits for its jobs
+      PassthroughCopy passthrough(*ckpt, *plan, o.dry_run || rank != 0 ? nullptr : &writers, check_cancel);
+      report.copied_tensors = passthrough.count();
       run_jobs(*ckpt, *plan, o, mine, check_cancel, [&](std::size_t j, JobResult&& r) {
         const Job& job = plan->jobs[j];
         for (std::size_t k = 0; k < job.members.size(); ++k) {
@@ -305,16 +308,8 @@ QuantizeReport quantize_distributed(const QuantizeOptions& o, const ProgressCall
         }
         if (rank != 0) c.post_progress(static_cast<int64_t>(job.members.size()));
         if (rank == 0) collect(false);
-      });
-      for (std::size_t s = 0; s < ckpt->shards().size(); ++s)
-        for (const TensorInfo& t : ckpt->shards()[s].tensors()) {
-          if (plan->replaced.count(t.name)) continue;
-          ++report.copied_tensors;
-          if (o.dry_run || rank != 0) continue;
-          check_cancel();
-          writers[s]->write(t.name, ckpt->shards()[s].bytes(t));
-          ckpt->shards()[s].release(t);
-        }
+      }, [&] { return passthrough.write_next(); });
+      passthrough.write_all();
       for (auto& w : writers) report.output_bytes += w->data_size();
       for (auto& w : writers) w->close();
     } catch (...) {

@@ -78,21 +78,9 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& options, const Progres
 
     // 4. The tensors that pass through unchanged: written by this thread while it waits
     //    for the jobs' results (a copy that would otherwise be a serial tail after the
-    //    last job), one per call, the rest after the jobs.
-    std::vector<std::pair<std::size_t, const TensorInfo*>> passthrough;
-    for (std::size_t s = 0; s < ckpt.shards().size(); ++s)
-      for (const TensorInfo& t : ckpt.shards()[s].tensors())
-        if (!plan.replaced.count(t.name)) passthrough.emplace_back(s, &t);
-    report.copied_tensors = static_cast<int64_t>(passthrough.size());
-    std::size_t next_copy = 0;
-    const auto copy_one = [&] {
-      if (o.dry_run || next_copy == passthrough.size()) return false;
-      check_cancel();
-      const auto [s, t] = passthrough[next_copy++];
-      writers[s]->write(t->name, ckpt.shards()[s].bytes(*t));
-      ckpt.shards()[s].release(*t);
-      return next_copy < passthrough.size();
-    };
+    //    last job), the rest after the jobs.
+    detail::PassthroughCopy passthrough(ckpt, plan, o.dry_run ? nullptr : &writers, check_cancel);
+    report.copied_tensors = passthrough.count();
 
     // 2-3. Schedule and calibrate the jobs; 4. write each one's tensors, in job order.
     int64_t done = 0;
@@ -110,9 +98,8 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& options, const Progres
           progress(Progress{.done = done, .total = static_cast<int64_t>(plan.modules.size()), .elapsed_s = elapsed(),
                             .last = &report.tensors[mi]});
       }
-    }, copy_one);
-    while (copy_one()) {
-    }
+    }, [&] { return passthrough.write_next(); });
+    passthrough.write_all();
     if (o.dry_run) {
       report.seconds = elapsed();
       if (o.report_dir) detail::write_reports(*o.report_dir, report);

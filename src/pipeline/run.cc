@@ -117,6 +117,24 @@ JobResult calibrate_job(const Checkpoint& ckpt, const QuantizePlan& plan, std::s
   return r;
 }
 
+PassthroughCopy::PassthroughCopy(const Checkpoint& ckpt, const QuantizePlan& plan,
+                                 std::vector<std::unique_ptr<SafetensorsWriter>>* writers,
+                                 std::function<void()> check_cancel)
+    : ckpt_(ckpt), writers_(writers), check_cancel_(std::move(check_cancel)) {
+  for (std::size_t s = 0; s < ckpt.shards().size(); ++s)
+    for (const TensorInfo& t : ckpt.shards()[s].tensors())
+      if (!plan.replaced.count(t.name)) todo_.emplace_back(s, &t);
+}
+
+bool PassthroughCopy::write_next() {
+  if (writers_ == nullptr || next_ == todo_.size()) return false;
+  check_cancel_();
+  const auto [s, t] = todo_[next_++];
+  (*writers_)[s]->write(t->name, ckpt_.shards()[s].bytes(*t));
+  ckpt_.shards()[s].release(*t);
+  return next_ < todo_.size();
+}
+
 double job_cost(const QuantizePlan& plan, std::size_t j, bool baseline) {
   double candidates = 1;
   const PlanGroup& group = plan.group_of(plan.jobs[j]);

@@ -3,12 +3,16 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "pipeline/compress.h"
 #include "pipeline/plan.h"
+#include "qobs/io.h"
 
 namespace qobs::detail {
 
@@ -41,6 +45,30 @@ void run_jobs(const Checkpoint& ckpt, const QuantizePlan& plan, const QuantizeOp
               std::span<const std::size_t> jobs, const std::function<void()>& check_cancel,
               const std::function<void(std::size_t j, JobResult&& result)>& consume,
               const std::function<bool()>& idle = {});
+
+/// Step 4's pass-through tensors (those not in plan.replaced), written one per
+/// write_next() call: run_jobs' `idle`, so that the copy overlaps the jobs instead of
+/// trailing them, then write_all() for the rest. With no writers (a dry run, or an MPI
+/// rank other than 0) it only counts them.
+class PassthroughCopy {
+ public:
+  PassthroughCopy(const Checkpoint& ckpt, const QuantizePlan& plan,
+                  std::vector<std::unique_ptr<SafetensorsWriter>>* writers, std::function<void()> check_cancel);
+  int64_t count() const { return static_cast<int64_t>(todo_.size()); }
+  /// Writes the next tensor; false once none is left to write.
+  bool write_next();
+  void write_all() {
+    while (write_next()) {
+    }
+  }
+
+ private:
+  const Checkpoint& ckpt_;
+  std::vector<std::unique_ptr<SafetensorsWriter>>* writers_;
+  std::function<void()> check_cancel_;
+  std::vector<std::pair<std::size_t, const TensorInfo*>> todo_;  ///< (shard, tensor)
+  std::size_t next_ = 0;
+};
 
 /// The estimated cost of job `j`: the weight elements of its members times the grid
 /// candidates each element is evaluated for (1 for the min-max observers), plus one

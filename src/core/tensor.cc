@@ -93,6 +93,12 @@ void store_all(void* base, DType dt, const Src* v, std::size_t n) {
       for (std::size_t i = 0; i < n; ++i) p[i] = v[i] != v[i] ? double_to_f16(v[i]) : float_to_f16(v[i]);
       return;
     }
+    // and to FP8 by integer arithmetic (fp8_e4m3_from_double's code for every float)
+    if (dt == DType::kF8E4M3) {
+      auto* p = static_cast<uint8_t*>(base);
+      for (std::size_t i = 0; i < n; ++i) p[i] = fp8_e4m3_from_float(v[i]);
+      return;
+    }
   }
   switch (dt) {
     case DType::kF64: return typed(static_cast<double*>(base), [](double x) { return x; });
@@ -240,38 +246,21 @@ bool float_like(DType dt) {
   return dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16 || dt == DType::kF8E4M3;
 }
 
-/// Tensor::to between f32, bf16, f16 and FP8 E4M3 without the double round trip: every
-/// such value is exactly a float, so loading it as one and narrowing with the float
-/// converters gives store()'s codes (a NaN takes store()'s own path).
-void convert_floats(const unsigned char* src, DType from, unsigned char* dst, DType to, std::size_t n) {
+/// Elements [begin, begin + n) of a float-like tensor's bytes as floats (exact: every
+/// f32 / bf16 / f16 / FP8 value is a float).
+void load_floats(const unsigned char* src, DType dt, std::size_t begin, std::size_t n, float* out) {
   static const std::array<float, 256> fp8_values = [] {
     std::array<float, 256> t{};
     for (int c = 0; c < 256; ++c) t[static_cast<std::size_t>(c)] = fp8_e4m3_to_float(static_cast<uint8_t>(c));
     return t;
   }();
-  auto value = [&](std::size_t i) -> float {
-    switch (from) {
-      case DType::kF32: { float f; std::memcpy(&f, src + 4 * i, 4); return f; }
-      case DType::kBF16: { uint16_t b; std::memcpy(&b, src + 2 * i, 2); return bf16_to_float(b); }
-      case DType::kF16: { uint16_t b; std::memcpy(&b, src + 2 * i, 2); return f16_to_float(b); }
-      default: return fp8_values[src[i]];
-    }
-  };
   for (std::size_t i = 0; i < n; ++i) {
-    const float f = value(i);
-    switch (to) {
-      case DType::kF32: std::memcpy(dst + 4 * i, &f, 4); break;
-      case DType::kBF16: {
-        const uint16_t b = f != f ? double_to_bf16(f) : float_to_bf16(f);
-        std::memcpy(dst + 2 * i, &b, 2);
-        break;
-      }
-      case DType::kF16: {
-        const uint16_t b = f != f ? double_to_f16(f) : float_to_f16(f);
-        std::memcpy(dst + 2 * i, &b, 2);
-        break;
-      }
-      default: dst[i] = fp8_e4m3_from_float(f);
+    const std::size_t k = begin + i;
+    switch (dt) {
+      case DType::kF32: std::memcpy(out + i, src + 4 * k, 4); break;
+      case DType::kBF16: { uint16_t b; std::memcpy(&b, src + 2 * k, 2); out[i] = bf16_to_float(b); break; }
+      case DType::kF16: { uint16_t b; std::memcpy(&b, src + 2 * k, 2); out[i] = f16_to_float(b); break; }
+      default: out[i] = fp8_values[src[k]];
     }
   }
 }
@@ -282,7 +271,16 @@ Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return *this;
   Tensor t = uninitialized(dtype, shape_);
   if (float_like(dtype_) && float_like(dtype)) {
-    convert_floats(bytes_.data(), dtype_, t.bytes_.data(), dtype, static_cast<std::size_t>(numel()));
+    // between float dtypes through floats, a block at a time: store_all's float
+    // converters give store()'s codes without the double round trip
+    constexpr std::size_t kBlock = 4096;
+    float buf[kBlock];
+    const std::size_t n = static_cast<std::size_t>(numel()), out_size = dtype_size(dtype);
+    for (std::size_t b = 0; b < n; b += kBlock) {
+      const std::size_t len = std::min(kBlock, n - b);
+      load_floats(bytes_.data(), dtype_, b, len, buf);
+      store_all(t.bytes_.data() + b * out_size, dtype, buf, len);
+    }
     return t;
   }
   const std::vector<double> v = to_doubles();

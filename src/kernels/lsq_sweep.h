@@ -116,7 +116,6 @@ inline int e4m3_code_of(float v, const double* code_scale) {
 struct E4m3CodeSet {
   uint64_t bits[2] = {0, 0};
   void add(int c) { bits[c >> 6] |= uint64_t{1} << (c & 63); }
-  bool empty() const { return (bits[0] | bits[1]) == 0; }
   /// f(code) for every code of the set, ascending.
   template <class F>
   void for_each(F f) const {

@@ -1,6 +1,6 @@
-// The vector types of the kernel files, per Highway target: included inside each
-// file's per-target namespace (after `namespace hn`), once per target -- hence no
-// include guard.
+// The vector types of the kernel files, per Highway target, and the exact widening of
+// 16-bit float patterns into them: included inside each file's per-target namespace
+// (after `namespace hn`), once per target -- hence no include guard.
 
 using DF = hn::ScalableTag<float>;
 using DU = hn::RebindToUnsigned<DF>;
@@ -11,3 +11,11 @@ using DI64 = hn::RebindToSigned<DD>;
 using DU64 = hn::RebindToUnsigned<DD>;
 using VF = hn::Vec<DF>;
 using VD = hn::Vec<DD>;
+
+/// Lanes(DF) bf16 (bf16) or f16 patterns at p, widened exactly to floats.
+HWY_INLINE VF load_widen16(const uint16_t* p, bool bf16) {
+  const hn::Rebind<uint16_t, DF> d16;
+  const auto raw = hn::LoadU(d16, p);
+  if (bf16) return hn::BitCast(DF(), hn::ShiftLeft<16>(hn::PromoteTo(DU(), raw)));
+  return hn::PromoteTo(DF(), hn::BitCast(hn::Rebind<hwy::float16_t, DF>(), raw));
+}

@@ -266,18 +266,9 @@ void MinMax(const float* x, int64_t n, float* lo_out, float* hi_out) {
 
 void Widen(const uint16_t* src, int64_t n, bool is_bf16, float* dst) {
   const DF df;
-  const DU du;
-  const hn::Rebind<uint16_t, DF> d16;
-  const hn::Rebind<hwy::float16_t, DF> dh16;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   int64_t j = 0;
-  for (; j + N <= n; j += N) {
-    const auto raw = hn::LoadU(d16, src + j);
-    VF v;
-    if (is_bf16) v = hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, raw)));
-    else v = hn::PromoteTo(df, hn::BitCast(dh16, raw));
-    hn::StoreU(v, df, dst + j);
-  }
+  for (; j + N <= n; j += N) hn::StoreU(load_widen16(src + j, is_bf16), df, dst + j);
   for (; j < n; ++j) {
     if (is_bf16) {
       const uint32_t u = static_cast<uint32_t>(src[j]) << 16;

@@ -69,10 +69,6 @@ bool ShrunkQParams16T(const qobs::detail::ShrunkQParams& Q, const uint16_t* lo, 
   const hn::Rebind<uint16_t, DF> d16;
   const hn::Rebind<hwy::float16_t, DF> dh16;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  auto widen = [&](const uint16_t* p) HWY_ATTR {
-    const auto raw = hn::LoadU(d16, p);
-    return in_bf16 ? hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, raw))) : hn::PromoteTo(df, hn::BitCast(dh16, raw));
-  };
   auto store = [&](VF s, int64_t j) HWY_ATTR {
     if (scale_dt == DType::kF32) {
       hn::StoreU(s, df, static_cast<float*>(scale_out) + j);
@@ -88,7 +84,7 @@ bool ShrunkQParams16T(const qobs::detail::ShrunkQParams& Q, const uint16_t* lo, 
   auto finite = hn::FirstN(df, static_cast<size_t>(N));
   int64_t j = 0;
   for (; j + N <= n; j += N) {
-    const VF a = widen(lo + j), b = widen(hi + j);
+    const VF a = load_widen16(lo + j, in_bf16), b = load_widen16(hi + j, in_bf16);
     finite = hn::And(finite, hn::And(hn::IsFinite(a), hn::IsFinite(b)));
     shrunk_qparams_lanes<kZp>(Q, a, b, s, z);
     store(s, j);

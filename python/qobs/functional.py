@@ -85,9 +85,11 @@ def quantize(x: Any, scale: Any, zero_point: Any, args: Any, g_idx: Any = None, 
 
 def dequantize(x_q: Any, scale: Any, zero_point: Any = None, args: Any = None, g_idx: Any = None,
                global_scale: Any = None, dtype: Any = None, *, mode: str = "parity") -> Any:
-    """R5.1.3 with known args; result dtype `dtype` (default: scale's dtype)."""
+    """R5.1.3 with known args; result dtype `dtype` (default: scale's dtype). Without args
+    it raises ValueError, as the reference does (R5.6.1)."""
     if args is None:
-        raise NotImplementedError("qobs.dequantize needs the quantization args: pass args= (rule R5.6.1 in docs/RULES.md)")
+        raise ValueError("qobs.dequantize: args is None; the quantization args cannot be inferred from "
+                         "the shapes of x_q and scale (rule R5.6.1 in docs/RULES.md): pass args=")
     r = _qobs.dequantize(x_q, scale, zero_point, as_core_args(args), g_idx, global_scale, _dtype_name(dtype), mode)
     return to_kind(r, kind_of(x_q, scale))
 

@@ -23,6 +23,19 @@ def test_shape_error_is_value_error():
                            QuantizationArgs(group_size=16))
 
 
+def test_dequantize_without_args_is_value_error():
+    # R5.6.1: the reference (compressed-tensors 0.19) no longer infers the strategy from
+    # the scale's shape; qobs refuses the same way, for every shape the old rule guessed.
+    x_q = np.ones((4, 32), np.int8)
+    for scale in (np.float32(0.5), np.ones(1, np.float32), np.ones((4, 1), np.float32),
+                  np.ones((4, 2), np.float32), np.ones((2, 2), np.float32)):
+        with pytest.raises(ValueError, match="R5.6.1"):
+            qobs.dequantize(x_q, scale)
+    args = QuantizationArgs(group_size=16)
+    y = qobs.dequantize(x_q, np.full((4, 2), 0.5, np.float32), None, args)
+    assert np.array_equal(np.asarray(y), np.full((4, 32), 0.5, np.float32))
+
+
 def test_not_implemented_error():
     with pytest.raises(NotImplementedError):
         QuantizationArgs(num_bits=6, type="float")

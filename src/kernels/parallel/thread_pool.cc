@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <exception>
 #include <string>
 #include <utility>
+
+#include <pthread.h>
 
 #include "core/check.h"
 
@@ -36,8 +39,8 @@ int resolve_num_threads(int requested) {
 }
 
 // The state of one parallel_for call, shared by the threads that run its tasks.
-struct ThreadPool::Batch {
-  Batch(const std::function<void(int64_t, int)>& b, int64_t n, int w) : body(&b), num_tasks(n), workers(w) {}
+struct detail::ParallelBatch {
+  ParallelBatch(const std::function<void(int64_t, int)>& b, int64_t n, int w) : body(&b), num_tasks(n), workers(w) {}
 
   const std::function<void(int64_t, int)>* body;
   int64_t num_tasks;
@@ -45,6 +48,7 @@ struct ThreadPool::Batch {
   std::atomic<int64_t> next{0};    // the next task to hand out
   int joined = 1;                  // worker indices handed out (pool mutex)
   int helping = 0;                 // helpers still inside (pool mutex)
+  std::atomic<int> helpers_left{0};  // helpers not yet done (HelperSet)
   std::mutex err_mu;
   int64_t err_task = -1;
   std::exception_ptr err;
@@ -67,6 +71,121 @@ struct ThreadPool::Batch {
   }
 };
 
+namespace {
+
+// Helpers for parallel_for calls made outside a ThreadPool (a kernel called from Python
+// or from a test). Starting and joining a thread costs 150-200 us on the 2-core VMs this
+// runs on, and one observer call makes several parallel_for calls (min-max, statistics
+// checks, qparams): per call that was more than the work of an NVFP4 weight's qparams.
+// The set hands each call exactly num_threads - 1 helpers at once, starting threads only
+// when fewer are parked, so a call keeps the concurrency it asked for even when other
+// threads call parallel_for at the same time (tests rely on it). Parked threads hold no
+// work and no data; the set is never destroyed (threads parked at exit simply end with
+// the process), and a child process after fork() starts a fresh one, since the parent's
+// threads do not exist there.
+class HelperSet {
+ public:
+  static HelperSet& instance() {
+    static const bool registered = [] {
+      pthread_atfork(nullptr, nullptr, [] { current_.store(nullptr, std::memory_order_relaxed); });
+      return true;
+    }();
+    (void)registered;
+    HelperSet* h = current_.load(std::memory_order_acquire);
+    if (h) return *h;
+    std::lock_guard<std::mutex> lk(create_mu_);
+    h = current_.load(std::memory_order_relaxed);
+    if (!h) {
+      h = new HelperSet;  // intentionally never deleted (see above)
+      current_.store(h, std::memory_order_release);
+    }
+    return *h;
+  }
+
+  // Runs b with its worker indices 1..workers-1 on helpers and 0 on the caller.
+  void run(detail::ParallelBatch& b) {
+    const int helpers = b.workers - 1;
+    b.helpers_left.store(helpers, std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      for (int w = 1; w <= helpers; ++w) slots_.push_back({&b, w});
+      queued_.store(static_cast<int>(slots_.size()), std::memory_order_release);
+      // Every queued slot has a thread of its own: parked, or starting now.
+      for (int deficit = static_cast<int>(slots_.size()) - parked_ - starting_; deficit > 0; --deficit) {
+        ++starting_;
+        std::thread([this] { park(); }).detach();
+      }
+    }
+    cv_.notify_all();
+    b.run(0);
+    // The helpers' last tasks end about when the caller's do: a short spin avoids a
+    // sleep and a wake-up, each tens of microseconds on a busy VM.
+    if (!spin_until([&] { return b.helpers_left.load(std::memory_order_acquire) == 0; })) {
+      std::unique_lock<std::mutex> lk(mu_);
+      done_cv_.wait(lk, [&] { return b.helpers_left.load(std::memory_order_acquire) == 0; });
+    }
+  }
+
+ private:
+  struct Slot {
+    detail::ParallelBatch* batch;
+    int worker;
+  };
+
+  // Polls `ready` for up to kSpin; true once it holds.
+  template <typename Ready>
+  static bool spin_until(Ready ready) {
+    constexpr auto kSpin = std::chrono::microseconds(50);
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    for (int i = 0;; ++i) {
+      if (ready()) return true;
+      if ((i & 63) == 63 && std::chrono::steady_clock::now() >= until) return false;
+      std::this_thread::yield();
+    }
+  }
+
+  void park() {
+    std::unique_lock<std::mutex> lk(mu_);
+    --starting_;
+    for (;;) {
+      ++parked_;
+      if (slots_.empty()) {
+        // An observer call makes several parallel_for calls in a row: stay awake briefly
+        // for the next one instead of sleeping until it wakes this thread.
+        lk.unlock();
+        spin_until([&] { return queued_.load(std::memory_order_acquire) > 0; });
+        lk.lock();
+        cv_.wait(lk, [&] { return !slots_.empty(); });
+      }
+      --parked_;
+      const Slot s = slots_.front();
+      slots_.pop_front();
+      queued_.store(static_cast<int>(slots_.size()), std::memory_order_release);
+      lk.unlock();
+      s.batch->run(s.worker);
+      if (s.batch->helpers_left.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        // the caller may be asleep: notify under the mutex so the wake-up is not lost
+        lk.lock();
+        done_cv_.notify_all();
+      } else {
+        lk.lock();
+      }
+    }
+  }
+
+  static inline std::atomic<HelperSet*> current_{nullptr};
+  static inline std::mutex create_mu_;
+  std::mutex mu_;
+  std::condition_variable cv_;       // a slot is queued
+  std::condition_variable done_cv_;  // a helper left a batch
+  std::deque<Slot> slots_;
+  std::atomic<int> queued_{0};  // slots_.size(), for the spinning threads
+  int parked_ = 0;    // threads waiting for a slot
+  int starting_ = 0;  // threads started that have not yet parked
+};
+
+}  // namespace
+
 void parallel_for(int64_t num_tasks, int num_threads, const std::function<void(int64_t, int)>& body) {
   if (num_tasks <= 0) return;
   const int workers = static_cast<int>(std::min<int64_t>(std::max(1, num_threads), num_tasks));
@@ -74,20 +193,11 @@ void parallel_for(int64_t num_tasks, int num_threads, const std::function<void(i
     for (int64_t t = 0; t < num_tasks; ++t) body(t, 0);
     return;
   }
-  ThreadPool::Batch b(body, num_tasks, workers);
-  if (tls_pool) {
+  detail::ParallelBatch b(body, num_tasks, workers);
+  if (tls_pool)
     tls_pool->run_batch(b);
-  } else {
-    // Outside a pool (a kernel called directly, e.g. from Python) threads are started
-    // per call: the kernels call this once per tensor with tasks of >= tens of
-    // microseconds, so the ~20 us start-up is noise and no global pool state is needed
-    // (no global mutable state beyond the observer registry).
-    std::vector<std::thread> threads;
-    threads.reserve(static_cast<std::size_t>(workers - 1));
-    for (int w = 1; w < workers; ++w) threads.emplace_back([&b, w] { b.run(w); });
-    b.run(0);
-    for (auto& th : threads) th.join();
-  }
+  else
+    HelperSet::instance().run(b);
   if (b.err) std::rethrow_exception(b.err);
 }
 

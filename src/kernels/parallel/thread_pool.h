@@ -29,9 +29,14 @@ int resolve_num_threads(int requested);
 /// (worker in [0, num_threads), each index used by one thread at a time). Tasks are
 /// handed out dynamically in increasing order; the caller runs tasks too, so with one
 /// thread (or one task) everything runs on the caller. Called on a ThreadPool's thread,
-/// the helpers are the pool's idle threads (none are started); elsewhere threads are
-/// started for the call.
+/// the helpers are the pool's idle threads (none are started). Elsewhere the call gets
+/// num_threads - 1 helpers of its own from a process-wide set of parked threads, started
+/// when the set has too few idle ones and kept for the next call.
 void parallel_for(int64_t num_tasks, int num_threads, const std::function<void(int64_t task, int worker)>& body);
+
+namespace detail {
+struct ParallelBatch;  // the state of one parallel_for call (thread_pool.cc)
+}  // namespace detail
 
 /// A fixed set of threads for one piece of work (one quantize_checkpoint call), so no
 /// pool state outlives it. Thread-safe.
@@ -52,7 +57,7 @@ class ThreadPool {
   void submit(std::function<void()> task);
 
  private:
-  struct Batch;  // one parallel_for call made on a pool thread
+  using Batch = detail::ParallelBatch;  // one parallel_for call made on a pool thread
   friend void parallel_for(int64_t, int, const std::function<void(int64_t, int)>&);
 
   void work();

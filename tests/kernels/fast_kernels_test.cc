@@ -442,15 +442,24 @@ TEST(FastMinMax, Narrow16EqualsTensorStores) {
 TEST(FastMinMax, WholeTensorMinMaxForTheGlobalScale) {
   // kernels::nan_min_max (R6.1.5's amax over the statistics) against nan_min / nan_max
   // over the values: lengths around the vector widths and the 4096-element chunks of
-  // bf16 / f16, NaN anywhere (propagates), +-Inf, equal values; magnitudes compared
-  // (a zero's sign is unspecified).
+  // bf16 / f16, and the threaded 16-bit key scan (2^18 and up), NaN anywhere of either
+  // sign (propagates), +-Inf, equal values, all-negative values, zero extremes,
+  // subnormals; magnitudes compared (a zero's sign is unspecified).
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
-    for (int64_t n : {1, 7, 16, 17, 4096, 4097, 10000})
-      for (int poison = 0; poison < 4; ++poison) {
+    for (int64_t n : {1, 7, 16, 17, 4096, 4097, 10000, 1 << 18, (1 << 18) + 33})
+      for (int poison = 0; poison < 9; ++poison) {
         std::vector<float> v = make_data(n, Pattern::kNormal, static_cast<uint32_t>(n + poison));
         if (poison == 1) v[static_cast<std::size_t>(n - 1)] = NAN;
         if (poison == 2) v[static_cast<std::size_t>(n / 2)] = -INFINITY;
         if (poison == 3) std::fill(v.begin(), v.end(), 0.75f);
+        if (poison == 4) v[0] = INFINITY;
+        if (poison == 5) v[static_cast<std::size_t>(n / 3)] = -NAN;
+        if (poison == 6)
+          for (float& x : v) x = -std::fabs(x) - 1e-3f;
+        if (poison == 7)  // signed zeros as the least values: the zero-extreme fallback
+          for (std::size_t i = 0; i < v.size(); ++i) v[i] = i % 5 ? std::fabs(v[i]) : (i % 2 ? 0.0f : -0.0f);
+        if (poison == 8)
+          for (std::size_t i = 0; i < v.size(); i += 3) v[i] *= 1e-40f;
         const Tensor t = Tensor::from_floats(dt, {n}, v);
         double lo = INFINITY, hi = -INFINITY;
         for (int64_t i = 0; i < n; ++i) {

@@ -79,6 +79,31 @@ void minmax_range(const FlatView& flat, bool contiguous, bool eight_at_once, int
   }
 }
 
+/// Groups [q, q + count) (count a multiple of 32, laid end to end) of a bf16 / f16 tensor
+/// into 16-bit statistics of the same dtype with minmax_groups_to16_simd, the sign of a
+/// zero result settled on the patterns as settle_zero_signs does on floats (the last
+/// zero of the group). Returns the groups done: count, or 0 when the level or shape has
+/// no such pass or a NaN needs the per-group loop.
+int64_t minmax_to16(const FlatView& flat, int64_t q, int64_t count, int64_t len, SimdLevel level, uint16_t* mins,
+                    uint16_t* maxs) {
+  const auto* x = static_cast<const uint16_t*>(flat.data) + flat.group_offset(q);
+  bool zero_result = false;
+  if (minmax_groups_to16_simd(level, x, flat.dtype == DType::kBF16, count, len, mins + q, maxs + q, &zero_result) != 1)
+    return 0;
+  for (int64_t g = 0; zero_result && g < count; ++g) {
+    uint16_t& lo = mins[q + g];
+    uint16_t& hi = maxs[q + g];
+    if ((lo & 0x7FFFu) != 0 && (hi & 0x7FFFu) != 0) continue;
+    const uint16_t* v = x + g * len;
+    int64_t j = len - 1;
+    while (j >= 0 && (v[j] & 0x7FFFu) != 0) --j;
+    if (j < 0) continue;
+    if ((lo & 0x7FFFu) == 0) lo = v[j];
+    if ((hi & 0x7FFFu) == 0) hi = v[j];
+  }
+  return count;
+}
+
 /// The kernel, results stored in out_dt (f32 written in place; bf16 / f16 a block at a
 /// time from a small float buffer, so no float copy of all the results is made).
 void minmax_impl(const FlatView& flat, DType out_dt, void* out_mins, void* out_maxs, SimdLevel level,
@@ -149,13 +174,18 @@ void minmax_impl(const FlatView& flat, DType out_dt, void* out_mins, void* out_m
                    static_cast<float*>(out_mins) + q_begin, static_cast<float*>(out_maxs) + q_begin);
       return;
     }
-    constexpr int64_t kBlock = 1024;  // a multiple of 8: blocks keep the eight-group passes
+    constexpr int64_t kBlock = 1024;  // a multiple of 32: blocks keep the 8- and 32-group passes
     float lo[kBlock], hi[kBlock];
     for (int64_t q = q_begin; q < q_end; q += kBlock) {
       const int64_t e = std::min(q_end, q + kBlock);
-      minmax_range(flat, contiguous, eight_at_once, q, e, len, level, buf, lo, hi);
-      store_results(out_dt, lo, e - q, out_mins, q, level);
-      store_results(out_dt, hi, e - q, out_maxs, q, level);
+      int64_t done = 0;  // groups [q, q + done) stored as 16-bit patterns directly
+      if (eight_at_once && flat.dtype == out_dt && (e - q) >= 32)
+        done = minmax_to16(flat, q, (e - q) / 32 * 32, len, level, static_cast<uint16_t*>(out_mins),
+                           static_cast<uint16_t*>(out_maxs));
+      if (q + done == e) continue;
+      minmax_range(flat, contiguous, eight_at_once, q + done, e, len, level, buf, lo, hi);
+      store_results(out_dt, lo, e - q - done, out_mins, q + done, level);
+      store_results(out_dt, hi, e - q - done, out_maxs, q + done, level);
     }
   });
 }

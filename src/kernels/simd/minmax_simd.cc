@@ -6,6 +6,8 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 
@@ -193,9 +195,11 @@ HWY_INLINE void store_keys_as_floats(__m512i k, bool bf16, float* out) {
   }
 }
 
-/// The groups of 16-bit values 32 at a time; the rest (a multiple of 8) by MinMaxGroupsT.
-bool MinMaxGroups16(const uint16_t* x, bool bf16, int64_t num_groups, int64_t len, float* mins, float* maxs,
-                    bool* zero_result) {
+/// Runs the 32-group passes over the first num_groups / 32 * 32 groups, handing each
+/// pass's min and max keys to store(g, lo, hi); false when a group holds a NaN.
+template <typename Store>
+HWY_INLINE bool MinMaxPasses16(const uint16_t* x, bool bf16, int64_t num_groups, int64_t len, bool* zero_result,
+                               Store store) {
   // NaN keys: |b| above the infinity pattern, mapped (positive ones stay, negative ones
   // fall below the key of -inf)
   const uint16_t inf = bf16 ? 0x7F80 : 0x7C00;
@@ -205,18 +209,47 @@ bool MinMaxGroups16(const uint16_t* x, bool bf16, int64_t num_groups, int64_t le
   for (int64_t g = 0; g < whole; g += 32) {
     __m512i lo, hi;
     if (!minmax_keys32(x + g * len, len, nan_hi, nan_lo, order, lo, hi)) return false;
-    store_keys_as_floats(lo, bf16, mins + g);
-    store_keys_as_floats(hi, bf16, maxs + g);
+    store(g, lo, hi);
     // the keys of +0 and -0 are 0 and -1
     const __m512i minus1 = _mm512_set1_epi16(-1), zero = _mm512_setzero_si512();
     if (_mm512_cmpeq_epi16_mask(lo, zero) | _mm512_cmpeq_epi16_mask(lo, minus1) | _mm512_cmpeq_epi16_mask(hi, zero) |
         _mm512_cmpeq_epi16_mask(hi, minus1))
       *zero_result = true;
   }
+  return true;
+}
+
+/// The groups of 16-bit values 32 at a time; the rest (a multiple of 8) by MinMaxGroupsT.
+bool MinMaxGroups16(const uint16_t* x, bool bf16, int64_t num_groups, int64_t len, float* mins, float* maxs,
+                    bool* zero_result) {
+  if (!MinMaxPasses16(x, bf16, num_groups, len, zero_result, [&](int64_t g, __m512i lo, __m512i hi) HWY_ATTR {
+        store_keys_as_floats(lo, bf16, mins + g);
+        store_keys_as_floats(hi, bf16, maxs + g);
+      }))
+    return false;
+  const int64_t whole = num_groups / 32 * 32;
   if (whole == num_groups) return true;
   return MinMaxGroupsT(x + whole * len, bf16, num_groups - whole, len, mins + whole, maxs + whole, zero_result);
 }
 #endif  // HWY_TARGET == HWY_AVX3
+
+/// The results as 16-bit patterns of the data's own dtype (exact: they are elements):
+/// the AVX-512 32-group passes only; 1 done, 0 a NaN, -1 not this target or len.
+int MinMaxGroupsTo16(const uint16_t* x, bool bf16, int64_t num_groups, int64_t len, uint16_t* mins, uint16_t* maxs,
+                     bool* zero_result) {
+#if HWY_TARGET == HWY_AVX3
+  if (num_groups % 32 != 0 || !(len == 16 || len % 32 == 0)) return -1;
+  return MinMaxPasses16(x, bf16, num_groups, len, zero_result, [&](int64_t g, __m512i lo, __m512i hi) HWY_ATTR {
+           _mm512_storeu_si512(mins + g, key16(lo));  // the key map is its own inverse
+           _mm512_storeu_si512(maxs + g, key16(hi));
+         })
+             ? 1
+             : 0;
+#else
+  (void)x, (void)bf16, (void)num_groups, (void)len, (void)mins, (void)maxs, (void)zero_result;
+  return -1;
+#endif
+}
 
 bool MinMaxGroups(const void* x, DType dt, int64_t num_groups, int64_t len, float* mins, float* maxs,
                   bool* zero_result) {
@@ -262,6 +295,43 @@ void MinMax(const float* x, int64_t n, float* lo_out, float* hi_out) {
   }
   *lo_out = hn::GetLane(hn::MinOfLanes(df, lo));
   *hi_out = hn::GetLane(hn::MaxOfLanes(df, hi));
+}
+
+/// The least and greatest int16 key (key16's map, b ^ ((b >> 15) & 0x7FFF)) of n bf16 /
+/// f16 patterns: one pass in 16-bit lanes, four independent chains.
+void MinMaxKeys16(const uint16_t* x, int64_t n, int16_t* lo_out, int16_t* hi_out) {
+  const hn::ScalableTag<int16_t> d;
+  using V = hn::Vec<decltype(d)>;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const V mag = hn::Set(d, 0x7FFF);
+  auto key = [&](const uint16_t* p) HWY_ATTR {
+    const V b = hn::LoadU(d, reinterpret_cast<const int16_t*>(p));
+    return hn::Xor(b, hn::And(hn::ShiftRight<15>(b), mag));
+  };
+  V lo0 = hn::Set(d, INT16_MAX), hi0 = hn::Set(d, INT16_MIN);
+  V lo1 = lo0, hi1 = hi0, lo2 = lo0, hi2 = hi0, lo3 = lo0, hi3 = hi0;
+  int64_t j = 0;
+  for (; j + 4 * N <= n; j += 4 * N) {
+    const V a = key(x + j), b = key(x + j + N), c = key(x + j + 2 * N), e = key(x + j + 3 * N);
+    lo0 = hn::Min(lo0, a); hi0 = hn::Max(hi0, a);
+    lo1 = hn::Min(lo1, b); hi1 = hn::Max(hi1, b);
+    lo2 = hn::Min(lo2, c); hi2 = hn::Max(hi2, c);
+    lo3 = hn::Min(lo3, e); hi3 = hn::Max(hi3, e);
+  }
+  for (; j + N <= n; j += N) {
+    const V a = key(x + j);
+    lo0 = hn::Min(lo0, a);
+    hi0 = hn::Max(hi0, a);
+  }
+  int16_t lo = hn::GetLane(hn::MinOfLanes(d, hn::Min(hn::Min(lo0, lo1), hn::Min(lo2, lo3))));
+  int16_t hi = hn::GetLane(hn::MaxOfLanes(d, hn::Max(hn::Max(hi0, hi1), hn::Max(hi2, hi3))));
+  for (; j < n; ++j) {
+    const auto k = static_cast<int16_t>(x[j] ^ ((x[j] & 0x8000u) ? 0x7FFFu : 0u));
+    lo = std::min(lo, k);
+    hi = std::max(hi, k);
+  }
+  *lo_out = lo;
+  *hi_out = hi;
 }
 
 void Widen(const uint16_t* src, int64_t n, bool is_bf16, float* dst) {
@@ -321,6 +391,15 @@ bool minmax_groups_simd(SimdLevel level, const void* x, DType dt, int64_t num_gr
                         float* maxs, bool* zero_result) {
   *zero_result = false;
   QOBS_SIMD_DISPATCH(MinMaxGroups(x, dt, num_groups, len, mins, maxs, zero_result));
+}
+int minmax_groups_to16_simd(SimdLevel level, const uint16_t* x, bool bf16, int64_t num_groups, int64_t len,
+                            uint16_t* mins, uint16_t* maxs, bool* zero_result) {
+  *zero_result = false;
+  if (level == SimdLevel::kScalar) return -1;
+  QOBS_SIMD_DISPATCH(MinMaxGroupsTo16(x, bf16, num_groups, len, mins, maxs, zero_result));
+}
+void minmax_keys16_simd(SimdLevel level, const uint16_t* x, int64_t n, int16_t* lo, int16_t* hi) {
+  QOBS_SIMD_DISPATCH(MinMaxKeys16(x, n, lo, hi));
 }
 void widen_simd(SimdLevel level, const uint16_t* src, int64_t n, bool is_bf16, float* dst) {
   if (level == SimdLevel::kScalar) {  // the scalar twin, so that callers need no fallback of their own

@@ -22,6 +22,18 @@ void minmax_simd(SimdLevel level, const float* x, int64_t n, float* lo, float* h
 /// value is NaN.
 bool minmax_groups_simd(SimdLevel level, const void* x, DType dt, int64_t num_groups, int64_t len, float* mins,
                         float* maxs, bool* zero_result);
+/// The least and greatest int16 key of n >= 1 bf16 / f16 bit patterns b, the key being
+/// b ^ ((b >> 15) & 0x7FFF) (as int16): the keys' signed order is the values' order for
+/// every non-NaN (-0 just below +0), and NaNs map beyond the keys of +-inf, so the two
+/// results alone show the extremes, and whether a NaN or an infinity is present. The
+/// map is its own inverse.
+void minmax_keys16_simd(SimdLevel level, const uint16_t* x, int64_t n, int16_t* lo, int16_t* hi);
+/// minmax_groups_simd's AVX-512 32-group passes with the results stored as the data's
+/// own 16-bit patterns (no float round trip): num_groups a multiple of 32, len 16 or a
+/// multiple of 32. Returns 1 when done, 0 when some value is NaN, -1 when the level or
+/// the shape has no such pass (the caller takes minmax_groups_simd). Zero signs as there.
+int minmax_groups_to16_simd(SimdLevel level, const uint16_t* x, bool bf16, int64_t num_groups, int64_t len,
+                            uint16_t* mins, uint16_t* maxs, bool* zero_result);
 /// Exact widening of n bf16 (is_bf16) or f16 bit patterns to float (at kScalar by the
 /// scalar twin itself).
 void widen_simd(SimdLevel level, const uint16_t* src, int64_t n, bool is_bf16, float* dst);

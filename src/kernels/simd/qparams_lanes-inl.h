@@ -14,12 +14,15 @@ HWY_INLINE void shrunk_qparams_lanes(const qobs::detail::ShrunkQParams& Q, VF cm
   const Narrow nr = Q.stat_round == DType::kBF16  ? Narrow::kBF16
                     : Q.stat_round == DType::kF16 ? Narrow::kF16
                                                   : Narrow::kNone;
-  const VF mn = hn::IfThenElse(hn::Lt(cm, zero), cm, zero), mx = hn::IfThenElse(hn::Gt(cM, zero), cM, zero);
   z = zero;
   if constexpr (!kZp) {
-    const VF am = hn::Abs(mn), aM = hn::Abs(mx);
-    s = narrow_to(nr, hn::Div(hn::IfThenElse(hn::Gt(am, aM), am, aM), hn::Set(df, Q.half_range)));
+    // max(|min(cm, 0)|, |max(cM, 0)|) as max(max(cM, 0), max(-cm, 0)): four ops instead
+    // of eight. x86 max returns its second operand when either is NaN, so a NaN
+    // statistic counts as 0 here exactly as in the compare-and-select form, and a
+    // zero's sign cannot matter (a zero amax becomes eps below).
+    s = narrow_to(nr, hn::Div(hn::Max(hn::Max(cM, zero), hn::Max(hn::Neg(cm), zero)), hn::Set(df, Q.half_range)));
   } else {
+    const VF mn = hn::IfThenElse(hn::Lt(cm, zero), cm, zero), mx = hn::IfThenElse(hn::Gt(cM, zero), cM, zero);
     s = narrow_to(nr, hn::Div(narrow_to(nr, hn::Sub(mx, mn)), hn::Set(df, Q.range)));
     z = narrow_to(nr, hn::Sub(hn::Set(df, Q.q_min), narrow_to(nr, hn::Div(mn, s))));
     const auto zero_range = hn::IsNaN(z);  // 0 / 0: the zero point is 0 (Q23)

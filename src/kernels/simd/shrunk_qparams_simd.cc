@@ -80,13 +80,28 @@ bool ShrunkQParams16T(const qobs::detail::ShrunkQParams& Q, const uint16_t* lo, 
       hn::StoreU(hn::BitCast(d16, hn::DemoteTo(dh16, s)), d16, static_cast<uint16_t*>(scale_out) + j);
     }
   };
-  VF s, z;
+  // A local copy: the stores below could alias Q for all the compiler knows, which made
+  // it reload and re-test Q's fields in every iteration. Two vectors per iteration give
+  // the out-of-order core two independent chains (division, roundings, FP8) to overlap.
+  const qobs::detail::ShrunkQParams q = Q;
+  VF s, z, s2, z2;
   auto finite = hn::FirstN(df, static_cast<size_t>(N));
   int64_t j = 0;
+  for (; j + 2 * N <= n; j += 2 * N) {
+    const VF a = load_widen16(lo + j, in_bf16), b = load_widen16(hi + j, in_bf16);
+    const VF a2 = load_widen16(lo + j + N, in_bf16), b2 = load_widen16(hi + j + N, in_bf16);
+    finite = hn::And(finite, hn::And(hn::And(hn::IsFinite(a), hn::IsFinite(b)), hn::And(hn::IsFinite(a2), hn::IsFinite(b2))));
+    shrunk_qparams_lanes<kZp>(q, a, b, s, z);
+    shrunk_qparams_lanes<kZp>(q, a2, b2, s2, z2);
+    store(s, j);
+    store(s2, j + N);
+    hn::StoreU(z, df, zp + j);
+    hn::StoreU(z2, df, zp + j + N);
+  }
   for (; j + N <= n; j += N) {
     const VF a = load_widen16(lo + j, in_bf16), b = load_widen16(hi + j, in_bf16);
     finite = hn::And(finite, hn::And(hn::IsFinite(a), hn::IsFinite(b)));
-    shrunk_qparams_lanes<kZp>(Q, a, b, s, z);
+    shrunk_qparams_lanes<kZp>(q, a, b, s, z);
     store(s, j);
     hn::StoreU(z, df, zp + j);
   }

@@ -10,7 +10,9 @@
 #include <benchmark/benchmark.h>
 
 #include <atomic>
+#include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -110,6 +112,35 @@ void BM_MinMaxKernel(benchmark::State& state, std::string scheme, DType dt, int6
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * rows * cols * static_cast<int64_t>(qobs::dtype_size(dt))));
 }
 
+/// The steps of a min-max observer after the kernel, on the statistics of the same
+/// weight: "stats_scan" is what the observer reads of them (the finiteness check and the
+/// global amax), "qparams" is R4.1 into scale and zero-point tensors (with the global
+/// scale for tensor_group). Their sum with minmax_kernel is most of the observer's time.
+void BM_MinMaxSteps(benchmark::State& state, std::string scheme, std::string step, DType dt, int64_t rows,
+                    int64_t cols) {
+  const qobs::Tensor& w = weight(rows, cols, dt);
+  const qobs::QuantizationArgs args = qobs::bench::scheme_args(scheme);
+  const qobs::FlatView flat = qobs::flatten_for_calibration(w.view(), "weight", args);
+  const auto [mins, maxs] = qobs::kernels::minmax_stats(flat);
+  std::optional<qobs::Tensor> global;
+  if (args.get_strategy() == qobs::Strategy::kTensorGroup) {
+    const auto lo = qobs::kernels::nan_min_max(mins.view()), hi = qobs::kernels::nan_min_max(maxs.view());
+    const double amax = std::max(-lo->first, hi->second);
+    global = qobs::generate_gparam(qobs::Tensor::from_values(mins.dtype(), {1}, {-amax}),
+                                   qobs::Tensor::from_values(mins.dtype(), {1}, {amax}));
+  }
+  for (auto _ : state) {
+    if (step == "stats_scan") {
+      benchmark::DoNotOptimize(qobs::kernels::first_non_finite(mins.view()) + qobs::kernels::first_non_finite(maxs.view()));
+      benchmark::DoNotOptimize(qobs::kernels::nan_min_max(mins.view()));
+      benchmark::DoNotOptimize(qobs::kernels::nan_min_max(maxs.view()));
+    } else {
+      benchmark::DoNotOptimize(qobs::kernels::calculate_qparams(mins, maxs, args, global ? &*global : nullptr, qobs::NumericMode::kParity, 0));
+    }
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * rows * cols * static_cast<int64_t>(qobs::dtype_size(dt))));
+}
+
 /// The grid search alone (kernels::grid_search on the flattened view), with the batch
 /// kernel (one group per vector lane) or with the one-group path: the same results, so
 /// the pair shows what the batch kernel buys. nvfp4_defaults: nvfp4_expanded_mse's
@@ -203,6 +234,12 @@ void register_all() {
       for (const char* scheme : {"int4_g128", "nvfp4", "int8_channel"})
         benchmark::RegisterBenchmark(("minmax_kernel/" + std::string(scheme) + "/" + d + "/" + sh).c_str(),
                                      BM_MinMaxKernel, std::string(scheme), dt, s.rows, s.cols)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime()
+            ->MinTime(0.5);
+      for (const char* step : {"stats_scan", "qparams"})
+        benchmark::RegisterBenchmark(("minmax_steps/nvfp4/" + std::string(step) + "/" + d + "/" + sh).c_str(),
+                                     BM_MinMaxSteps, std::string("nvfp4"), std::string(step), dt, s.rows, s.cols)
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime()
             ->MinTime(0.5);

@@ -13,6 +13,7 @@ list(APPEND QOBS_KERNEL_SOURCES
      kernels/simd/minmax_simd.cc
      kernels/simd/error_sums_simd.cc
      kernels/simd/qdq_simd.cc
+     kernels/simd/pack_simd.cc
      kernels/simd/lsq_error_simd.cc
      kernels/simd/lsq_candidates_simd.cc
      kernels/qdq_fast.cc

@@ -14,6 +14,8 @@
 #include "qparams/packing_rows.h"
 #if QOBS_HAVE_FAST_KERNELS
 #include "kernels/parallel/thread_pool.h"
+#include "kernels/simd/pack_simd.h"
+#include "kernels/simd/simd_level.h"
 #endif
 
 namespace qobs::kernels {
@@ -168,9 +170,15 @@ Tensor pack_fp4(const Tensor& q, std::string_view label, int num_threads) {
   Tensor out(DType::kU8, qobs::detail::check_pack_fp4(q, label));
   const int64_t cols = q.shape().back(), rows = cols == 0 ? 0 : q.numel() / cols;
   uint8_t* dst = out.data_as<uint8_t>();
+  const SimdLevel level = active_simd_level();
   // cols is even, so a block of rows owns whole output bytes
   for_row_blocks(rows, cols, num_threads, [&](int64_t r0, int64_t r1) {
     const int64_t b = r0 * cols, e = r1 * cols;
+    // bf16 / f16 in vector lanes; a block with an element off the E2M1 grid is redone by
+    // the table loop below, which names it
+    const bool is16 = q.dtype() == DType::kBF16 || q.dtype() == DType::kF16;
+    if (is16 && detail::pack_fp4_16_simd(level, q.data_as<uint16_t>() + b, e - b, q.dtype() == DType::kBF16, dst + b / 2))
+      return;
     switch (q.dtype()) {
       case DType::kF32: return pack_fp4_by_bits<uint32_t>(q, 22, label, dst, b, e);
       case DType::kBF16: return pack_fp4_by_bits<uint16_t>(q, 6, label, dst, b, e);

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <random>
 #include <string>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/simd/pack_simd.h"
 #include "kernels/simd/simd_level.h"
 #include "qobs/qobs.h"
 #include "test_util.h"
@@ -494,6 +496,47 @@ TEST(PackingKernels, Fp4RoundTripAndErrors) {
     for (int threads : {1, 2, 3})
       expect_error<InvalidArgument>([&] { pack_fp4(bad, "layer.w", threads); },
                                     {"layer.w", "element 120002", "0.25", "R8.5.1"});
+  }
+}
+
+TEST(PackingKernels, Fp4VectorPackingEqualsTheCodeTableOnEveryPattern) {
+  // pack_fp4_16_simd against ref::pack_fp4 on every bf16 / f16 pattern: each one sits in
+  // a row of E2M1 values, at an even and an odd position and in the vector body and the
+  // tail; an E2M1 value packs to the reference's bytes, anything else (off-grid values,
+  // subnormals, NaN, Inf) makes the call return false.
+  std::vector<SimdLevel> levels;
+  for (SimdLevel level : available_simd_levels())
+    if (level != SimdLevel::kScalar) levels.push_back(level);
+  if (levels.empty()) GTEST_SKIP() << "no vector level on this machine";
+  static constexpr double kGrid[] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    const bool bf16 = dt == DType::kBF16;
+    // a row of all 16 codes twice, then 38 more (a tail after 64 lanes)
+    constexpr int64_t kLen = 70;
+    std::vector<double> base(kLen);
+    for (int64_t i = 0; i < kLen; ++i) base[static_cast<std::size_t>(i)] = ((i * 7) & 8 ? -1.0 : 1.0) * kGrid[(i * 5) & 7];
+    const Tensor row = Tensor::from_values(dt, {kLen}, base);
+    int64_t valid = 0;
+    for (uint32_t p = 0; p < 65536; ++p)
+      for (int64_t at : {int64_t{3}, int64_t{40}, kLen - 2}) {
+        Tensor t = Tensor::copy_of(row.view());
+        t.data_as<uint16_t>()[at] = static_cast<uint16_t>(p);
+        std::optional<Tensor> expect;
+        try {
+          expect = ref::pack_fp4(t, "w");
+        } catch (const InvalidArgument&) {
+        }
+        valid += expect.has_value();
+        for (SimdLevel level : levels) {
+          std::vector<uint8_t> got(kLen / 2);
+          const bool ok = detail::pack_fp4_16_simd(level, t.data_as<uint16_t>(), kLen, bf16, got.data());
+          ASSERT_EQ(ok, expect.has_value()) << dt_name(dt) << " pattern " << p << " at " << at << " " << to_string(level);
+          if (ok)
+            ASSERT_EQ(0, std::memcmp(got.data(), expect->data(), got.size()))
+                << dt_name(dt) << " pattern " << p << " at " << at << " " << to_string(level);
+        }
+      }
+    EXPECT_EQ(valid, 3 * 16) << dt_name(dt);  // exactly the 16 codes (both zeros) pack
   }
 }
 

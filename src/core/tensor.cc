@@ -112,6 +112,17 @@ void store_all(void* base, DType dt, const Src* v, std::size_t n) {
   }
 }
 
+/// Every FP8 E4M3 code's value (fp8_e4m3_to_float), looked up instead of rebuilt from
+/// its bits: NVFP4 weights have a million FP8 scales or zero points each.
+const std::array<float, 256>& fp8_values() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c) t[static_cast<std::size_t>(c)] = fp8_e4m3_to_float(static_cast<uint8_t>(c));
+    return t;
+  }();
+  return table;
+}
+
 /// load() for n consecutive elements from index 0, dtype switch hoisted.
 void load_all(const void* base, DType dt, double* out, std::size_t n) {
   auto typed = [&](const auto* p, auto conv) {
@@ -122,6 +133,8 @@ void load_all(const void* base, DType dt, double* out, std::size_t n) {
     case DType::kF32: return typed(static_cast<const float*>(base), [](float x) { return static_cast<double>(x); });
     case DType::kBF16: return typed(static_cast<const uint16_t*>(base), [](uint16_t b) { return static_cast<double>(bf16_to_float(b)); });
     case DType::kF16: return typed(static_cast<const uint16_t*>(base), [](uint16_t b) { return static_cast<double>(f16_to_float(b)); });
+    case DType::kF8E4M3:
+      return typed(static_cast<const uint8_t*>(base), [&t = fp8_values()](uint8_t b) { return static_cast<double>(t[b]); });
     default:
       for (std::size_t i = 0; i < n; ++i) out[i] = load(base, dt, static_cast<int64_t>(i));
   }
@@ -249,18 +262,14 @@ bool float_like(DType dt) {
 /// Elements [begin, begin + n) of a float-like tensor's bytes as floats (exact: every
 /// f32 / bf16 / f16 / FP8 value is a float).
 void load_floats(const unsigned char* src, DType dt, std::size_t begin, std::size_t n, float* out) {
-  static const std::array<float, 256> fp8_values = [] {
-    std::array<float, 256> t{};
-    for (int c = 0; c < 256; ++c) t[static_cast<std::size_t>(c)] = fp8_e4m3_to_float(static_cast<uint8_t>(c));
-    return t;
-  }();
+  const std::array<float, 256>& fp8 = fp8_values();
   for (std::size_t i = 0; i < n; ++i) {
     const std::size_t k = begin + i;
     switch (dt) {
       case DType::kF32: std::memcpy(out + i, src + 4 * k, 4); break;
       case DType::kBF16: { uint16_t b; std::memcpy(&b, src + 2 * k, 2); out[i] = bf16_to_float(b); break; }
       case DType::kF16: { uint16_t b; std::memcpy(&b, src + 2 * k, 2); out[i] = f16_to_float(b); break; }
-      default: out[i] = fp8_values[src[k]];
+      default: out[i] = fp8[src[k]];
     }
   }
 }

@@ -11,6 +11,7 @@
 #include "kernels/qdq_fast.h"
 
 #include <algorithm>
+#include <mutex>
 
 #include "core/arith.h"
 #include "core/element.h"
@@ -75,15 +76,22 @@ void with_storer(Tensor& out, F&& f) {
 
 class FastQdq {
  public:
-  FastQdq(const QdqCall& c, const TensorView& x, Tensor& out, SimdLevel level)
-      : c_(c), x_(x), out_(out), s_(c.scale.to_doubles()) {
-    if (c.has_zp) z_ = c.zero_point.to_doubles();
+  FastQdq(const QdqCall& c, const TensorView& x, Tensor& out, SimdLevel level) : c_(c), x_(x), out_(out) {
     const Shape& shape = c.out_shape;
     cols_ = shape.empty() ? 1 : shape.back();
     rows_ = cols_ == 0 ? 0 : out.numel() / cols_;
     col_idx_.resize(static_cast<std::size_t>(cols_));
     for (int64_t col = 0; col < cols_; ++col) col_idx_[static_cast<std::size_t>(col)] = column_index(col);
     if (level != SimdLevel::kScalar) setup_simd(level);
+  }
+
+  /// The scales and zero points as doubles, for the scalar steps: built on first use
+  /// only (the lanes take floats; an NVFP4 weight has a million of each, 16 MB as doubles).
+  void ensure_doubles() {
+    std::call_once(doubles_once_, [&] {
+      s_ = c_.scale.to_doubles();
+      if (c_.has_zp) z_ = c_.zero_point.to_doubles();
+    });
   }
 
   void run(int num_threads) {
@@ -138,13 +146,24 @@ class FastQdq {
     level_ = level;
     // the per-element constants of qdq_element, evaluated once per scale element
     const Arith ax{p.x_dt, p.mode}, as{p.s_dt, p.mode};
-    sf_.assign(s_.begin(), s_.end());
+    sf_ = floats_of(c_.scale);  // exact for f32 / bf16 / f16 scales; f64 rounds as a cast does
     if (c_.has_zp) {
-      zxf_.resize(z_.size());
-      zsf_.resize(z_.size());
-      for (std::size_t i = 0; i < z_.size(); ++i) {
-        zxf_[i] = static_cast<float>(ax.cast(z_[i]));
-        zsf_[i] = static_cast<float>(as.cast(z_[i]));
+      // int8 / uint8 and FP8 zero points are values of every float dtype (at most 8
+      // significant bits, within f16's range), so casting them is the identity: NVFP4's
+      // million FP8 zero points need no per-element rounding calls
+      const DType zdt = c_.zero_point.dtype();
+      if ((zdt == DType::kI8 || zdt == DType::kU8 || zdt == DType::kF8E4M3) && exact_small(p.x_dt) &&
+          exact_small(p.s_dt)) {
+        zxf_ = floats_of(c_.zero_point);
+        zsf_ = zxf_;
+      } else {
+        ensure_doubles();
+        zxf_.resize(z_.size());
+        zsf_.resize(z_.size());
+        for (std::size_t i = 0; i < z_.size(); ++i) {
+          zxf_[i] = static_cast<float>(ax.cast(z_[i]));
+          zsf_[i] = static_cast<float>(as.cast(z_[i]));
+        }
       }
     }
     args_.op = c_.op;
@@ -157,6 +176,18 @@ class FastQdq {
     args_.q_min = static_cast<float>(p.q_min);
     args_.q_max = static_cast<float>(p.q_max);
     simd_ = true;
+  }
+
+  /// A tensor's values as floats: Tensor::to's typed conversion (FP8 by table).
+  static std::vector<float> floats_of(const Tensor& t) {
+    const Tensor f = t.dtype() == DType::kF32 ? t : t.to(DType::kF32);
+    const float* p = f.data_as<float>();
+    return std::vector<float>(p, p + f.numel());
+  }
+
+  /// Float dtypes that hold every int8 / uint8 / FP8 E4M3 value exactly.
+  static bool exact_small(DType dt) {
+    return dt == DType::kF64 || dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16;
   }
 
   void row(int64_t r, int64_t c0, int64_t c1) {
@@ -179,6 +210,7 @@ class FastQdq {
   }
 
   void scalar(int64_t base, int64_t off, int64_t c0, int64_t c1) {
+    ensure_doubles();
     with_loader(x_, [&](auto load) {
       with_storer(out_, [&](auto store) {
         for (int64_t col = c0; col < c1; ++col) {
@@ -192,7 +224,8 @@ class FastQdq {
   const QdqCall& c_;
   const TensorView& x_;
   Tensor& out_;
-  std::vector<double> s_, z_;
+  std::once_flag doubles_once_;
+  std::vector<double> s_, z_;  // ensure_doubles()
   int64_t rows_ = 0, cols_ = 0;
   std::vector<int64_t> col_idx_;
   bool simd_ = false;

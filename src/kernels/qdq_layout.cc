@@ -10,6 +10,7 @@
 
 #include "core/arith.h"
 #include "core/check.h"
+#include "kernels/kernels.h"
 
 namespace qobs::kernels {
 
@@ -51,14 +52,24 @@ struct Prepared {
 Prepared prepare_scale(const Tensor& scale, const Tensor* global_scale, NumericMode mode) {
   QOBS_CHECK(is_floating(scale.dtype()) && scale.dtype() != DType::kF8E4M3, TypeError,
              "scale must be a float tensor, got ", dtype_name(scale.dtype()), " (R5.1.1)");
-  // one typed pass: an NVFP4 weight has a scale per 16 elements, so this is not small
-  std::vector<double> v = scale.to_doubles();
-  for (std::size_t i = 0; i < v.size(); ++i)
-    QOBS_CHECK(std::isfinite(v[i]), InvalidArgument, "scale[", i, "] = ", v[i],
+  // An NVFP4 weight has a scale per 16 elements, so these are not small: the threaded
+  // scan of the bit patterns, and the division by the global scale in one float loop.
+  if (const int64_t bad = first_non_finite(scale.view()); bad >= 0)
+    QOBS_THROW(InvalidArgument, "scale[", bad, "] = ", scale.get(bad),
                " is non-finite (R5.1.1: a NaN/Inf scale would produce garbage)");
   if (!global_scale) return {scale, scale.dim() > 0};
   const auto g = qobs::detail::global_scale_value(global_scale);
   const DType s_dt = qobs::detail::promote_float_dtypes(scale.dtype(), DType::kF32);
+  if (s_dt == DType::kF32) {
+    // Arith's f32 division: float(s) / float(g), one rounding (s is exactly a float)
+    Tensor out = scale.to(DType::kF32);
+    if (out.data() == scale.data()) out = Tensor::copy_of(scale.view());
+    const float gf = static_cast<float>(*g);
+    float* p = out.data_as<float>();
+    for (int64_t i = 0, n = out.numel(); i < n; ++i) p[i] /= gf;
+    return {std::move(out), true};
+  }
+  std::vector<double> v = scale.to_doubles();
   const Arith a{s_dt, mode};
   for (double& x : v) x = a.div(x, *g);
   return {Tensor::from_values(s_dt, scale.shape(), v), true};

@@ -12,11 +12,12 @@ namespace qobs::detail {
 namespace {
 
 constexpr std::align_val_t kAlign{64};
-// The cache's bounds: a handful of blocks, at most 256 MiB (what it adds to a process's
+// The cache's bounds: 32 blocks (one CLI job holds a dozen sizes: weight copies,
+// statistics, scales), at most 256 MiB (what it adds to a process's
 // peak memory at worst). A block of another size class
 // is not reused (so a huge tensor never pins a big block for small ones), and the
 // oldest block leaves first when a new one does not fit.
-constexpr std::size_t kMaxCachedBlocks = 8;
+constexpr std::size_t kMaxCachedBlocks = 32;
 constexpr std::size_t kMaxCachedBytes = std::size_t{256} << 20;
 
 /// Size classes of 1/8 of the power of two below n: at most 12.5% more than asked, so

@@ -167,7 +167,8 @@ Tensor unpack_int_rows(const Tensor& packed, int num_bits, int64_t cols, std::st
 }
 
 Tensor pack_fp4(const Tensor& q, std::string_view label, int num_threads) {
-  Tensor out(DType::kU8, qobs::detail::check_pack_fp4(q, label));
+  // every byte is written below (or an error is thrown): no zero fill
+  Tensor out = Tensor::uninitialized(DType::kU8, qobs::detail::check_pack_fp4(q, label));
   const int64_t cols = q.shape().back(), rows = cols == 0 ? 0 : q.numel() / cols;
   uint8_t* dst = out.data_as<uint8_t>();
   const SimdLevel level = active_simd_level();

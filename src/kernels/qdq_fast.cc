@@ -146,7 +146,7 @@ class FastQdq {
     level_ = level;
     // the per-element constants of qdq_element, evaluated once per scale element
     const Arith ax{p.x_dt, p.mode}, as{p.s_dt, p.mode};
-    sf_ = floats_of(c_.scale);  // exact for f32 / bf16 / f16 scales; f64 rounds as a cast does
+    sf_ = floats_of(c_.scale, sf_owned_);  // exact for f32 / bf16 / f16 scales; f64 rounds as a cast does
     if (c_.has_zp) {
       // int8 / uint8 and FP8 zero points are values of every float dtype (at most 8
       // significant bits, within f16's range), so casting them is the identity: NVFP4's
@@ -154,16 +154,20 @@ class FastQdq {
       const DType zdt = c_.zero_point.dtype();
       if ((zdt == DType::kI8 || zdt == DType::kU8 || zdt == DType::kF8E4M3) && exact_small(p.x_dt) &&
           exact_small(p.s_dt)) {
-        zxf_ = floats_of(c_.zero_point);
-        zsf_ = zxf_;
+        zxf_ = zsf_ = floats_of(c_.zero_point, zxf_owned_);
       } else {
         ensure_doubles();
-        zxf_.resize(z_.size());
-        zsf_.resize(z_.size());
+        const Shape shape{static_cast<int64_t>(z_.size())};
+        zxf_owned_ = Tensor::uninitialized(DType::kF32, shape);
+        zsf_owned_ = Tensor::uninitialized(DType::kF32, shape);
+        float* zx = zxf_owned_.data_as<float>();
+        float* zs = zsf_owned_.data_as<float>();
         for (std::size_t i = 0; i < z_.size(); ++i) {
-          zxf_[i] = static_cast<float>(ax.cast(z_[i]));
-          zsf_[i] = static_cast<float>(as.cast(z_[i]));
+          zx[i] = static_cast<float>(ax.cast(z_[i]));
+          zs[i] = static_cast<float>(as.cast(z_[i]));
         }
+        zxf_ = zx;
+        zsf_ = zs;
       }
     }
     args_.op = c_.op;
@@ -178,11 +182,12 @@ class FastQdq {
     simd_ = true;
   }
 
-  /// A tensor's values as floats: Tensor::to's typed conversion (FP8 by table).
-  static std::vector<float> floats_of(const Tensor& t) {
-    const Tensor f = t.dtype() == DType::kF32 ? t : t.to(DType::kF32);
-    const float* p = f.data_as<float>();
-    return std::vector<float>(p, p + f.numel());
+  /// A tensor's values as floats: its own data when it is f32 (no copy), else
+  /// Tensor::to's typed conversion (FP8 by table) kept in `owned`.
+  static const float* floats_of(const Tensor& t, Tensor& owned) {
+    if (t.dtype() == DType::kF32) return t.data_as<float>();
+    owned = t.to(DType::kF32);
+    return owned.data_as<float>();
   }
 
   /// Float dtypes that hold every int8 / uint8 / FP8 E4M3 value exactly.
@@ -198,10 +203,10 @@ class FastQdq {
     a.out = static_cast<unsigned char*>(out_.data()) + (base + c0) * static_cast<int64_t>(dtype_size(out_.dtype()));
     a.n = c1 - c0;
     const int64_t so = off + col_idx_[static_cast<std::size_t>(c0)];
-    a.s = sf_.data() + so;
+    a.s = sf_ + so;
     if (c_.has_zp) {
-      a.z_x = zxf_.data() + so;
-      a.z_s = zsf_.data() + so;
+      a.z_x = zxf_ + so;
+      a.z_s = zsf_ + so;
     }
     a.group = group_;
     // a piece of a long row may start inside a group
@@ -231,7 +236,11 @@ class FastQdq {
   bool simd_ = false;
   SimdLevel level_ = SimdLevel::kScalar;
   int64_t group_ = 1;
-  std::vector<float> sf_, zxf_, zsf_;
+  // f32 scales and zero points for the lanes: the tensors' own data, or conversions
+  const float* sf_ = nullptr;
+  const float* zxf_ = nullptr;
+  const float* zsf_ = nullptr;
+  Tensor sf_owned_, zxf_owned_, zsf_owned_;
   detail::QdqRunArgs args_;
 };
 

@@ -89,9 +89,26 @@ float fp8_e4m3_to_float(uint8_t code);
 /// included) saturate to +-448 as the installed reference's CPU cast does (R2.2.1
 /// describes NaN; every quantization path clamps to +-448 first, so both agree there).
 uint8_t fp8_e4m3_from_double(double v);
-/// fp8_e4m3_from_double of a float by integer arithmetic: the same code for every float
-/// (the CLI converts millions of NVFP4 / FP8 scales).
-uint8_t fp8_e4m3_from_float(float v);
+/// fp8_e4m3_from_double of a float by integer arithmetic: the same code for every float.
+/// Inline: the CLI converts a million NVFP4 scales per weight, and the loop of
+/// Tensor::to vectorizes only when it sees the body.
+inline uint8_t fp8_e4m3_from_float(float v) {
+  const uint32_t bits = std::bit_cast<uint32_t>(v);
+  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+  const uint32_t abs_bits = bits & 0x7FFFFFFFu;
+  if (abs_bits > 0x7F800000u) return 0x7F;       // NaN
+  if (abs_bits > 0x43E00000u) return sign | 0x7E;  // above 448 (Inf included): saturate
+  if (abs_bits < 0x3C800000u) {
+    // below the smallest normal 2^-6: multiples of 2^-9, RNE (a * 512 is exact); the
+    // float's own RNE to an integer by adding and removing 2^23 (a * 512 < 8)
+    const float q = (std::bit_cast<float>(abs_bits) * 512.0f + 0x1p23f) - 0x1p23f;
+    return sign | static_cast<uint8_t>(q);
+  }
+  // RNE of the 23-bit mantissa to 3 bits; a carry moves into the exponent, and nothing
+  // at or below 448 rounds past it
+  const uint32_t r = (abs_bits + 0x7FFFFu + ((abs_bits >> 20) & 1u)) >> 20;
+  return sign | static_cast<uint8_t>(r - ((127u - static_cast<uint32_t>(kFp8E4M3Spec.bias)) << 3));
+}
 
 // ---- FP4 E2M1 (R2.3) --------------------------------------------------------------
 

@@ -116,24 +116,6 @@ uint8_t fp8_e4m3_from_double(double v) {
   return sign | static_cast<uint8_t>((biased << 3) | (m - 8));
 }
 
-uint8_t fp8_e4m3_from_float(float v) {
-  const uint32_t bits = std::bit_cast<uint32_t>(v);
-  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
-  const uint32_t abs_bits = bits & 0x7FFFFFFFu;
-  if (abs_bits > 0x7F800000u) return 0x7F;       // NaN
-  if (abs_bits > 0x43E00000u) return sign | 0x7E;  // above 448 (Inf included): saturate
-  if (abs_bits < 0x3C800000u) {
-    // below the smallest normal 2^-6: multiples of 2^-9, RNE (a * 512 is exact); the
-    // float's own RNE to an integer by adding and removing 2^23 (a * 512 < 8)
-    const float q = (std::bit_cast<float>(abs_bits) * 512.0f + 0x1p23f) - 0x1p23f;
-    return sign | static_cast<uint8_t>(q);
-  }
-  // RNE of the 23-bit mantissa to 3 bits; a carry moves into the exponent, and nothing
-  // at or below 448 rounds past it
-  const uint32_t r = (abs_bits + 0x7FFFFu + ((abs_bits >> 20) & 1u)) >> 20;
-  return sign | static_cast<uint8_t>(r - ((127u - kFp8Bias) << 3));
-}
-
 float fp4_round(float x) {
   if (std::isnan(x)) return x;
   const float a = std::fabs(x);

@@ -15,6 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 namespace qobs::kernels {
 namespace {
 
@@ -91,6 +94,37 @@ TEST(ThreadPool, OutsideAPoolTheThreadCountIsTheRequestedOne) {
   });
   EXPECT_EQ(seen.size(), 3u);
   EXPECT_EQ(resolve_num_threads(4), 4);
+}
+
+TEST(ThreadPool, OutsideAPoolHelpersAreReusedAndSurviveFork) {
+  // Calls outside a pool share parked helper threads: many calls in a row run on a
+  // bounded set of threads, not a new one per call. A child process after fork() has
+  // none of the parent's threads, so its calls must start their own (a child that
+  // waited for the parent's parked helpers would hang: the test would time out).
+  std::mutex mu;
+  std::set<std::thread::id> seen;
+  for (int call = 0; call < 50; ++call)
+    parallel_for(4, 2, [&](int64_t, int) {
+      std::lock_guard<std::mutex> lk(mu);
+      seen.insert(std::this_thread::get_id());
+    });
+  EXPECT_LE(seen.size(), 3u);  // the caller and its helper (a third only if one was still starting)
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::atomic<int64_t> sum{0};
+    std::atomic<int> started{0};
+    parallel_for(2, 2, [&](int64_t t, int) {  // needs two threads at once, as above
+      ++started;
+      while (started.load() < 2) std::this_thread::yield();
+      sum += t + 1;
+    });
+    _exit(sum.load() == 3 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "core/check.h"
 #include "qparams/qparam_math.h"
 #if QOBS_HAVE_FAST_KERNELS
 #include "kernels/search/search.h"
@@ -22,6 +23,17 @@
 #endif
 
 namespace qobs::kernels {
+
+namespace {
+/// ref::error_sums' element loop with the partials kept (add_error_sums' other dtypes).
+void add_error_sums_elementwise(const TensorView& x, const TensorView& y, double* sig, double* err) {
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double a = x.get(i), d = a - y.get(i);
+    sig[i % kErrorSumPartials] += a * a;
+    err[i % kErrorSumPartials] += d * d;
+  }
+}
+}  // namespace
 
 std::vector<double> grid_candidates(const GridSearchConfig& cfg) {
   std::vector<double> out;
@@ -252,16 +264,16 @@ const float* as_f32(const TensorView& v, int64_t begin, int64_t n, SimdLevel lev
 
 }  // namespace
 
-ErrorSums error_sums(const TensorView& x, const TensorView& y) {
+void add_error_sums(const TensorView& x, const TensorView& y, double* sig, double* err) {
+  constexpr int P = kErrorSumPartials;
+  static_assert(P == 8, "error_sums_simd keeps eight partials");
+  QOBS_CHECK(x.numel() == y.numel(), ShapeError, "error sums of ", x.numel(), " and ", y.numel(), " elements");
   const auto vec_dtype = [](const TensorView& v) {
     return (v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16) && v.is_contiguous();
   };
-  if (!vec_dtype(x) || !vec_dtype(y)) return ref::error_sums(x, y);
-  constexpr int P = kErrorSumPartials;
-  static_assert(P == 8, "error_sums_simd keeps eight partials");
   const int64_t n = x.numel();
+  if (!vec_dtype(x) || !vec_dtype(y)) return add_error_sums_elementwise(x, y, sig, err);
   const SimdLevel level = active_simd_level();
-  double sig[P] = {}, err[P] = {};
   // whole rows of P elements in lanes (bf16 / f16 widened in registers), element i on
   // partial i mod P; the last partial row here, from the same partials
   const int64_t full = detail::error_sums_simd(level, x.data, x.dtype, y.data, y.dtype, n, sig, err);
@@ -280,7 +292,16 @@ ErrorSums error_sums(const TensorView& x, const TensorView& y) {
       }
     }
   }
-  return {combine_partials(sig), combine_partials(err)};
+}
+
+ErrorSums error_sums(const TensorView& x, const TensorView& y) {
+  const auto vec_dtype = [](const TensorView& v) {
+    return (v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16) && v.is_contiguous();
+  };
+  if (!vec_dtype(x) || !vec_dtype(y)) return ref::error_sums(x, y);
+  double sig[kErrorSumPartials] = {}, err[kErrorSumPartials] = {};
+  add_error_sums(x, y, sig, err);
+  return error_sums_of(sig, err);
 }
 
 void minmax(const FlatView& flat, float* mins, float* maxs, int num_threads) {
@@ -313,6 +334,11 @@ std::pair<Tensor, Tensor> minmax_stats(const FlatView& flat, int) {
           Tensor::from_floats(flat.dtype, flat.layout.qparam_shape, maxs)};
 }
 ErrorSums error_sums(const TensorView& x, const TensorView& y) { return ref::error_sums(x, y); }
+
+void add_error_sums(const TensorView& x, const TensorView& y, double* sig, double* err) {
+  QOBS_CHECK(x.numel() == y.numel(), ShapeError, "error sums of ", x.numel(), " and ", y.numel(), " elements");
+  add_error_sums_elementwise(x, y, sig, err);
+}
 
 GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,
                              const FlatView* weights) {

@@ -52,6 +52,15 @@ inline double combine_partials(const double* p) {
   return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
 }
 ErrorSums error_sums(const TensorView& x, const TensorView& y);
+/// error_sums in pieces, for a caller that has the second tensor a block at a time: adds
+/// the elements of x and y to the kErrorSumPartials partials (element i of the piece to
+/// partial i mod kErrorSumPartials). Pieces taken in order, each but the last a multiple
+/// of kErrorSumPartials long, give the partials of the whole tensors, and
+/// error_sums_of(partials) gives error_sums' result bit for bit.
+void add_error_sums(const TensorView& x, const TensorView& y, double* signal_partials, double* error_partials);
+inline ErrorSums error_sums_of(const double* signal_partials, const double* error_partials) {
+  return {combine_partials(signal_partials), combine_partials(error_partials)};
+}
 
 /// Flat (row-major) index of the first NaN / +-Inf element of a float tensor, or -1.
 /// Threaded scan of the bit patterns for contiguous f32 / bf16 / f16 views (the

@@ -1,6 +1,9 @@
 // One module's weight -> compressed-tensors tensors (RULES §8.2-8.6, table R8.9).
 #include "pipeline/compress.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "core/check.h"
 #include "core/sizes.h"
 #include "qobs/packing.h"
@@ -103,6 +106,57 @@ std::vector<PlannedTensor> plan_compressed(const QuantizationArgs& a, const std:
   return out;
 }
 
+namespace {
+
+/// Rows [r0, r1) of a 2-D tensor with one row of qparams per weight row, as a tensor (a
+/// 0- or 1-element tensor-strategy qparam is every row's).
+Tensor qparam_rows(const Tensor& t, int64_t r0, int64_t r1) {
+  if (t.numel() <= 1) return t;
+  const int64_t width = t.shape()[1];
+  const auto* base = static_cast<const unsigned char*>(t.data()) + r0 * width * static_cast<int64_t>(dtype_size(t.dtype()));
+  return Tensor::copy_of(TensorView(base, t.dtype(), {r1 - r0, width}));
+}
+
+/// The report's error sums of `w` against dequantize(q) with the stored qparams (what a
+/// loader reconstructs), a block of rows at a time when the qparams are per row (tensor,
+/// channel, group, tensor_group): the dequantized copy is never whole (it was as large
+/// as the weight), and each block is measured while it is in cache. Blocks hold a
+/// multiple of 8 rows, so kernels::add_error_sums gives error_sums' result bit for bit.
+kernels::ErrorSums measure_dequantized(const TensorView& w, const Tensor& q, const Tensor& scale, const Tensor* zp,
+                                       const QuantizationArgs& a, const Tensor* g) {
+  double sig[kernels::kErrorSumPartials] = {}, err[kernels::kErrorSumPartials] = {};
+  const Strategy st = a.get_strategy();
+  const bool per_row = st == Strategy::kTensor || st == Strategy::kChannel || st == Strategy::kGroup ||
+                       st == Strategy::kTensorGroup;
+  const int64_t rows = w.dim() == 2 ? w.shape[0] : 0, cols = w.dim() == 2 ? w.shape[1] : 0;
+  const auto rows_of = [&](const Tensor* t) {
+    return t == nullptr || t->numel() <= 1 || (t->dim() == 2 && t->shape()[0] == rows);
+  };
+  if (!per_row || rows == 0 || cols == 0 || !w.is_contiguous() || q.shape() != w.shape || !rows_of(&scale) ||
+      !rows_of(zp)) {
+    const Tensor dq = dequantize(q.view(), scale, zp, a, nullptr, g, w.dtype);
+    kernels::add_error_sums(w, dq.view(), sig, err);
+    return kernels::error_sums_of(sig, err);
+  }
+  // about 2^20 elements per block: the block's copy stays in L2 / L3 between the two steps
+  const int64_t block_rows = std::max<int64_t>(8, ((int64_t{1} << 20) / cols) / 8 * 8);
+  const std::size_t w_es = dtype_size(w.dtype), q_es = dtype_size(q.dtype());
+  for (int64_t r0 = 0; r0 < rows; r0 += block_rows) {
+    const int64_t r1 = std::min(rows, r0 + block_rows);
+    const TensorView qv(static_cast<const unsigned char*>(q.data()) + r0 * cols * static_cast<int64_t>(q_es), q.dtype(),
+                        {r1 - r0, cols});
+    const Tensor s = qparam_rows(scale, r0, r1);
+    const std::optional<Tensor> z = zp ? std::optional<Tensor>(qparam_rows(*zp, r0, r1)) : std::nullopt;
+    const Tensor dq = dequantize(qv, s, z ? &*z : nullptr, a, nullptr, g, w.dtype);
+    const TensorView wv(static_cast<const unsigned char*>(w.data) + r0 * cols * static_cast<int64_t>(w_es), w.dtype,
+                        {r1 - r0, cols});
+    kernels::add_error_sums(wv, dq.view(), sig, err);
+  }
+  return kernels::error_sums_of(sig, err);
+}
+
+}  // namespace
+
 Compressed compress_weight(const TensorView& w, const QParams& qp, const QuantizationArgs& a, const std::string& format,
                            std::string_view label) {
   const std::vector<PlannedTensor> plan = plan_compressed(a, format, w.dtype, w.shape, label);
@@ -120,7 +174,7 @@ Compressed compress_weight(const TensorView& w, const QParams& qp, const Quantiz
   Compressed c;
   // A loader drops symmetric zero points (R8.2.3) and dequantizes without one.
   const Tensor* load_zp = a.symmetric ? nullptr : &zp;
-  c.dequantized = dequantize(q.view(), scale, load_zp, a, nullptr, g, w.dtype);
+  c.error = measure_dequantized(w, q, scale, load_zp, a, g);
   for (const PlannedTensor& p : plan) {
     Tensor t;
     if (p.local == "weight_packed") {

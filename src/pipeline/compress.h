@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/kernels.h"  // ErrorSums
 #include "qobs/args.h"
 #include "qobs/observer.h"
 #include "qobs/tensor.h"
@@ -32,7 +33,9 @@ std::vector<PlannedTensor> plan_compressed(const QuantizationArgs& args, const s
 
 struct Compressed {
   std::vector<std::pair<std::string, Tensor>> tensors;  ///< local name -> tensor, in plan order
-  Tensor dequantized;  ///< what a loader reconstructs from `tensors` (weight's dtype)
+  /// The report's sums: the weight against what a loader reconstructs from `tensors`
+  /// (kernels::error_sums of the weight and its dequantized copy, in the weight's dtype).
+  kernels::ErrorSums error;
 };
 
 /// Quantizes `weight` with calibrated qparams for storage. The scale is first converted

@@ -25,8 +25,7 @@ struct Metrics {
   double sqnr_db;
 };
 
-Metrics measure(const TensorView& w, const Tensor& dq) {
-  const kernels::ErrorSums sums = kernels::error_sums(w, dq.view());
+Metrics measure(const kernels::ErrorSums& sums) {
   const double sig = sums.signal, err = sums.error;
   const double rel = sig > 0 ? err / sig : (err > 0 ? INFINITY : 0.0);
   const double sqnr = err > 0 ? 10.0 * std::log10(sig / err) : INFINITY;
@@ -89,7 +88,7 @@ JobResult calibrate_job(const Checkpoint& ckpt, const QuantizePlan& plan, std::s
     t.shape = m.weight->shape;
     t.dtype = std::string(dtype_name(m.weight->dtype));
     t.observer = group.observer;
-    const Metrics mt = measure(views[k], r.outputs[k].dequantized);
+    const Metrics mt = measure(r.outputs[k].error);
     t.rel_mse = mt.rel_mse;
     t.sqnr_db = mt.sqnr_db;
     t.seconds = secs / static_cast<double>(job.members.size());
@@ -107,13 +106,12 @@ JobResult calibrate_job(const Checkpoint& ckpt, const QuantizePlan& plan, std::s
       const std::vector<QParams> bq = calibrate(views, labels, wargs, base, {});
       for (std::size_t k = 0; k < job.members.size(); ++k) {
         const Compressed bc = compress_weight(views[k], bq[k], wargs, group.format(), labels[k]);
-        const Metrics mt = measure(views[k], bc.dequantized);
+        const Metrics mt = measure(bc.error);
         r.reports[k].baseline_rel_mse = mt.rel_mse;
         r.reports[k].baseline_sqnr_db = mt.sqnr_db;
       }
     }
   }
-  for (auto& c : r.outputs) c.dequantized = Tensor();  // only the metrics needed it
   return r;
 }
 

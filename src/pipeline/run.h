@@ -18,7 +18,7 @@ namespace qobs::detail {
 
 /// What one job produced, per member: the tensors to write and the report line.
 struct JobResult {
-  std::vector<Compressed> outputs;  ///< `dequantized` already dropped
+  std::vector<Compressed> outputs;
   std::vector<TensorReport> reports;
 };
 

@@ -5,7 +5,10 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <random>
+#include <vector>
 
+#include "kernels/kernels.h"
 #include "pipeline/compress.h"
 #include "qobs/error.h"
 #include "qobs/io.h"
@@ -64,6 +67,46 @@ TEST(Compress, EmptyWeightInACheckpointNamesTheTensor) {
   expect_error<InvalidArgument>([&] { quantize_checkpoint(o); },
                                 {"model.layers.0.mlp.up_proj.weight", "(0, 128)", "no elements"});
   EXPECT_FALSE(fs::exists(dir.path / "out"));
+}
+
+TEST(Compress, ReportSumsMeasuredByRowBlocksEqualTheWholeDequantizedWeight) {
+  // compress_weight measures the weight against its dequantized copy a block of rows at a
+  // time (qparams per row: tensor, channel, group, tensor_group), or whole (block
+  // strategy, MX). Either way the sums are ref::error_sums of the weight and the whole
+  // dequantized weight, bit for bit: shapes below, at and across the block boundary
+  // (2^20 elements), rows of 500 (a block must still hold a multiple of 8 elements), f32
+  // and bf16, symmetric and asymmetric zero points.
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  for (const std::string name : {"W4A16", "W4A16_ASYM", "W8A16", "W8A8", "NVFP4A16", "FP8_DYNAMIC", "FP8_BLOCK",
+                                 "MXFP4A16"})
+    for (DType dt : {DType::kF32, DType::kBF16})
+      for (const Shape& shape : {Shape{5, 256}, Shape{136, 128}, Shape{8200, 128}, Shape{300, 4096}, Shape{6300, 500}}) {
+        const QuantizationScheme s = scheme(name);
+        const QuantizationArgs& a = *s.weights;
+        // 500 columns: rows of a length that is no multiple of 8, for the per-channel schemes
+        if (shape[1] % 128 != 0 && (a.group_size || a.block_structure)) continue;
+        std::vector<float> v(static_cast<std::size_t>(shape[0] * shape[1]));
+        // heavy tails (a few values 10^3 larger): sums whose rounding depends on the order
+        for (float& x : v) x = nd(rng) * (rng() % 97 == 0 ? 1000.0f : 1.0f);
+        const Tensor w = Tensor::from_floats(dt, shape, v);
+        auto obs = load_observer("memoryless_minmax", "weight", a);
+        obs->observe(w.view());
+        const QParams qp = obs->get_qparams();
+        const detail::Compressed c = detail::compress_weight(w.view(), qp, a, *s.format, "m.weight");
+        // the whole dequantized weight, as compress_weight quantizes it (R5.7.5, R8.2.5)
+        const Tensor scale = qp.scale.to(detail::model_dtype_of(dt));
+        const Tensor* g = qp.global_scale ? &*qp.global_scale : nullptr;
+        std::optional<DType> q_dt;
+        if (a.type == QuantType::kInt || a.num_bits == 8) q_dt = a.pytorch_dtype();
+        const Tensor q = quantize(w.view(), scale, &qp.zero_point, a, nullptr, g, q_dt);
+        const Tensor dq = dequantize(q.view(), scale, a.symmetric ? nullptr : &qp.zero_point, a, nullptr, g, dt);
+        const kernels::ErrorSums expect = kernels::ref::error_sums(w.view(), dq.view());
+        const std::string at = name + " " + std::string(dtype_name(dt)) + " " + shape_str(shape);
+        EXPECT_EQ(c.error.signal, expect.signal) << at;
+        EXPECT_EQ(c.error.error, expect.error) << at;
+        EXPECT_GT(c.error.error, 0.0) << at;
+      }
 }
 
 TEST(Decompress, ConfigGroupWithoutWeightsIsRefused) {

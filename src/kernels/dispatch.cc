@@ -112,32 +112,18 @@ Tensor qdq(QdqOp op, const TensorView& x, const Tensor& scale, const Tensor* zer
 #if QOBS_HAVE_FAST_KERNELS
 namespace {
 
-/// nan_min_max of contiguous bf16 / f16 values from their int16 keys (minmax_keys16_simd):
+/// nan_min_max of contiguous bf16 / f16 values from their int16 keys (minmax16_threaded):
 /// one threaded pass over the patterns, no widening. A NaN anywhere gives NaN for both,
 /// as the float path does. A zero extreme returns nullopt: which zero the float path
 /// returns depends on its order of comparisons, so it answers those itself.
 std::optional<std::pair<double, double>> nan_min_max16(const TensorView& v, SimdLevel level) {
   const int64_t n = v.numel();
-  const auto* x = static_cast<const uint16_t*>(v.data);
-  const bool bf16 = v.dtype == DType::kBF16;
   const int threads = n >= (int64_t{1} << 18) ? resolve_num_threads(0) : 1;
-  const int64_t parts = threads == 1 ? 1 : threads * 2, step = (n + parts - 1) / parts;
-  std::vector<int16_t> lo(static_cast<std::size_t>(parts), INT16_MAX), hi(static_cast<std::size_t>(parts), INT16_MIN);
-  parallel_for(parts, threads, [&](int64_t p, int) {
-    const int64_t b = p * step, e = std::min(n, b + step);
-    if (e > b) detail::minmax_keys16_simd(level, x + b, e - b, &lo[static_cast<std::size_t>(p)], &hi[static_cast<std::size_t>(p)]);
-  });
-  const int16_t klo = *std::min_element(lo.begin(), lo.end()), khi = *std::max_element(hi.begin(), hi.end());
-  const auto key_of = [](uint16_t b) { return static_cast<int16_t>(b ^ ((b & 0x8000u) ? 0x7FFFu : 0u)); };
-  const uint16_t inf = bf16 ? 0x7F80u : 0x7C00u;
-  if (khi > key_of(inf) || klo < key_of(static_cast<uint16_t>(inf | 0x8000u)))
-    return std::pair<double, double>{NAN, NAN};
-  if (klo == 0 || klo == -1 || khi == 0 || khi == -1) return std::nullopt;  // a zero extreme
-  const auto value_of = [&](int16_t k) {
-    const auto b = static_cast<uint16_t>(key_of(static_cast<uint16_t>(k)));  // the map is an involution
-    return bf16 ? static_cast<double>(bf16_to_float(b)) : static_cast<double>(f16_to_float(b));
-  };
-  return std::pair<double, double>{value_of(klo), value_of(khi)};
+  const detail::KeyExtremes k = detail::minmax16_threaded(level, static_cast<const uint16_t*>(v.data), n,
+                                                          v.dtype == DType::kBF16, threads == 1 ? 1 : threads * 2, threads);
+  if (k.nan) return std::pair<double, double>{NAN, NAN};
+  if (k.zero) return std::nullopt;
+  return std::pair<double, double>{k.lo, k.hi};
 }
 
 }  // namespace

@@ -380,7 +380,10 @@ void Narrow16(const float* src, int64_t n, bool is_bf16, uint16_t* dst) {
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include "kernels/simd/simd_dispatch.h"  // QOBS_SIMD_DISPATCH
+#include <vector>
+
+#include "kernels/parallel/thread_pool.h"  // parallel_for
+#include "kernels/simd/simd_dispatch.h"    // QOBS_SIMD_DISPATCH
 
 namespace qobs::kernels::detail {
 
@@ -400,6 +403,29 @@ int minmax_groups_to16_simd(SimdLevel level, const uint16_t* x, bool bf16, int64
 }
 void minmax_keys16_simd(SimdLevel level, const uint16_t* x, int64_t n, int16_t* lo, int16_t* hi) {
   QOBS_SIMD_DISPATCH(MinMaxKeys16(x, n, lo, hi));
+}
+KeyExtremes key_extremes16(int16_t lo, int16_t hi, bool is_bf16) {
+  const auto key_of = [](uint16_t b) { return static_cast<int16_t>(b ^ ((b & 0x8000u) ? 0x7FFFu : 0u)); };
+  const uint16_t inf = is_bf16 ? 0x7F80u : 0x7C00u;
+  KeyExtremes r;
+  r.nan = hi > key_of(inf) || lo < key_of(static_cast<uint16_t>(inf | 0x8000u));
+  r.zero = lo == 0 || lo == -1 || hi == 0 || hi == -1;  // the keys of +0 and -0
+  const auto value_of = [&](int16_t k) {
+    const auto b = static_cast<uint16_t>(key_of(static_cast<uint16_t>(k)));  // the map is an involution
+    return is_bf16 ? bf16_to_float(b) : f16_to_float(b);
+  };
+  r.lo = value_of(lo);
+  r.hi = value_of(hi);
+  return r;
+}
+KeyExtremes minmax16_threaded(SimdLevel level, const uint16_t* x, int64_t n, bool is_bf16, int64_t parts, int threads) {
+  const int64_t step = (n + parts - 1) / parts;
+  std::vector<int16_t> lo(static_cast<std::size_t>(parts), INT16_MAX), hi(static_cast<std::size_t>(parts), INT16_MIN);
+  parallel_for(parts, threads, [&](int64_t p, int) {
+    const int64_t b = p * step, e = std::min(n, b + step);
+    if (e > b) minmax_keys16_simd(level, x + b, e - b, &lo[static_cast<std::size_t>(p)], &hi[static_cast<std::size_t>(p)]);
+  });
+  return key_extremes16(*std::min_element(lo.begin(), lo.end()), *std::max_element(hi.begin(), hi.end()), is_bf16);
 }
 void widen_simd(SimdLevel level, const uint16_t* src, int64_t n, bool is_bf16, float* dst) {
   if (level == SimdLevel::kScalar) {  // the scalar twin, so that callers need no fallback of their own

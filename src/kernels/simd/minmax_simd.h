@@ -28,6 +28,17 @@ bool minmax_groups_simd(SimdLevel level, const void* x, DType dt, int64_t num_gr
 /// results alone show the extremes, and whether a NaN or an infinity is present. The
 /// map is its own inverse.
 void minmax_keys16_simd(SimdLevel level, const uint16_t* x, int64_t n, int16_t* lo, int16_t* hi);
+/// What the least and greatest keys of minmax_keys16_simd say: a NaN is present, or
+/// one of the extremes is a zero (whose sign the callers' rules settle from the order
+/// of the values), or else the extremes as floats (exact).
+struct KeyExtremes {
+  bool nan = false;
+  bool zero = false;
+  float lo = 0.0f, hi = 0.0f;
+};
+KeyExtremes key_extremes16(int16_t lo, int16_t hi, bool is_bf16);
+/// minmax_keys16_simd over [0, n) split into `parts` ranges on up to `threads` threads.
+KeyExtremes minmax16_threaded(SimdLevel level, const uint16_t* x, int64_t n, bool is_bf16, int64_t parts, int threads);
 /// minmax_groups_simd's AVX-512 32-group passes with the results stored as the data's
 /// own 16-bit patterns (no float round trip): num_groups a multiple of 32, len 16 or a
 /// multiple of 32. Returns 1 when done, 0 when some value is NaN, -1 when the level or

@@ -2,6 +2,7 @@
 #include "pipeline/compress.h"
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 
 #include "core/check.h"
@@ -117,42 +118,72 @@ Tensor qparam_rows(const Tensor& t, int64_t r0, int64_t r1) {
   return Tensor::copy_of(TensorView(base, t.dtype(), {r1 - r0, width}));
 }
 
-/// The report's error sums of `w` against dequantize(q) with the stored qparams (what a
-/// loader reconstructs), a block of rows at a time when the qparams are per row (tensor,
-/// channel, group, tensor_group): the dequantized copy is never whole (it was as large
-/// as the weight), and each block is measured while it is in cache. Blocks hold a
-/// multiple of 8 rows, so kernels::add_error_sums gives error_sums' result bit for bit.
-kernels::ErrorSums measure_dequantized(const TensorView& w, const Tensor& q, const Tensor& scale, const Tensor* zp,
-                                       const QuantizationArgs& a, const Tensor* g) {
+/// The quantized weight, its packed form (when the format packs) and the report's error
+/// sums of `w` against dequantize(q) with the stored qparams (what a loader
+/// reconstructs). When the qparams are per row (tensor, channel, group, tensor_group) of
+/// a 2-D weight, this runs a block of rows at a time: quantize, pack into the packed
+/// tensor's rows, dequantize and add to the sums while the block is in cache, so neither
+/// the quantized nor the dequantized copy is ever whole (each was as large as the
+/// weight). Quantization, packing and dequantization are element- or row-wise, and the
+/// blocks hold a multiple of 8 elements so that kernels::add_error_sums gives
+/// error_sums' result bit for bit: the outputs equal the whole-tensor steps'.
+struct Quantized {
+  Tensor q;       ///< the whole quantized weight, when the format stores it or packing was not by blocks
+  Tensor packed;  ///< weight_packed, when the format packs and it was packed by blocks
+  kernels::ErrorSums error;
+};
+
+Quantized quantize_and_measure(const TensorView& w, const Tensor& scale, const Tensor& zp, const QuantizationArgs& a,
+                               const Tensor* g, std::optional<DType> q_dt, const std::string& format,
+                               const PlannedTensor* packed_plan, std::string_view label) {
+  // A loader drops symmetric zero points (R8.2.3) and dequantizes without one.
+  const bool load_zp = !a.symmetric;
   double sig[kernels::kErrorSumPartials] = {}, err[kernels::kErrorSumPartials] = {};
+  Quantized out;
   const Strategy st = a.get_strategy();
   const bool per_row = st == Strategy::kTensor || st == Strategy::kChannel || st == Strategy::kGroup ||
                        st == Strategy::kTensorGroup;
   const int64_t rows = w.dim() == 2 ? w.shape[0] : 0, cols = w.dim() == 2 ? w.shape[1] : 0;
-  const auto rows_of = [&](const Tensor* t) {
-    return t == nullptr || t->numel() <= 1 || (t->dim() == 2 && t->shape()[0] == rows);
-  };
-  if (!per_row || rows == 0 || cols == 0 || !w.is_contiguous() || q.shape() != w.shape || !rows_of(&scale) ||
-      !rows_of(zp)) {
-    const Tensor dq = dequantize(q.view(), scale, zp, a, nullptr, g, w.dtype);
+  const auto rows_of = [&](const Tensor& t) { return t.numel() <= 1 || (t.dim() == 2 && t.shape()[0] == rows); };
+  if (!per_row || rows == 0 || cols == 0 || !w.is_contiguous() || !rows_of(scale) || !rows_of(zp)) {
+    out.q = quantize(w, scale, &zp, a, nullptr, g, q_dt);
+    const Tensor dq = dequantize(out.q.view(), scale, load_zp ? &zp : nullptr, a, nullptr, g, w.dtype);
     kernels::add_error_sums(w, dq.view(), sig, err);
-    return kernels::error_sums_of(sig, err);
+    out.error = kernels::error_sums_of(sig, err);
+    return out;
   }
-  // about 2^20 elements per block: the block's copy stays in L2 / L3 between the two steps
+  // Packed by blocks only where the format packs; a format that stores q itself
+  // quantizes it whole first and is measured by blocks.
+  const bool pack_blocks = packed_plan != nullptr && packed_plan->shape.size() == 2 && packed_plan->shape[0] == rows;
+  if (pack_blocks) out.packed = Tensor::uninitialized(packed_plan->dtype, packed_plan->shape);
+  else out.q = quantize(w, scale, &zp, a, nullptr, g, q_dt);
+  // about 2^20 elements per block: the block's copies stay in L2 / L3 between the steps
   const int64_t block_rows = std::max<int64_t>(8, ((int64_t{1} << 20) / cols) / 8 * 8);
-  const std::size_t w_es = dtype_size(w.dtype), q_es = dtype_size(q.dtype());
+  const std::size_t w_es = dtype_size(w.dtype);
   for (int64_t r0 = 0; r0 < rows; r0 += block_rows) {
     const int64_t r1 = std::min(rows, r0 + block_rows);
-    const TensorView qv(static_cast<const unsigned char*>(q.data()) + r0 * cols * static_cast<int64_t>(q_es), q.dtype(),
-                        {r1 - r0, cols});
-    const Tensor s = qparam_rows(scale, r0, r1);
-    const std::optional<Tensor> z = zp ? std::optional<Tensor>(qparam_rows(*zp, r0, r1)) : std::nullopt;
-    const Tensor dq = dequantize(qv, s, z ? &*z : nullptr, a, nullptr, g, w.dtype);
     const TensorView wv(static_cast<const unsigned char*>(w.data) + r0 * cols * static_cast<int64_t>(w_es), w.dtype,
                         {r1 - r0, cols});
+    const Tensor s = qparam_rows(scale, r0, r1), z = qparam_rows(zp, r0, r1);
+    Tensor qb;
+    TensorView qv;
+    if (pack_blocks) {
+      qb = quantize(wv, s, &z, a, nullptr, g, q_dt);
+      qv = qb.view();
+      const Tensor pb = packs_fp4(format) ? pack_fp4(qb, label) : pack_int_rows(qb, a.num_bits, label);
+      const std::size_t row_bytes = static_cast<std::size_t>(pb.nbytes() / (r1 - r0));
+      std::memcpy(static_cast<unsigned char*>(out.packed.data()) + static_cast<std::size_t>(r0) * row_bytes, pb.data(),
+                  pb.nbytes());
+    } else {
+      qv = TensorView(static_cast<const unsigned char*>(out.q.data()) +
+                          r0 * cols * static_cast<int64_t>(dtype_size(out.q.dtype())),
+                      out.q.dtype(), {r1 - r0, cols});
+    }
+    const Tensor dq = dequantize(qv, s, load_zp ? &z : nullptr, a, nullptr, g, w.dtype);
     kernels::add_error_sums(wv, dq.view(), sig, err);
   }
-  return kernels::error_sums_of(sig, err);
+  out.error = kernels::error_sums_of(sig, err);
+  return out;
 }
 
 }  // namespace
@@ -169,18 +200,20 @@ Compressed compress_weight(const TensorView& w, const QParams& qp, const Quantiz
   const Tensor* g = qp.global_scale ? &*qp.global_scale : nullptr;
   std::optional<DType> q_dt;
   if (a.type == QuantType::kInt || a.num_bits == 8) q_dt = a.pytorch_dtype();  // int8/16/32 or fp8
-  const Tensor q = quantize(w, scale, &zp, a, nullptr, g, q_dt);
+  const PlannedTensor* packed_plan = nullptr;
+  for (const PlannedTensor& p : plan)
+    if (p.local == "weight_packed") packed_plan = &p;
+  Quantized qz = quantize_and_measure(w, scale, zp, a, g, q_dt, format, packed_plan, label);
 
   Compressed c;
-  // A loader drops symmetric zero points (R8.2.3) and dequantizes without one.
-  const Tensor* load_zp = a.symmetric ? nullptr : &zp;
-  c.error = measure_dequantized(w, q, scale, load_zp, a, g);
+  c.error = qz.error;
   for (const PlannedTensor& p : plan) {
     Tensor t;
     if (p.local == "weight_packed") {
-      t = packs_fp4(format) ? pack_fp4(q, label) : pack_int_rows(q, a.num_bits, label);
+      if (qz.packed.numel() > 0) t = std::move(qz.packed);
+      else t = packs_fp4(format) ? pack_fp4(qz.q, label) : pack_int_rows(qz.q, a.num_bits, label);
     } else if (p.local == "weight") {
-      t = q;
+      t = std::move(qz.q);
     } else if (p.local == "weight_scale") {
       if (p.dtype == DType::kU8) t = encode_e8m0(scale, label);  // R8.6.2
       else t = scale.to(p.dtype);                                 // model dtype, or fp8 (R8.5.2)

@@ -1,5 +1,5 @@
-// The vector types of the kernel files, per Highway target, and the exact widening of
-// 16-bit float patterns into them: included inside each file's per-target namespace
+// The vector types of the kernel files, per Highway target, the exact widening of
+// 16-bit float patterns into them and the RNE narrowing to bf16 patterns: included inside each file's per-target namespace
 // (after `namespace hn`), once per target -- hence no include guard.
 
 using DF = hn::ScalableTag<float>;
@@ -18,4 +18,13 @@ HWY_INLINE VF load_widen16(const uint16_t* p, bool bf16) {
   const auto raw = hn::LoadU(d16, p);
   if (bf16) return hn::BitCast(DF(), hn::ShiftLeft<16>(hn::PromoteTo(DU(), raw)));
   return hn::PromoteTo(DF(), hn::BitCast(hn::Rebind<hwy::float16_t, DF>(), raw));
+}
+
+/// Lanes(DF) floats rounded to nearest even bf16, as the bf16 patterns: float_to_bf16 for
+/// every non-NaN lane (a NaN lane is the caller's to fix).
+HWY_INLINE hn::Vec<hn::Rebind<uint16_t, DF>> bf16_bits(VF v) {
+  const DU du;
+  auto u = hn::BitCast(du, v);
+  u = hn::ShiftRight<16>(hn::Add(u, hn::Add(hn::Set(du, 0x7FFFu), hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u)))));
+  return hn::DemoteTo(hn::Rebind<uint16_t, DF>(), hn::BitCast(DI(), u));
 }

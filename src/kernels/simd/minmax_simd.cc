@@ -326,9 +326,8 @@ void MinMaxKeys16(const uint16_t* x, int64_t n, int16_t* lo_out, int16_t* hi_out
   int16_t lo = hn::GetLane(hn::MinOfLanes(d, hn::Min(hn::Min(lo0, lo1), hn::Min(lo2, lo3))));
   int16_t hi = hn::GetLane(hn::MaxOfLanes(d, hn::Max(hn::Max(hi0, hi1), hn::Max(hi2, hi3))));
   for (; j < n; ++j) {
-    const auto k = static_cast<int16_t>(x[j] ^ ((x[j] & 0x8000u) ? 0x7FFFu : 0u));
-    lo = std::min(lo, k);
-    hi = std::max(hi, k);
+    lo = std::min(lo, key16_of(x[j]));
+    hi = std::max(hi, key16_of(x[j]));
   }
   *lo_out = lo;
   *hi_out = hi;
@@ -359,11 +358,8 @@ void Narrow16(const float* src, int64_t n, bool is_bf16, uint16_t* dst) {
   for (; j + N <= n; j += N) {
     const VF v = hn::LoadU(df, src + j);
     nan = hn::Or(nan, hn::IsNaN(v));
-    if (is_bf16) {  // float_to_bf16's RNE: add 0x7FFF plus the lowest kept bit, truncate
-      const DU du;
-      auto u = hn::BitCast(du, v);
-      u = hn::ShiftRight<16>(hn::Add(u, hn::Add(hn::Set(du, 0x7FFFu), hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u)))));
-      hn::StoreU(hn::DemoteTo(d16, hn::BitCast(DI(), u)), d16, dst + j);
+    if (is_bf16) {
+      hn::StoreU(bf16_bits(v), d16, dst + j);  // float_to_bf16's RNE
     } else {
       hn::StoreU(hn::BitCast(d16, hn::DemoteTo(dh16, v)), d16, dst + j);  // the hardware's RNE
     }
@@ -405,13 +401,12 @@ void minmax_keys16_simd(SimdLevel level, const uint16_t* x, int64_t n, int16_t* 
   QOBS_SIMD_DISPATCH(MinMaxKeys16(x, n, lo, hi));
 }
 KeyExtremes key_extremes16(int16_t lo, int16_t hi, bool is_bf16) {
-  const auto key_of = [](uint16_t b) { return static_cast<int16_t>(b ^ ((b & 0x8000u) ? 0x7FFFu : 0u)); };
   const uint16_t inf = is_bf16 ? 0x7F80u : 0x7C00u;
   KeyExtremes r;
-  r.nan = hi > key_of(inf) || lo < key_of(static_cast<uint16_t>(inf | 0x8000u));
+  r.nan = hi > key16_of(inf) || lo < key16_of(static_cast<uint16_t>(inf | 0x8000u));
   r.zero = lo == 0 || lo == -1 || hi == 0 || hi == -1;  // the keys of +0 and -0
   const auto value_of = [&](int16_t k) {
-    const auto b = static_cast<uint16_t>(key_of(static_cast<uint16_t>(k)));  // the map is an involution
+    const auto b = static_cast<uint16_t>(key16_of(static_cast<uint16_t>(k)));  // the map is an involution
     return is_bf16 ? bf16_to_float(b) : f16_to_float(b);
   };
   r.lo = value_of(lo);

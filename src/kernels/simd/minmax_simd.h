@@ -28,6 +28,8 @@ bool minmax_groups_simd(SimdLevel level, const void* x, DType dt, int64_t num_gr
 /// results alone show the extremes, and whether a NaN or an infinity is present. The
 /// map is its own inverse.
 void minmax_keys16_simd(SimdLevel level, const uint16_t* x, int64_t n, int16_t* lo, int16_t* hi);
+/// The key of one bf16 / f16 pattern (the map minmax_keys16_simd uses; its own inverse).
+inline int16_t key16_of(uint16_t b) { return static_cast<int16_t>(b ^ ((b & 0x8000u) ? 0x7FFFu : 0u)); }
 /// What the least and greatest keys of minmax_keys16_simd say: a NaN is present, or
 /// one of the extremes is a zero (whose sign the callers' rules settle from the order
 /// of the values), or else the extremes as floats (exact).

@@ -65,7 +65,6 @@ template <bool kZp>
 bool ShrunkQParams16T(const qobs::detail::ShrunkQParams& Q, const uint16_t* lo, const uint16_t* hi, bool in_bf16,
                       int64_t n, DType scale_dt, void* scale_out, float* zp) {
   const DF df;
-  const DU du;
   const hn::Rebind<uint16_t, DF> d16;
   const hn::Rebind<hwy::float16_t, DF> dh16;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -73,9 +72,7 @@ bool ShrunkQParams16T(const qobs::detail::ShrunkQParams& Q, const uint16_t* lo, 
     if (scale_dt == DType::kF32) {
       hn::StoreU(s, df, static_cast<float*>(scale_out) + j);
     } else if (scale_dt == DType::kBF16) {
-      // narrow_to's RNE leaves the bf16 pattern in the top half
-      const auto u = hn::ShiftRight<16>(hn::BitCast(du, narrow_to(Narrow::kBF16, s)));
-      hn::StoreU(hn::DemoteTo(d16, hn::BitCast(DI(), u)), d16, static_cast<uint16_t*>(scale_out) + j);
+      hn::StoreU(bf16_bits(s), d16, static_cast<uint16_t*>(scale_out) + j);
     } else {
       hn::StoreU(hn::BitCast(d16, hn::DemoteTo(dh16, s)), d16, static_cast<uint16_t*>(scale_out) + j);
     }

@@ -24,17 +24,6 @@
 
 namespace qobs::kernels {
 
-namespace {
-/// ref::error_sums' element loop with the partials kept (add_error_sums' other dtypes).
-void add_error_sums_elementwise(const TensorView& x, const TensorView& y, double* sig, double* err) {
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    const double a = x.get(i), d = a - y.get(i);
-    sig[i % kErrorSumPartials] += a * a;
-    err[i % kErrorSumPartials] += d * d;
-  }
-}
-}  // namespace
-
 std::vector<double> grid_candidates(const GridSearchConfig& cfg) {
   std::vector<double> out;
   // R6.6.5: S = trunc(maxshrink * grid) in double; candidates p_i = 1 - i/grid.
@@ -258,7 +247,7 @@ void add_error_sums(const TensorView& x, const TensorView& y, double* sig, doubl
     return (v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16) && v.is_contiguous();
   };
   const int64_t n = x.numel();
-  if (!vec_dtype(x) || !vec_dtype(y)) return add_error_sums_elementwise(x, y, sig, err);
+  if (!vec_dtype(x) || !vec_dtype(y)) return ref::add_error_sums(x, y, sig, err);
   const SimdLevel level = active_simd_level();
   // whole rows of P elements in lanes (bf16 / f16 widened in registers), element i on
   // partial i mod P; the last partial row here, from the same partials
@@ -278,16 +267,6 @@ void add_error_sums(const TensorView& x, const TensorView& y, double* sig, doubl
       }
     }
   }
-}
-
-ErrorSums error_sums(const TensorView& x, const TensorView& y) {
-  const auto vec_dtype = [](const TensorView& v) {
-    return (v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16) && v.is_contiguous();
-  };
-  if (!vec_dtype(x) || !vec_dtype(y)) return ref::error_sums(x, y);
-  double sig[kErrorSumPartials] = {}, err[kErrorSumPartials] = {};
-  add_error_sums(x, y, sig, err);
-  return error_sums_of(sig, err);
 }
 
 void minmax(const FlatView& flat, float* mins, float* maxs, int num_threads) {
@@ -319,11 +298,9 @@ std::pair<Tensor, Tensor> minmax_stats(const FlatView& flat, int) {
   return {Tensor::from_floats(flat.dtype, flat.layout.qparam_shape, mins),
           Tensor::from_floats(flat.dtype, flat.layout.qparam_shape, maxs)};
 }
-ErrorSums error_sums(const TensorView& x, const TensorView& y) { return ref::error_sums(x, y); }
-
 void add_error_sums(const TensorView& x, const TensorView& y, double* sig, double* err) {
   QOBS_CHECK(x.numel() == y.numel(), ShapeError, "error sums of ", x.numel(), " and ", y.numel(), " elements");
-  add_error_sums_elementwise(x, y, sig, err);
+  ref::add_error_sums(x, y, sig, err);
 }
 
 GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,
@@ -331,5 +308,11 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
   return ref::grid_search(flat, search_args, cfg, weights);
 }
 #endif
+
+ErrorSums error_sums(const TensorView& x, const TensorView& y) {
+  double sig[kErrorSumPartials] = {}, err[kErrorSumPartials] = {};
+  add_error_sums(x, y, sig, err);
+  return error_sums_of(sig, err);
+}
 
 }  // namespace qobs::kernels

@@ -180,6 +180,8 @@ LsqSearchResult lsq_search(const FlatView& flat, const QuantizationArgs& args, c
 void sum_squares_by_column(const TensorView& x, int64_t cols, double* acc);
 /// Element by element through TensorView::get.
 ErrorSums error_sums(const TensorView& x, const TensorView& y);
+/// The same loop with the partials kept (add_error_sums' path for other dtypes).
+void add_error_sums(const TensorView& x, const TensorView& y, double* signal_partials, double* error_partials);
 GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,
                              const FlatView* weights = nullptr);
 /// Element by element through Tensor::get / set and the qparam_math.h element steps.

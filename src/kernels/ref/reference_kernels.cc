@@ -36,15 +36,19 @@ void sum_squares_by_column(const TensorView& x, int64_t cols, double* acc) {
     }
 }
 
-ErrorSums error_sums(const TensorView& x, const TensorView& y) {
-  static_assert(kErrorSumPartials == 8, "combine_partials adds eight partials");
-  double sig[kErrorSumPartials] = {}, err[kErrorSumPartials] = {};
+void add_error_sums(const TensorView& x, const TensorView& y, double* sig, double* err) {
   for (int64_t i = 0; i < x.numel(); ++i) {
     const double a = x.get(i), d = a - y.get(i);
     sig[i % kErrorSumPartials] += a * a;
     err[i % kErrorSumPartials] += d * d;
   }
-  return {combine_partials(sig), combine_partials(err)};
+}
+
+ErrorSums error_sums(const TensorView& x, const TensorView& y) {
+  static_assert(kErrorSumPartials == 8, "combine_partials adds eight partials");
+  double sig[kErrorSumPartials] = {}, err[kErrorSumPartials] = {};
+  add_error_sums(x, y, sig, err);
+  return error_sums_of(sig, err);
 }
 
 GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,

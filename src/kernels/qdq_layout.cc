@@ -62,8 +62,7 @@ Prepared prepare_scale(const Tensor& scale, const Tensor* global_scale, NumericM
   const DType s_dt = qobs::detail::promote_float_dtypes(scale.dtype(), DType::kF32);
   if (s_dt == DType::kF32) {
     // Arith's f32 division: float(s) / float(g), one rounding (s is exactly a float)
-    Tensor out = scale.to(DType::kF32);
-    if (out.data() == scale.data()) out = Tensor::copy_of(scale.view());
+    Tensor out = scale.to(DType::kF32);  // a copy of its own (Tensor copies its bytes)
     const float gf = static_cast<float>(*g);
     float* p = out.data_as<float>();
     for (int64_t i = 0, n = out.numel(); i < n; ++i) p[i] /= gf;

@@ -140,6 +140,7 @@ struct LsqSearchResult {
   std::vector<double> scale, zero_point;
   DType scale_dtype = DType::kF32;
   int64_t candidates_evaluated = 0;  ///< (scale, zero point) pairs scored, all groups
+  int threads_used = 1;              ///< workers the groups were spread over
 };
 
 /// Per group, the (scale, zero point) of least (weighted) squared QDQ error among the

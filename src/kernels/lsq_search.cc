@@ -621,7 +621,10 @@ LsqSearchResult run(const FlatView& flat, const QuantizationArgs& args, const Ls
   std::vector<int64_t> evals(static_cast<std::size_t>(nq));
   const int64_t per_task = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, len));
   const int64_t tasks = (nq + per_task - 1) / per_task;
-  parallel_for(tasks, threads, [&](int64_t t, int) {
+  // 0 means QOBS_NUM_THREADS / the pool / the hardware, as for every kernel: passed on
+  // as 0, parallel_for would run on the caller alone
+  res.threads_used = static_cast<int>(std::min<int64_t>(resolve_num_threads(threads), tasks));
+  parallel_for(tasks, res.threads_used, [&](int64_t t, int) {
     std::vector<float> x(static_cast<std::size_t>(len)), w(weights ? static_cast<std::size_t>(len) : 0);
     for (int64_t q = t * per_task; q < std::min(nq, (t + 1) * per_task); ++q) {
       flat.gather(q, x.data());

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "kernels/kernels.h"
+#include "kernels/parallel/thread_pool.h"
 #include "qobs/qobs.h"
 #include "test_util.h"
 
@@ -308,6 +309,25 @@ TEST(LsqObservers, ThreadedEqualsScalarReference) {
     EXPECT_EQ(a.scale, b.scale) << preset;
     EXPECT_EQ(a.zero_point, b.zero_point) << preset;
   }
+}
+
+// num_threads = 0 is "the budget" (QOBS_NUM_THREADS, the pool, the hardware), as for
+// every kernel. It used to reach parallel_for as 0 and run every group on the caller.
+TEST(LsqObservers, DefaultThreadsTakeThePoolsBudget) {
+  std::mt19937 rng(5);
+  const QuantizationArgs args = weights_of("W4A16").validated();
+  const Tensor w = random_weight(rng, 64, 4096);  // 2048 groups: four tasks of 512
+  const FlatView flat = flatten_for_calibration(w.view(), "weight", args);
+  kernels::LsqSearchConfig cfg;  // num_threads = 0
+  kernels::LsqSearchResult res;
+  {
+    kernels::ThreadPool pool(3);
+    pool.submit([&] { res = kernels::lsq_search(flat, args, cfg); });
+  }
+  EXPECT_EQ(res.threads_used, 3);
+  cfg.num_threads = 2;
+  EXPECT_EQ(kernels::lsq_search(flat, args, cfg).threads_used, 2);
+  EXPECT_EQ(kernels::lsq_search(flat, args, cfg).scale, res.scale);
 }
 
 TEST(LsqObservers, RegisteredAndValidated) {

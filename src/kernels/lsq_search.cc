@@ -8,6 +8,7 @@
 // canonical order of lsq_error_simd.h.
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <tuple>
 #include <utility>
@@ -17,7 +18,7 @@
 #include "core/check.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel/thread_pool.h"
-#include "kernels/lsq_sweep.h"
+#include "kernels/lsq_reference_candidates.h"
 #include "kernels/search/select.h"
 #include "kernels/simd/lsq_candidates_simd.h"
 #include "kernels/simd/lsq_error_simd.h"
@@ -27,7 +28,7 @@ namespace qobs::kernels {
 
 namespace {
 
-namespace lanes = qobs::kernels::detail;  // the lanes (simd/lsq_*_simd.h) and the sweep order (lsq_sweep.h)
+namespace lanes = qobs::kernels::detail;  // the lanes (simd/lsq_*_simd.h) and the sweep order (lsq_reference_candidates.h)
 
 using qobs::detail::Arith;
 using qobs::detail::ElemQParams;
@@ -292,80 +293,64 @@ void extend_window(Group& g, int lo, int hi, int i_min, int i_max, double grid_m
   }
 }
 
-/// Symmetric integer grids: the exact least-squares sweep of docs/LSQ.md#L2. Between
-/// two breakpoints |x_j| / (k + 1/2) every code is fixed, so the error is a quadratic in
-/// s with its minimum at B / C (B = sum w x q, C = sum w q^2) clamped to the interval.
-/// Sweeping s downward from f_hi x base to f_lo x base updates B and C per crossing;
-/// the best few interval minima (of the error without the dtype roundings) are then
-/// scored, with their stored neighbours, under the real quantizer.
-std::vector<double> sweep_scales(const Group& g, double base, double f_lo, double f_hi) {
-  const double qpos = g.P->qplan.q_max, qneg = -g.P->qplan.q_min;
-  const double s_hi = base * f_hi, s_lo = base * f_lo;
-  using Bp = lanes::Crossing;
-  // per-thread scratch: the search runs once per group, millions of times per tensor.
-  // The loops below go through plain pointers and locals: with push_back on the
-  // thread-local vectors the compiler kept every running value in memory (a third of
-  // the sweep's time).
-  thread_local std::vector<Bp> bps_tl;
-  thread_local std::vector<double> wax_tl, wt_tl;
-  const std::size_t n = static_cast<std::size_t>(g.n);
-  // at most lim crossings per element (codes k0 .. lim - 1)
-  const std::size_t cap = n * static_cast<std::size_t>(std::max(qpos, qneg) + 1);
-  if (bps_tl.size() < cap) bps_tl.resize(cap);
-  if (wax_tl.size() < n) {
-    wax_tl.resize(n);
-    wt_tl.resize(n);
-  }
-  Bp* const bps = bps_tl.data();
-  double* const wax = wax_tl.data();
-  double* const wt = wt_tl.data();
-  const float* const x = g.x;
-  const float* const wp = g.w;
-  std::size_t nb = 0;
-  double A = 0, B = 0, C = 0;
-  for (std::size_t j = 0; j < n; ++j) {
-    const double w = wp ? static_cast<double>(wp[j]) : 1.0;
-    const double ax = std::fabs(x[j]);
-    const double lim = x[j] >= 0 ? qpos : qneg;
-    wt[j] = w;
-    wax[j] = w * ax;
-    A += w * ax * ax;
-    double k = std::min(lim, qobs::detail::round_half_even(ax / s_hi));  // nearbyint, inline
-    B += w * ax * k;
-    C += w * k * k;
-    for (; k < lim; ++k) {
-      const double at = ax / (k + 0.5);
-      if (at < s_lo) break;
-      bps[nb++] = {at, static_cast<uint32_t>(j), static_cast<uint32_t>(k)};
-    }
-  }
-  const Bp* const sorted = lanes::sort_crossings(bps, nb, s_lo, s_hi);
-  // the 4 least (continuous error, s) pairs, ascending: what sorting every interval's
-  // minimum and taking the first 4 gives
-  std::array<std::pair<double, double>, 4> top;
-  std::size_t count = 0;
-  double upper = s_hi;
-  auto interval = [&](double lower) {
-    if (C > 0) {
-      const double s = std::clamp(B / C, lower, upper);
-      const std::pair<double, double> m{A - 2 * s * B + s * s * C, s};
-      if (count == top.size() && !(m < top.back())) return;
-      std::size_t i = std::min(count, top.size() - 1);
-      for (; i > 0 && m < top[i - 1]; --i) top[i] = top[i - 1];
-      top[i] = m;
-      count = std::min(count + 1, top.size());
-    }
-  };
-  for (std::size_t i = 0; i < nb; ++i) {
-    const Bp& b = sorted[i];
-    interval(b.s);
-    B += wax[b.j];
-    C += wt[b.j] * (2 * static_cast<double>(b.k) + 1);
-    upper = b.s;
-  }
-  interval(s_lo);
+/// Symmetric integer grids (docs/LSQ.md#L2): the ideal quantizer's error (nearest code,
+/// clamped, no dtype roundings) at every bf16 value in [f_lo x base, f_hi x base] -- for
+/// a bf16 weight the stored scales themselves, otherwise a grid 2^-8..2^-7 apart that
+/// the refits refine -- and the scales of the kIdealBest least errors, each with its
+/// two grid neighbours, for the real scorer.
+std::vector<double> ideal_grid_scales(const Group& g, double base, double f_lo, double f_hi) {
+  constexpr std::size_t kIdealBest = 4;
   std::vector<double> out;
-  for (std::size_t i = 0; i < count; ++i) out.push_back(top[i].second);
+  // positive normal floats with a finite reciprocal
+  const double lo = std::max(base * f_lo, 0x1p-126), hi = std::min(base * f_hi, 0x1p126);
+  if (!(lo <= hi)) return out;
+  auto value = [](uint32_t pattern) { return std::bit_cast<float>(pattern << 16); };
+  auto pattern_of = [](double v) { return std::bit_cast<uint32_t>(static_cast<float>(v)) >> 16; };
+  uint32_t first = pattern_of(lo), last = pattern_of(hi);
+  if (value(first) < lo) ++first;  // the least bf16 value >= lo
+  if (value(last) > hi) --last;    // the greatest <= hi
+  if (first > last) return out;
+  const std::size_t count = last - first + 1;
+  const std::size_t n = static_cast<std::size_t>(g.n);
+  thread_local std::vector<float> ax_tl, lim_tl, s_tl, err_tl;
+  ax_tl.resize(n);
+  lim_tl.resize(n);
+  s_tl.resize(count);
+  err_tl.resize(count);
+  const float qpos = static_cast<float>(g.P->qplan.q_max), qneg = static_cast<float>(-g.P->qplan.q_min);
+  for (std::size_t j = 0; j < n; ++j) {
+    ax_tl[j] = std::fabs(g.x[j]);
+    lim_tl[j] = g.x[j] >= 0 ? qpos : qneg;
+  }
+  for (std::size_t i = 0; i < count; ++i) s_tl[i] = value(first + static_cast<uint32_t>(i));
+  const auto cnt = static_cast<int64_t>(count);
+#if QOBS_HAVE_FAST_KERNELS
+  if (g.level != SimdLevel::kScalar)
+    lanes::lsq_ideal_errors_simd(g.level, ax_tl.data(), lim_tl.data(), g.w, g.n, s_tl.data(), cnt, err_tl.data());
+  else
+#endif
+    lanes::lsq_ideal_errors_scalar(ax_tl.data(), lim_tl.data(), g.w, g.n, s_tl.data(), cnt, err_tl.data());
+  // the kIdealBest least (error, scale) pairs, ascending
+  std::array<std::pair<float, float>, kIdealBest> top;
+  std::array<std::size_t, kIdealBest> at{};
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::pair<float, float> m{err_tl[i], s_tl[i]};
+    if (kept == top.size() && !(m < top.back())) continue;
+    std::size_t k = std::min(kept, top.size() - 1);
+    for (; k > 0 && m < top[k - 1]; --k) {
+      top[k] = top[k - 1];
+      at[k] = at[k - 1];
+    }
+    top[k] = m;
+    at[k] = i;
+    kept = std::min(kept + 1, top.size());
+  }
+  for (std::size_t k = 0; k < kept; ++k) {
+    const uint32_t p = first + static_cast<uint32_t>(at[k]);
+    for (uint32_t q : {p - 1, p, p + 1})
+      if (q >= 0x0080u && q < 0x7F80u) out.push_back(value(q));  // positive normal
+  }
   return out;
 }
 
@@ -503,8 +488,8 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   std::vector<std::pair<double, double>> extra;
   if (P.symmetric) {
     const double base = amax / P.qplan.half_range;
-    for (double sc : sweep_scales(g, base, P.cfg.weighted ? 0.04 : 0.5, 2.0))
-      for (double f : {1.0 - 1.0 / 256, 1.0, 1.0 + 1.0 / 256}) extra.emplace_back(stored_scale(sc * f, P), 0.0);
+    for (double sc : ideal_grid_scales(g, base, P.cfg.weighted ? 0.04 : 0.5, 2.0))
+      extra.emplace_back(stored_scale(sc, P), 0.0);
   } else {
     const double base = P.symmetric ? amax / P.qplan.half_range
                                     : (std::max(hi, 0.0) - std::min(lo, 0.0)) / P.qplan.range;

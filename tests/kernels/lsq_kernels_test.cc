@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
-#include "kernels/lsq_sweep.h"
+#include "kernels/lsq_reference_candidates.h"
 #include "kernels/search/select.h"
 #include "kernels/simd/lsq_candidates_simd.h"
 #include "kernels/simd/lsq_error_simd.h"
@@ -225,31 +225,72 @@ TEST(LsqKernels, CandidatesEqualShrunkQParams) {
   if (checked == 0) GTEST_SKIP() << "no SIMD level on this machine";
 }
 
-// The sweep's crossings come out in exactly std::sort's order for the strict total
-// order: spread out, bunched in one bucket, tied across elements, out of [s_lo, s_hi]
-// by a rounding, and over a subnormal range.
-TEST(LsqKernels, SweepOrderEqualsStdSort) {
-  std::mt19937 rng(41);
-  for (int trial = 0; trial < 300; ++trial) {
-    const double s_lo = trial % 10 == 9 ? 1e-310 : 0.25 * (1 + trial % 7), s_hi = s_lo * (trial % 3 == 0 ? 4 : 25);
-    std::uniform_real_distribution<double> u(s_lo, s_hi);
-    std::vector<detail::Crossing> v;
-    const int n = static_cast<int>(rng() % 700);
-    for (int i = 0; i < n; ++i) {
-      double s = u(rng);
-      if (trial % 4 == 1) s = s_lo + (s - s_lo) * 1e-3;  // bunched
-      if (i % 9 == 3 && !v.empty()) s = v[rng() % v.size()].s;  // a tie
-      if (i == 5) s = std::nextafter(s_hi, INFINITY);
-      if (i == 6) s = std::nextafter(s_lo, 0.0);
-      v.push_back({s, static_cast<uint32_t>(rng() % 256), static_cast<uint32_t>(rng() % 8)});
+// The ideal-quantizer errors over a grid of scales (the symmetric INT proxy of
+// docs/LSQ.md#L2) in lanes == the scalar steps, bit for bit: lengths and candidate
+// counts around both vector widths and the block of four vectors, weighted or not,
+// zeros, equal groups, subnormal values, outliers, scales that clip everything or
+// nothing, and sums that overflow to infinity.
+TEST(LsqKernels, IdealErrorsEqualScalarStepsBitForBit) {
+  std::mt19937 rng(43);
+  int checked = 0;
+  for (SimdLevel level : available_simd_levels()) {
+    if (level == SimdLevel::kScalar) continue;
+    for (int64_t n : {1, 2, 7, 8, 9, 16, 17, 33, 128, 131})
+      for (int64_t count : {1, 3, 8, 15, 16, 17, 31, 32, 33, 64, 65, 130})
+        for (Data kind : {Data::kNormal, Data::kZeros, Data::kEqual, Data::kSubnormal, Data::kOutliers})
+          for (bool weighted : {false, true}) {
+            std::vector<float> x = group_values(rng, n, kind, DType::kBF16);
+            if (kind == Data::kOutliers && n > 3) x[2] = 3e38f;  // the sums overflow
+            std::vector<float> ax, lim, w;
+            std::uniform_real_distribution<float> u(0.0f, 3.0f);
+            float amax = 0;
+            for (float v : x) {
+              ax.push_back(std::fabs(v));
+              lim.push_back(v >= 0 ? 7.0f : 8.0f);
+              w.push_back(u(rng));
+              amax = std::max(amax, std::fabs(v));
+            }
+            if (!(amax > 1e-30f)) amax = 1.0f;
+            std::vector<float> s;
+            std::uniform_real_distribution<float> f(0.02f, 3.0f);
+            for (int64_t c = 0; c < count; ++c) s.push_back(amax / 7.5f * f(rng));
+            const float* wp = weighted ? w.data() : nullptr;
+            std::vector<float> want(static_cast<std::size_t>(count)), got(static_cast<std::size_t>(count), -1.0f);
+            detail::lsq_ideal_errors_scalar(ax.data(), lim.data(), wp, n, s.data(), count, want.data());
+            detail::lsq_ideal_errors_simd(level, ax.data(), lim.data(), wp, n, s.data(), count, got.data());
+            for (int64_t c = 0; c < count; ++c)
+              ASSERT_EQ(float_bits(got[static_cast<std::size_t>(c)]), float_bits(want[static_cast<std::size_t>(c)]))
+                  << to_string(level) << " n=" << n << " count=" << count << " kind=" << static_cast<int>(kind)
+                  << " weighted=" << weighted << " candidate " << c;
+            ++checked;
+          }
+  }
+  if (checked == 0) GTEST_SKIP() << "no SIMD level on this machine";
+}
+
+// The proxy is the error of the nearest clamped code: checked against a plain double
+// evaluation on small groups, where f32 rounding cannot reorder the candidates' errors
+// by more than a few ulps.
+TEST(LsqKernels, IdealErrorsAreTheNearestCodeError) {
+  std::mt19937 rng(44);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<float> ax, lim;
+    for (int j = 0; j < 16; ++j) {
+      const float v = nd(rng);
+      ax.push_back(std::fabs(v));
+      lim.push_back(v >= 0 ? 7.0f : 8.0f);
     }
-    std::vector<detail::Crossing> want = v;
-    std::sort(want.begin(), want.end(), detail::crossing_before);
-    const detail::Crossing* got = detail::sort_crossings(v.data(), v.size(), s_lo, s_hi);
-    for (std::size_t i = 0; i < v.size(); ++i) {
-      ASSERT_EQ(double_bits(got[i].s), double_bits(want[i].s)) << "trial " << trial << " at " << i;
-      ASSERT_EQ(got[i].j, want[i].j) << "trial " << trial << " at " << i;
+    const float s = 0.1f + 0.01f * static_cast<float>(trial);
+    float got = 0;
+    detail::lsq_ideal_errors_scalar(ax.data(), lim.data(), nullptr, 16, &s, 1, &got);
+    double want = 0;
+    for (int j = 0; j < 16; ++j) {
+      double best = INFINITY;
+      for (int k = 0; k <= static_cast<int>(lim[j]); ++k) best = std::min(best, std::fabs(ax[j] - k * static_cast<double>(s)));
+      want += best * best;
     }
+    EXPECT_NEAR(got, want, 1e-5 * want + 1e-12) << "trial " << trial;
   }
 }
 

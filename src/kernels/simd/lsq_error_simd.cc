@@ -9,6 +9,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -155,6 +156,44 @@ bool LsqRefitSums(const LsqGroupArgs& G, float s, float zx, double* sums) {
   return G.w ? LsqRefitSumsGrid<true>(G, s, zx, sums) : LsqRefitSumsGrid<false>(G, s, zx, sums);
 }
 
+/// lsq_ideal_errors_simd: kBlock vectors of candidates at a time, so each element's
+/// broadcasts serve all of them and the sums stay in registers.
+template <bool kWeighted>
+HWY_NOINLINE void LsqIdealErrorsT(const float* ax, const float* lim, const float* w, int64_t n, const float* s,
+                                  int64_t count, float* err) {
+  const DF df;
+  constexpr int kBlock = 4;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df)), per = kBlock * N;
+  const VF one = hn::Set(df, 1.0f);
+  for (int64_t c0 = 0; c0 < count; c0 += per) {
+    // a partial block repeats its last scale in the dead lanes, whose sums are dropped
+    alignas(64) float sb[kBlock * 16], eb[kBlock * 16];
+    for (int64_t i = 0; i < per; ++i) sb[i] = s[std::min(c0 + i, count - 1)];
+    VF sv[kBlock], inv[kBlock], acc[kBlock];
+    for (int k = 0; k < kBlock; ++k) {
+      sv[k] = hn::Load(df, sb + k * N);
+      inv[k] = hn::Div(one, sv[k]);
+      acc[k] = hn::Zero(df);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const VF a = hn::Set(df, ax[j]), l = hn::Set(df, lim[j]);
+      for (int k = 0; k < kBlock; ++k) {
+        const VF q = hn::Min(hn::Round(hn::Mul(a, inv[k])), l);
+        const VF d = hn::NegMulAdd(q, sv[k], a);
+        acc[k] = hn::MulAdd(kWeighted ? hn::Mul(hn::Set(df, w[j]), d) : d, d, acc[k]);
+      }
+    }
+    for (int k = 0; k < kBlock; ++k) hn::Store(acc[k], df, eb + k * N);
+    for (int64_t i = 0; i < std::min(per, count - c0); ++i) err[c0 + i] = eb[i];
+  }
+}
+
+void LsqIdealErrors(const float* ax, const float* lim, const float* w, int64_t n, const float* s, int64_t count,
+                    float* err) {
+  if (w) LsqIdealErrorsT<true>(ax, lim, w, n, s, count, err);
+  else LsqIdealErrorsT<false>(ax, lim, w, n, s, count, err);
+}
+
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 }  // namespace HWY_NAMESPACE
 }  // namespace qobs::kernels::detail
@@ -172,6 +211,11 @@ bool lsq_errors_simd(SimdLevel level, const LsqGroupArgs& g, const float* s, con
 
 bool lsq_refit_sums_simd(SimdLevel level, const LsqGroupArgs& g, float s, float zx, double* sums) {
   QOBS_SIMD_DISPATCH(LsqRefitSums(g, s, zx, sums));
+}
+
+void lsq_ideal_errors_simd(SimdLevel level, const float* ax, const float* lim, const float* w, int64_t n,
+                           const float* s, int64_t count, float* err) {
+  QOBS_SIMD_DISPATCH(LsqIdealErrors(ax, lim, w, n, s, count, err));
 }
 
 }  // namespace qobs::kernels::detail

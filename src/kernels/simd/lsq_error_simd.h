@@ -9,6 +9,8 @@
 // level returns the same bits.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/kernels.h"
@@ -50,6 +52,31 @@ enum LsqRefitSum { kSumW, kSumWX, kSumWQ, kSumWQQ, kSumWQX, kLsqRefitSums };
 /// sums[kSumW .. kSumWQX] for one candidate (scale s on s_dt's grid, zero point zx cast
 /// to x's dtype). Returns false, with sums unspecified, on a NaN quotient.
 bool lsq_refit_sums_simd(SimdLevel level, const LsqGroupArgs& g, float s, float zx, double* sums);
+
+/// Symmetric integer grids: the error of the ideal quantizer (nearest code, clamped;
+/// none of the dtype roundings) at each scale of a grid, the proxy that picks which
+/// scales the real scorer sees (docs/LSQ.md#L2):
+///   err[c] = sum_j w_j (ax_j - s_c min(round(ax_j / s_c), lim_j))^2
+/// with ax_j = |x_j| and lim_j the largest code on x_j's side. In f32, in a fixed order
+/// that is the same at every level: per candidate, q = min(nearbyint(ax_j * (1 / s_c)),
+/// lim_j), d = fma(-q, s_c, ax_j), then acc = fma(d, d, acc) (weighted: fma(w_j d, d,
+/// acc)) for j = 0, 1, ..., n - 1. The lanes hold candidates, so each lane runs exactly
+/// this sequence. s_c: positive normal floats whose reciprocal is finite.
+void lsq_ideal_errors_simd(SimdLevel level, const float* ax, const float* lim, const float* w, int64_t n,
+                           const float* s, int64_t count, float* err);
+inline void lsq_ideal_errors_scalar(const float* ax, const float* lim, const float* w, int64_t n, const float* s,
+                                    int64_t count, float* err) {
+  for (int64_t c = 0; c < count; ++c) {
+    const float inv = 1.0f / s[c];
+    float acc = 0.0f;
+    for (int64_t j = 0; j < n; ++j) {
+      const float q = std::min(std::nearbyint(ax[j] * inv), lim[j]);
+      const float d = std::fma(-q, s[c], ax[j]);
+      acc = w ? std::fma(w[j] * d, d, acc) : std::fma(d, d, acc);
+    }
+    err[c] = acc;
+  }
+}
 
 /// The scalar twins, the reference's own (kernels::ref::lsq_search, qdq_group_error):
 /// the R5.1 element steps (qdq_elem / quantize_elem with the plan's zero point; s as the

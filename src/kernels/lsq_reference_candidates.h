@@ -1,8 +1,6 @@
 // Steps of the least-squares observers' search (lsq_search.cc) that the kernel tests
-// check on their own: the ordering of the exact sweep's code crossings (docs/LSQ.md#L2)
-// by descending scale, equal scales by element -- a strict total order, so the sweep's
-// running sums do not depend on the sort algorithm; the MX reference candidates by
-// bisection; and the NVFP4 reference candidates as a set of E4M3 codes (docs/LSQ.md#L4).
+// check on their own: the MX reference candidates by bisection, and the NVFP4 reference
+// candidates as a set of E4M3 codes (docs/LSQ.md#L4).
 #pragma once
 
 #include <algorithm>
@@ -17,50 +15,6 @@
 #include "qparams/qparam_math.h"
 
 namespace qobs::kernels::detail {
-
-/// At scale s, element j's code crosses from k to k + 1 (s = |x_j| / (k + 1/2)).
-struct Crossing {
-  double s;
-  uint32_t j, k;
-};
-
-inline bool crossing_before(const Crossing& a, const Crossing& b) { return a.s != b.s ? a.s > b.s : a.j < b.j; }
-
-/// Sorts v[0, nb) (every s in [s_lo, s_hi], or near it) by crossing_before, as
-/// std::sort would, and returns the sorted crossings (v itself or a per-thread buffer,
-/// valid until the next call on this thread): a counting sort into as many buckets as
-/// crossings, by a bucket index that never decreases as s falls, then an insertion sort
-/// that only moves crossings within their bucket -- expected linear time for the
-/// sweep's spread-out crossings.
-inline const Crossing* sort_crossings(Crossing* v, std::size_t nb, double s_lo, double s_hi) {
-  if (nb < 2) return v;
-  const double per = static_cast<double>(nb) / (s_hi - s_lo);
-  if (!std::isfinite(per) || !(per > 0)) {  // a subnormal or empty range
-    std::sort(v, v + nb, crossing_before);
-    return v;
-  }
-  // truncation is floor here (f > 0) and inline, unlike std::floor on baseline x86-64
-  auto bucket = [&](double s) {
-    const double f = (s_hi - s) * per;
-    return f > 0 ? static_cast<std::size_t>(std::min(f, static_cast<double>(nb - 1))) : std::size_t{0};
-  };
-  thread_local std::vector<uint32_t> start_tl;
-  thread_local std::vector<Crossing> sorted_tl;
-  start_tl.assign(nb + 1, 0);
-  if (sorted_tl.size() < nb) sorted_tl.resize(nb);
-  uint32_t* const start = start_tl.data();
-  Crossing* const sorted = sorted_tl.data();
-  for (std::size_t i = 0; i < nb; ++i) ++start[bucket(v[i].s) + 1];
-  for (std::size_t i = 0; i < nb; ++i) start[i + 1] += start[i];
-  for (std::size_t i = 0; i < nb; ++i) sorted[start[bucket(v[i].s)]++] = v[i];
-  for (std::size_t i = 1; i < nb; ++i) {
-    const Crossing c = sorted[i];
-    std::size_t k = i;
-    for (; k > 0 && crossing_before(c, sorted[k - 1]); --k) sorted[k] = sorted[k - 1];
-    sorted[k] = c;
-  }
-  return sorted;
-}
 
 /// MX symmetric: the (scale, zero point) pairs compute_qparams_elem stores for the
 /// shrunk ranges (a.mul(m0, p), a.mul(M0, p)) of the ascending factors ps, as a set

@@ -354,6 +354,52 @@ std::vector<double> ideal_grid_scales(const Group& g, double base, double f_lo, 
   return out;
 }
 
+/// Asymmetric integer grids (docs/LSQ.md#L2): of the log grid's stored (scale, zero
+/// point) candidates, the kIdealBest of least ideal-quantizer error (nearest code,
+/// clamped, no dtype roundings), ascending, for the real scorer. Candidates whose scale
+/// the proxy cannot take (not a normal float with a finite reciprocal) are kept as they
+/// are.
+std::vector<std::pair<double, double>> ideal_best_asym(const Group& g, std::vector<std::pair<double, double>> cands) {
+  constexpr std::size_t kIdealBest = 4;
+  if (cands.size() <= kIdealBest) return cands;
+  std::vector<std::pair<double, double>> out, proxied;
+  for (const auto& c : cands) {
+    const double s = c.first;
+    const bool ok = s >= 0x1p-126 && s <= 0x1p126 && static_cast<double>(static_cast<float>(s)) == s &&
+                    std::fabs(c.second) <= 0x1p24;
+    (ok ? proxied : out).push_back(c);
+  }
+  if (proxied.size() <= kIdealBest) return cands;
+  const std::size_t count = proxied.size();
+  thread_local std::vector<float> s_tl, z_tl, err_tl;
+  s_tl.resize(count);
+  z_tl.resize(count);
+  err_tl.resize(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    s_tl[i] = static_cast<float>(proxied[i].first);
+    z_tl[i] = static_cast<float>(proxied[i].second);
+  }
+  const float q_min = static_cast<float>(g.P->qplan.q_min), q_max = static_cast<float>(g.P->qplan.q_max);
+  const auto cnt = static_cast<int64_t>(count);
+#if QOBS_HAVE_FAST_KERNELS
+  if (g.level != SimdLevel::kScalar)
+    lanes::lsq_ideal_errors_asym_simd(g.level, g.x, g.w, g.n, s_tl.data(), z_tl.data(), cnt, q_min, q_max,
+                                      err_tl.data());
+  else
+#endif
+    lanes::lsq_ideal_errors_asym_scalar(g.x, g.w, g.n, s_tl.data(), z_tl.data(), cnt, q_min, q_max, err_tl.data());
+  std::vector<std::size_t> order(count);
+  for (std::size_t i = 0; i < count; ++i) order[i] = i;
+  // error ascending, ties by index: a strict total order, so the pick does not depend on
+  // how partial_sort lays out the rest
+  std::partial_sort(order.begin(), order.begin() + kIdealBest, order.end(), [&](std::size_t a, std::size_t b) {
+    if (err_tl[a] != err_tl[b]) return err_tl[a] < err_tl[b];
+    return a < b;
+  });
+  for (std::size_t k = 0; k < kIdealBest; ++k) out.push_back(proxied[order[k]]);
+  return out;
+}
+
 /// One qparam element: the search of docs/LSQ.md#L1.
 ElemQParams search_group(Group& g, const LsqPlan& P) {
   const Arith a{P.dt, P.cfg.mode};
@@ -491,13 +537,12 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     for (double sc : ideal_grid_scales(g, base, P.cfg.weighted ? 0.04 : 0.5, 2.0))
       extra.emplace_back(stored_scale(sc, P), 0.0);
   } else {
-    const double base = P.symmetric ? amax / P.qplan.half_range
-                                    : (std::max(hi, 0.0) - std::min(lo, 0.0)) / P.qplan.range;
+    const double base = (std::max(hi, 0.0) - std::min(lo, 0.0)) / P.qplan.range;
     for (double f : P.log_grid) {
       const double s = stored_scale(base * f, P);
-      const double z = P.symmetric ? 0.0 : stored_zero_point(P.qplan.q_min - std::min(lo, 0.0) * f / s, P);
-      extra.emplace_back(s, z);
+      extra.emplace_back(s, stored_zero_point(P.qplan.q_min - std::min(lo, 0.0) * f / s, P));
     }
+    extra = ideal_best_asym(g, std::move(extra));
   }
   std::vector<std::tuple<double, double, double>> scored;  // (error, scale, zero point)
   for (std::size_t i = 0; i < cands.size(); ++i) scored.emplace_back(errs[i], cands[i].first, cands[i].second);

@@ -225,8 +225,8 @@ TEST(LsqKernels, CandidatesEqualShrunkQParams) {
   if (checked == 0) GTEST_SKIP() << "no SIMD level on this machine";
 }
 
-// The ideal-quantizer errors over a grid of scales (the symmetric INT proxy of
-// docs/LSQ.md#L2) in lanes == the scalar steps, bit for bit: lengths and candidate
+// The ideal-quantizer errors over a grid of scales (the INT proxies of docs/LSQ.md#L2,
+// symmetric and asymmetric) in lanes == the scalar steps, bit for bit: lengths and candidate
 // counts around both vector widths and the block of four vectors, weighted or not,
 // zeros, equal groups, subnormal values, outliers, scales that clip everything or
 // nothing, and sums that overflow to infinity.
@@ -262,6 +262,18 @@ TEST(LsqKernels, IdealErrorsEqualScalarStepsBitForBit) {
               ASSERT_EQ(float_bits(got[static_cast<std::size_t>(c)]), float_bits(want[static_cast<std::size_t>(c)]))
                   << to_string(level) << " n=" << n << " count=" << count << " kind=" << static_cast<int>(kind)
                   << " weighted=" << weighted << " candidate " << c;
+            // the asymmetric proxy: signed values, zero points across (and beyond) the
+            // code range of INT4 asymmetric (0..15), so some clamp every element
+            std::vector<float> z;
+            for (int64_t c = 0; c < count; ++c) z.push_back(static_cast<float>(static_cast<int>(rng() % 24) - 4));
+            std::vector<float> want_a(static_cast<std::size_t>(count)), got_a(static_cast<std::size_t>(count), -1.0f);
+            detail::lsq_ideal_errors_asym_scalar(x.data(), wp, n, s.data(), z.data(), count, 0.0f, 15.0f, want_a.data());
+            detail::lsq_ideal_errors_asym_simd(level, x.data(), wp, n, s.data(), z.data(), count, 0.0f, 15.0f,
+                                               got_a.data());
+            for (int64_t c = 0; c < count; ++c)
+              ASSERT_EQ(float_bits(got_a[static_cast<std::size_t>(c)]), float_bits(want_a[static_cast<std::size_t>(c)]))
+                  << "asym " << to_string(level) << " n=" << n << " count=" << count
+                  << " kind=" << static_cast<int>(kind) << " weighted=" << weighted << " candidate " << c;
             ++checked;
           }
   }
@@ -291,6 +303,19 @@ TEST(LsqKernels, IdealErrorsAreTheNearestCodeError) {
       want += best * best;
     }
     EXPECT_NEAR(got, want, 1e-5 * want + 1e-12) << "trial " << trial;
+    // asymmetric: INT4 codes 0..15 around the zero point z, the nearest one
+    std::vector<float> x;
+    for (int j = 0; j < 16; ++j) x.push_back(nd(rng));
+    const float z = static_cast<float>(trial % 16);
+    float got_a = 0;
+    detail::lsq_ideal_errors_asym_scalar(x.data(), nullptr, 16, &s, &z, 1, 0.0f, 15.0f, &got_a);
+    double want_a = 0;
+    for (int j = 0; j < 16; ++j) {
+      double best = INFINITY;
+      for (int q = 0; q <= 15; ++q) best = std::min(best, std::fabs(x[j] - (q - z) * static_cast<double>(s)));
+      want_a += best * best;
+    }
+    EXPECT_NEAR(got_a, want_a, 1e-5 * want_a + 1e-12) << "asym trial " << trial;
   }
 }
 

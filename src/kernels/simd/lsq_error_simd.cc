@@ -188,6 +188,47 @@ HWY_NOINLINE void LsqIdealErrorsT(const float* ax, const float* lim, const float
   }
 }
 
+/// lsq_ideal_errors_asym_simd, laid out as LsqIdealErrorsT.
+template <bool kWeighted>
+HWY_NOINLINE void LsqIdealErrorsAsymT(const float* x, const float* w, int64_t n, const float* s, const float* z,
+                                      int64_t count, float q_min, float q_max, float* err) {
+  const DF df;
+  constexpr int kBlock = 4;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df)), per = kBlock * N;
+  const VF one = hn::Set(df, 1.0f), lo = hn::Set(df, q_min), hi = hn::Set(df, q_max);
+  for (int64_t c0 = 0; c0 < count; c0 += per) {
+    // a partial block repeats its last candidate in the dead lanes, whose sums are dropped
+    alignas(64) float sb[kBlock * 16], zb[kBlock * 16], eb[kBlock * 16];
+    for (int64_t i = 0; i < per; ++i) {
+      sb[i] = s[std::min(c0 + i, count - 1)];
+      zb[i] = z[std::min(c0 + i, count - 1)];
+    }
+    VF sv[kBlock], zv[kBlock], inv[kBlock], acc[kBlock];
+    for (int k = 0; k < kBlock; ++k) {
+      sv[k] = hn::Load(df, sb + k * N);
+      zv[k] = hn::Load(df, zb + k * N);
+      inv[k] = hn::Div(one, sv[k]);
+      acc[k] = hn::Zero(df);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const VF a = hn::Set(df, x[j]);
+      for (int k = 0; k < kBlock; ++k) {
+        const VF q = hn::Min(hn::Max(hn::Round(hn::MulAdd(a, inv[k], zv[k])), lo), hi);
+        const VF d = hn::NegMulAdd(hn::Sub(q, zv[k]), sv[k], a);
+        acc[k] = hn::MulAdd(kWeighted ? hn::Mul(hn::Set(df, w[j]), d) : d, d, acc[k]);
+      }
+    }
+    for (int k = 0; k < kBlock; ++k) hn::Store(acc[k], df, eb + k * N);
+    for (int64_t i = 0; i < std::min(per, count - c0); ++i) err[c0 + i] = eb[i];
+  }
+}
+
+void LsqIdealErrorsAsym(const float* x, const float* w, int64_t n, const float* s, const float* z, int64_t count,
+                        float q_min, float q_max, float* err) {
+  if (w) LsqIdealErrorsAsymT<true>(x, w, n, s, z, count, q_min, q_max, err);
+  else LsqIdealErrorsAsymT<false>(x, w, n, s, z, count, q_min, q_max, err);
+}
+
 void LsqIdealErrors(const float* ax, const float* lim, const float* w, int64_t n, const float* s, int64_t count,
                     float* err) {
   if (w) LsqIdealErrorsT<true>(ax, lim, w, n, s, count, err);
@@ -216,6 +257,11 @@ bool lsq_refit_sums_simd(SimdLevel level, const LsqGroupArgs& g, float s, float 
 void lsq_ideal_errors_simd(SimdLevel level, const float* ax, const float* lim, const float* w, int64_t n,
                            const float* s, int64_t count, float* err) {
   QOBS_SIMD_DISPATCH(LsqIdealErrors(ax, lim, w, n, s, count, err));
+}
+
+void lsq_ideal_errors_asym_simd(SimdLevel level, const float* x, const float* w, int64_t n, const float* s,
+                                const float* z, int64_t count, float q_min, float q_max, float* err) {
+  QOBS_SIMD_DISPATCH(LsqIdealErrorsAsym(x, w, n, s, z, count, q_min, q_max, err));
 }
 
 }  // namespace qobs::kernels::detail

@@ -78,6 +78,30 @@ inline void lsq_ideal_errors_scalar(const float* ax, const float* lim, const flo
   }
 }
 
+/// Asymmetric integer grids: the ideal quantizer's error for (scale, zero point)
+/// candidates, the proxy that picks which of the log grid's candidates the real scorer
+/// sees (docs/LSQ.md#L2):
+///   err[c] = sum_j w_j (x_j - s_c (clamp(round(x_j / s_c + z_c), q_min, q_max) - z_c))^2
+/// In f32, the same fixed order at every level: per candidate, q = clamp(nearbyint(fma(x_j,
+/// 1 / s_c, z_c))), d = fma(-(q - z_c), s_c, x_j), acc = fma(d, d, acc) (weighted:
+/// fma(w_j d, d, acc)) for j = 0, 1, ..., n - 1; lanes hold candidates. s_c: positive
+/// normal floats with a finite reciprocal; z_c: integers.
+void lsq_ideal_errors_asym_simd(SimdLevel level, const float* x, const float* w, int64_t n, const float* s,
+                                const float* z, int64_t count, float q_min, float q_max, float* err);
+inline void lsq_ideal_errors_asym_scalar(const float* x, const float* w, int64_t n, const float* s, const float* z,
+                                         int64_t count, float q_min, float q_max, float* err) {
+  for (int64_t c = 0; c < count; ++c) {
+    const float inv = 1.0f / s[c];
+    float acc = 0.0f;
+    for (int64_t j = 0; j < n; ++j) {
+      const float q = std::min(std::max(std::nearbyint(std::fma(x[j], inv, z[c])), q_min), q_max);
+      const float d = std::fma(-(q - z[c]), s[c], x[j]);
+      acc = w ? std::fma(w[j] * d, d, acc) : std::fma(d, d, acc);
+    }
+    err[c] = acc;
+  }
+}
+
 /// The scalar twins, the reference's own (kernels::ref::lsq_search, qdq_group_error):
 /// the R5.1 element steps (qdq_elem / quantize_elem with the plan's zero point; s as the
 /// QDQ applies it), summed in the same canonical order.

@@ -71,6 +71,12 @@ FlatView flatten_for_calibration(const TensorView& value, std::string_view base_
                                  std::span<const int32_t> g_idx = {},
                                  std::string_view label = {});
 
+/// A view of a value that is flattened already, shape (num_observations, *qparam_shape,
+/// group_len) as R3.1 returns it (llm-compressor's update_statistics_from_observed
+/// receives such values; the lsq observers keep theirs). Strides are the view's own.
+/// Rank below 2 -> ShapeError naming `label`.
+FlatView flat_view_of_flattened(const TensorView& flattened, std::string_view label);
+
 /// R3.5 zero padding of the last two dims to multiples of the block structure.
 Tensor pad_to_blocks(const TensorView& value, int64_t block_rows, int64_t block_cols);
 

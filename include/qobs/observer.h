@@ -90,6 +90,15 @@ class Observer : public std::enable_shared_from_this<Observer> {
   /// statistics ignores further observations (Q27). NaN/Inf input -> InvalidArgument
   /// naming the tensor ("non-finite").
   Observer& observe(const TensorView& value);
+  /// Phase 1 on a value that is flattened already, shape (num_observations,
+  /// *qparam_shape, group_size) as flatten_for_calibration returns it (R3.1):
+  /// llm-compressor's update_statistics_from_observed, which its forward calls after
+  /// R6.1.2's empty-value and weight-once rules, so neither applies here (a weight
+  /// observer's statistics are replaced, as the reference's are), nor the fused
+  /// members' update of forward. Non-finite input -> InvalidArgument as in observe;
+  /// an empty value, rank below 2, or a last dim that is not the group size (group,
+  /// tensor_group) or the block's area (block) -> ShapeError naming the tensor.
+  Observer& observe_flattened(const TensorView& flattened);
   /// Phase 1 on an already flattened view (no empty / weight-once rules).
   void observe_flat(const FlatView& flat);
 
@@ -165,6 +174,9 @@ class Observer : public std::enable_shared_from_this<Observer> {
  private:
   friend void fuse_observers(const std::vector<std::shared_ptr<Observer>>& group);
   void observe_bound_weight();
+  /// Phase 1 around `flatten`, which makes the value's FlatView; `forward`: observe's
+  /// R6.1.2 rules (empty values, weight once, fused members) around it.
+  Observer& observe_with(const TensorView& value, const std::function<FlatView()>& flatten, bool forward);
   std::vector<std::shared_ptr<Observer>> fused_statistics_members();
   bool statistics_finite() const;
 

@@ -116,10 +116,17 @@ class QobsObserver(_LcObserver):
         return self._qobs.has_statistics
 
     def update_statistics_from_observed(self, observed: torch.Tensor) -> None:
-        # Unused: forward() hands the unflattened value to the core, which flattens.
-        raise NotImplementedError("qobs observers flatten and update in the C++ core")
+        # llm-compressor's own forward flattens and calls this; the plugin's forward hands
+        # the unflattened value to the core instead. A direct call with a value flattened
+        # already, (num_observations, *qparam_shape, group_size), updates the same
+        # statistics (R3.1).
+        self._feed(observed, self._qobs.update_statistics_from_observed)
 
     def forward(self, observed: torch.Tensor) -> "QobsObserver":
+        self._feed(observed, self._qobs)
+        return self
+
+    def _feed(self, observed: torch.Tensor, update) -> None:
         # Runs once per calibration batch per Linear: no autograd context (the core
         # reads the tensor's memory, nothing is recorded), no copy of a CPU tensor and
         # the fusion context only for fused observers keep the call within a few
@@ -130,11 +137,10 @@ class QobsObserver(_LcObserver):
         if self.fusion_handler.is_fused:
             with self._fusion_bound() as members:
                 _require_importance(members)
-                self._qobs(observed)
+                update(observed)
         else:
             _require_importance([self])
-            self._qobs(observed)
-        return self
+            update(observed)
 
     def get_statistics(self) -> Dict[str, torch.Tensor]:
         return {k: v.to(self._device) if self._device else v for k, v in self._qobs.get_statistics().items()}

@@ -166,6 +166,15 @@ class Observer:
 
     forward = __call__
 
+    def update_statistics_from_observed(self, observed: Any) -> None:
+        """R6.1.2 on a value flattened already, shape (num_observations, *qparam_shape,
+        group_size) as flatten_for_calibration returns it (R3.1): the statistics equal
+        those of observing the unflattened value."""
+        self._core.observe_flattened(observed)
+        self._kind = kind_of(observed)
+        if self._core.name in IMATRIX_OBSERVERS:
+            _warn_imatrix_fallback(self._core)
+
     @property
     def has_statistics(self) -> bool:
         return self._core.has_statistics()

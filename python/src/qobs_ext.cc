@@ -706,6 +706,10 @@ PYBIND11_MODULE(_qobs, m) {
         Borrowed v = borrow(value, "observed value");
         with_observer_locked(o, [&] { o.observe(v.view); });
       }, py::arg("value"))
+      .def("observe_flattened", [](qobs::Observer& o, py::handle value) {
+        Borrowed v = borrow(value, "flattened observed value");
+        with_observer_locked(o, [&] { o.observe_flattened(v.view); });
+      }, py::arg("value"))
       .def("has_statistics", [](const qobs::Observer& o) { return with_observer_locked(o, [&] { return o.has_statistics(); }); })
       .def("get_statistics", [](const qobs::Observer& o) {
         const auto stats = with_observer_locked(o, [&] { return o.get_statistics(); });

@@ -65,6 +65,32 @@ def test_weight_qparams_match_builtin(lc, torch, name, argname, dtype):
     assert not ours.has_statistics
 
 
+@pytest.mark.parametrize("name", ["memoryless_minmax", "memoryless_mse", "nvfp4_expanded_mse", "static_minmax"])
+@pytest.mark.parametrize("argname", list(ARGS))
+def test_update_statistics_from_observed_matches_builtin(lc, torch, name, argname):
+    # what llm-compressor's own forward calls, with the value flattened already (R3.1)
+    from llmcompressor.observers.helpers import flatten_for_calibration
+
+    Observer, QuantizationArgs = lc
+    if name == "nvfp4_expanded_mse" and argname != "nvfp4":
+        pytest.skip(f"{name} is for NVFP4")
+    torch.manual_seed(3)
+    w = (torch.randn(32, 64) * 0.05).to(torch.bfloat16)
+    args = QuantizationArgs(**ARGS[argname], observer=name)
+    ref = Observer.load_from_registry(name, base_name="weight", args=args)
+    ours = Observer.load_from_registry("qobs_" + name, base_name="weight",
+                                       args=QuantizationArgs(**ARGS[argname], observer="qobs_" + name))
+    flat = flatten_for_calibration(w, "weight", args)
+    ref.update_statistics_from_observed(flat)
+    ours.update_statistics_from_observed(flat)
+    sr, so = ref.get_statistics(), ours.get_statistics()
+    for k in ("min_vals", "max_vals"):
+        assert _same(sr[k], so[k], torch), k
+    qr, qo = ref.get_qparams(), ours.get_qparams()
+    for k in ("scale", "zero_point", "global_scale"):
+        assert _same(qr[k], qo[k], torch), k
+
+
 @pytest.mark.parametrize("name", ["static_minmax", "minmax", "mse"])
 def test_activation_statistics_accumulate_like_builtin(lc, torch, name):
     Observer, QuantizationArgs = lc

@@ -54,3 +54,38 @@ def test_input_after_attach_changes_the_choice(name):
     a, b = uniform(_w()).get_qparams()["scale"], weighted(_w()).get_qparams()["scale"]
     assert a.shape == b.shape == (8, 4)
     assert not np.array_equal(a, b)
+
+
+WEIGHT_ARGS = [dict(num_bits=4, strategy="group", group_size=16), dict(num_bits=8, strategy="channel"),
+               dict(num_bits=4, strategy="group", group_size=16, symmetric=False), NVFP4]
+
+
+@pytest.mark.parametrize("name", ["memoryless_minmax", "memoryless_mse", "nvfp4_expanded_mse", "lsq_mse"])
+@pytest.mark.parametrize("args", WEIGHT_ARGS)
+def test_update_statistics_from_observed_equals_observing_the_value(name, args):
+    # R3.1: llm-compressor's update_statistics_from_observed takes the value flattened to
+    # (num_observations, *qparam_shape, group_size); the statistics are those of forward
+    from qobs import flatten_for_calibration
+
+    if name == "nvfp4_expanded_mse" and args is not NVFP4:
+        pytest.skip("nvfp4_expanded_mse is for NVFP4")
+    w = _w(16, 64, seed=3)
+    a = Observer.load_from_registry(name, base_name="weight", args=QuantizationArgs(**args))
+    b = Observer.load_from_registry(name, base_name="weight", args=QuantizationArgs(**args))
+    qa = a(w).get_qparams()
+    b.update_statistics_from_observed(flatten_for_calibration(w, "weight", QuantizationArgs(**args)))
+    qb = b.get_qparams()
+    for k in ("scale", "zero_point", "global_scale"):
+        if qa.get(k) is None:
+            assert qb.get(k) is None
+        else:
+            np.testing.assert_array_equal(np.asarray(qa[k], dtype=np.float64), np.asarray(qb[k], dtype=np.float64))
+
+
+def test_update_statistics_from_observed_refuses_a_value_that_is_not_flattened():
+    obs = Observer.load_from_registry("memoryless_minmax", base_name="weight",
+                                      args=QuantizationArgs(num_bits=4, strategy="group", group_size=16))
+    with pytest.raises(ValueError, match="R3.1"):
+        obs.update_statistics_from_observed(np.ones(64, dtype=np.float32))
+    with pytest.raises(ValueError, match="group_size 16"):
+        obs.update_statistics_from_observed(np.ones((1, 4, 2, 8), dtype=np.float32))

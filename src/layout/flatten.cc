@@ -324,4 +324,25 @@ FlatView flatten_for_calibration(const TensorView& value_in, std::string_view ba
   QOBS_THROW(InvalidArgument, "unknown base_name '", base_name, "': expected weight, input, output, q, k or v (R3.1)");
 }
 
+FlatView flat_view_of_flattened(const TensorView& v, std::string_view label) {
+  QOBS_CHECK(v.dim() >= 2, ShapeError, label_of(label, "value"),
+             ": a flattened value has shape (num_observations, *qparam_shape, group_size) (R3.1), got shape ",
+             shape_str(v.shape));
+  Shape strides = v.strides;
+  if (strides.empty()) {
+    strides.assign(v.shape.size(), 1);
+    for (std::size_t d = v.shape.size() - 1; d-- > 0;) strides[d] = strides[d + 1] * v.shape[d + 1];
+  }
+  FlatView f;
+  f.data = v.data;
+  f.dtype = v.dtype;
+  f.layout.obs_axes = {Axis{v.shape.front(), strides.front()}};
+  for (std::size_t d = 1; d + 1 < v.shape.size(); ++d) {
+    f.layout.qparam_shape.push_back(v.shape[d]);
+    f.layout.qparam_axes.push_back(Axis{v.shape[d], strides[d]});
+  }
+  f.layout.group_axes = {Axis{v.shape.back(), strides.back()}};
+  return f;
+}
+
 }  // namespace qobs

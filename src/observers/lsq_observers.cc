@@ -15,23 +15,10 @@ void keep_values(std::map<std::string, Tensor>& st, const FlatView& flat) {
 FlatView kept_values_view(const std::map<std::string, Tensor>& st) {
   const auto it = st.find("lsq_values");
   QOBS_CHECK(it != st.end(), PreconditionError, "lsq observer: no observed values kept (docs/LSQ.md#L4)");
-  const Tensor& t = it->second;
   // materialize() gives (num_obs, *qparam_shape, group_len), row-major
-  const Shape& fs = t.shape();
-  FlatView v;
-  v.dtype = t.dtype();
-  v.owned = std::make_shared<const Tensor>(t);
-  v.data = v.owned->data();
-  const int64_t gl = fs.back();
-  int64_t stride = gl;
-  v.layout.qparam_shape.assign(fs.begin() + 1, fs.end() - 1);
-  v.layout.qparam_axes.resize(v.layout.qparam_shape.size());
-  for (std::size_t d = v.layout.qparam_shape.size(); d-- > 0;) {
-    v.layout.qparam_axes[d] = Axis{v.layout.qparam_shape[d], stride};
-    stride *= v.layout.qparam_shape[d];
-  }
-  v.layout.obs_axes = {Axis{fs[0], stride}};
-  v.layout.group_axes = {Axis{gl, 1}};
+  const auto kept = std::make_shared<const Tensor>(it->second);
+  FlatView v = flat_view_of_flattened(kept->view(), "lsq_values");
+  v.owned = kept;
   return v;
 }
 

@@ -65,17 +65,42 @@ void check_observable(const TensorView& v, const std::string& label, bool allow_
 }  // namespace
 
 Observer& Observer::observe(const TensorView& value) {
-  if (value.numel() == 0) return *this;                      // R6.1.2-1
-  if (is_weight_observer() && has_statistics()) return *this;  // R6.1.2-2, Q27
+  const std::string label = options_.label.empty() ? base_name_ : options_.label;
+  return observe_with(value, [&] { return flatten_for_calibration(value, base_name_, args_, {}, label); }, true);
+}
+
+Observer& Observer::observe_flattened(const TensorView& value) {
+  const std::string label = options_.label.empty() ? base_name_ : options_.label;
+  QOBS_CHECK(value.numel() > 0, ShapeError, label, ": empty flattened value of shape ", shape_str(value.shape),
+             " (R3.1)");
+  if (value.dim() >= 2) {
+    const int64_t last = value.shape.back();
+    const Strategy st = args_.get_strategy();
+    if ((st == Strategy::kGroup || st == Strategy::kTensorGroup) && args_.group_size)
+      QOBS_CHECK(last == *args_.group_size, ShapeError, label, ": flattened value of shape ", shape_str(value.shape),
+                 " has groups of ", last, " elements, the args say group_size ", *args_.group_size, " (R3.1, R3.2)");
+    if (st == Strategy::kBlock && args_.block_structure)
+      QOBS_CHECK(last == (*args_.block_structure)[0] * (*args_.block_structure)[1], ShapeError, label,
+                 ": flattened value of shape ", shape_str(value.shape), " has blocks of ", last,
+                 " elements, the args' block_structure ", (*args_.block_structure)[0], "x",
+                 (*args_.block_structure)[1], " has ", (*args_.block_structure)[0] * (*args_.block_structure)[1],
+                 " (R3.1, R3.2)");
+  }
+  return observe_with(value, [&] { return flat_view_of_flattened(value, label); }, false);
+}
+
+Observer& Observer::observe_with(const TensorView& value, const std::function<FlatView()>& flatten, bool forward) {
+  if (forward && value.numel() == 0) return *this;                      // R6.1.2-1
+  if (forward && is_weight_observer() && has_statistics()) return *this;  // R6.1.2-2, Q27
   const std::string label = options_.label.empty() ? base_name_ : options_.label;
   const bool check_after = statistics_reveal_non_finite();
   if (!check_after) {
     check_observable(value, label, accepts_integer_input());
-    observe_flat(flatten_for_calibration(value, base_name_, args_, {}, label));
+    observe_flat(flatten());
   } else {
     const bool is_float = check_observable_dtype(value, label, accepts_integer_input());
     std::map<std::string, Tensor> before = is_float ? state_ : std::map<std::string, Tensor>{};
-    observe_flat(flatten_for_calibration(value, base_name_, args_, {}, label));
+    observe_flat(flatten());
     if (is_float && !statistics_finite()) {
       // Finite input can still overflow a moving average to inf; that keeps the
       // reference's result. A non-finite input is rejected with the state untouched.
@@ -85,7 +110,7 @@ Observer& Observer::observe(const TensorView& value) {
       }
     }
   }
-  if (!partners_.empty()) fused_statistics_members();  // R6.1.2-5
+  if (forward && !partners_.empty()) fused_statistics_members();  // R6.1.2-5
   return *this;
 }
 

@@ -14,6 +14,7 @@
 
 #include "qobs/args.h"
 #include "qobs/error.h"
+#include "qobs/layout.h"
 #include "qobs/observer.h"
 #include "qobs/qparams.h"
 #include "test_util.h"
@@ -804,6 +805,110 @@ TEST(ObserverApi, KwargTypeErrors) {
 
 TEST(ObserverApi, R3_1_UnknownBaseNameRejected) {
   EXPECT_THROW(load_observer("memoryless_minmax", "bias", args_of(Strategy::kTensor)), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace qobs
+
+namespace qobs {
+namespace {
+
+// ---- observe_flattened (llm-compressor's update_statistics_from_observed) -------------------
+
+/// Observing an already flattened value (R3.1's (num_obs, *qparam_shape, group_size))
+/// gives exactly the statistics and qparams of observing the value itself: every
+/// built-in observer, weights (tensor, channel, group, tensor_group, block) and
+/// activations (tensor, group, observed twice: the running statistics), f32 and bf16.
+TEST(ObserverApi, R3_1_ObserveFlattenedEqualsObserve) {
+  struct Case {
+    std::string base;
+    QuantizationArgs args;
+    Shape shape;
+  };
+  QuantizationArgs block;
+  block.strategy = Strategy::kBlock;
+  block.block_structure = std::array<int64_t, 2>{4, 8};
+  block = block.validated();
+  const std::vector<Case> cases{
+      {"weight", args_of(Strategy::kTensor), {8, 32}},
+      {"weight", args_of(Strategy::kChannel, std::nullopt, 4), {8, 32}},
+      {"weight", args_of(Strategy::kGroup, 16, 4), {8, 32}},
+      {"weight", args_of(Strategy::kGroup, 16, 4, false), {8, 32}},
+      {"weight", nvfp4_args(), {8, 32}},
+      {"weight", block, {8, 32}},
+      {"input", args_of(Strategy::kTensor), {2, 3, 32}},
+      {"input", args_of(Strategy::kGroup, 16), {2, 3, 32}},
+  };
+  int compared = 0;
+  for (const std::string& name : registered_observers())
+    for (const Case& c : cases)
+      for (DType dt : {DType::kF32, DType::kBF16}) {
+        std::shared_ptr<Observer> a, b;
+        try {
+          a = load_observer(name, c.base, c.args);
+          b = load_observer(name, c.base, c.args);
+        } catch (const std::exception&) {
+          continue;  // an observer / strategy pair the registry refuses
+        }
+        if (c.base == "weight") {  // importance for the imatrix observers (a no-op for the rest)
+          for (auto* o : {a.get(), b.get()}) {
+            o->attach(c.shape.back());
+            const Tensor x = Tensor::from_values(DType::kF32, {4, c.shape.back()}, noise(4 * c.shape.back(), 9));
+            o->accumulate_input(x.view());
+          }
+        }
+        bool ok = true;
+        // a weight is observed once (forward's rule; the flattened entry replaces)
+        for (uint32_t seed : c.base == "weight" ? std::vector<uint32_t>{1u} : std::vector<uint32_t>{1u, 2u}) {
+          const int64_t n = shape_numel(c.shape);
+          const Tensor v = Tensor::from_values(dt, c.shape, noise(n, seed));
+          try {
+            a->observe(v.view());
+          } catch (const std::exception&) {
+            ok = false;  // the observer does not take this value; nothing to compare
+            break;
+          }
+          const Tensor flat = flatten_for_calibration(v.view(), c.base, c.args).materialize();
+          b->observe_flattened(flat.view());
+        }
+        if (!ok) continue;
+        const std::string where = name + " " + c.base + " " + std::string(to_string(c.args.get_strategy())) + " " +
+                                  std::string(dtype_name(dt));
+        const auto sa = a->get_statistics(), sb = b->get_statistics();
+        ASSERT_EQ(sa.size(), sb.size()) << where;
+        for (std::size_t i = 0; i < sa.size(); ++i) {
+          ASSERT_EQ(sa[i].first, sb[i].first) << where;
+          ASSERT_EQ(sa[i].second.shape(), sb[i].second.shape()) << where << " " << sa[i].first;
+          for (int64_t k = 0; k < sa[i].second.numel(); ++k)
+            ASSERT_EQ(sa[i].second.get(k), sb[i].second.get(k)) << where << " " << sa[i].first << "[" << k << "]";
+        }
+        const QParams qa = a->get_qparams(), qb = b->get_qparams();
+        for (int64_t k = 0; k < qa.scale.numel(); ++k) ASSERT_EQ(qa.scale.get(k), qb.scale.get(k)) << where;
+        for (int64_t k = 0; k < qa.zero_point.numel(); ++k)
+          ASSERT_EQ(qa.zero_point.get(k), qb.zero_point.get(k)) << where;
+        ++compared;
+      }
+  EXPECT_GT(compared, 60);
+}
+
+TEST(ObserverApi, R3_1_ObserveFlattenedRefusesMisshapedValues) {
+  auto o = load_observer("memoryless_minmax", "weight", args_of(Strategy::kGroup, 16, 4), {}, {.label = "m.weight"});
+  const Tensor rank1 = Tensor::from_values(DType::kF32, {32}, noise(32, 3));
+  expect_error<ShapeError>([&] { o->observe_flattened(rank1.view()); }, {"m.weight", "R3.1", "(32,)"});
+  const Tensor groups_of_8 = Tensor::from_values(DType::kF32, {1, 8, 4, 8}, noise(256, 3));
+  expect_error<ShapeError>([&] { o->observe_flattened(groups_of_8.view()); }, {"m.weight", "group_size 16", "R3.2"});
+  EXPECT_FALSE(o->has_statistics());
+  const Tensor nan = Tensor::from_values(DType::kF32, {1, 8, 2, 16}, std::vector<double>(256, NAN));
+  expect_error<InvalidArgument>([&] { o->observe_flattened(nan.view()); }, {"m.weight", "non-finite"});
+  EXPECT_FALSE(o->has_statistics());
+  const Tensor empty = Tensor::from_values(DType::kF32, {1, 0, 2, 16}, {});
+  expect_error<ShapeError>([&] { o->observe_flattened(empty.view()); }, {"m.weight", "empty"});
+  // as the reference's update_statistics_from_observed: a weight's statistics are replaced
+  const Tensor ones = Tensor::from_values(DType::kF32, {1, 1, 1, 16}, std::vector<double>(16, 1.0));
+  const Tensor twos = Tensor::from_values(DType::kF32, {1, 1, 1, 16}, std::vector<double>(16, 2.0));
+  o->observe_flattened(ones.view());
+  o->observe_flattened(twos.view());
+  EXPECT_EQ(stat(*o, "max_vals"), 2.0);
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ namespace qobs::kernels {
 
 namespace {
 
-namespace lanes = qobs::kernels::detail;  // the lanes (simd/lsq_*_simd.h) and the sweep order (lsq_reference_candidates.h)
+namespace lanes = qobs::kernels::detail;  // the lanes (simd/lsq_*_simd.h) and the reference-candidate steps (lsq_reference_candidates.h)
 
 using qobs::detail::Arith;
 using qobs::detail::ElemQParams;
@@ -390,8 +390,11 @@ std::vector<std::pair<double, double>> ideal_best_asym(const Group& g, std::vect
     lanes::lsq_ideal_errors_asym_scalar(g.x, g.w, g.n, s_tl.data(), z_tl.data(), cnt, q_min, q_max, err_tl.data());
   std::vector<std::size_t> order(count);
   for (std::size_t i = 0; i < count; ++i) order[i] = i;
-  // error ascending, ties by index: a strict total order, so the pick does not depend on
-  // how partial_sort lays out the rest
+  // error ascending (a NaN, from a zero weight times an overflowed difference, last),
+  // ties by index: a strict total order, so the pick does not depend on how
+  // partial_sort lays out the rest
+  for (float& e : err_tl)
+    if (std::isnan(e)) e = INFINITY;
   std::partial_sort(order.begin(), order.begin() + kIdealBest, order.end(), [&](std::size_t a, std::size_t b) {
     if (err_tl[a] != err_tl[b]) return err_tl[a] < err_tl[b];
     return a < b;

@@ -172,6 +172,8 @@ class Observer : public std::enable_shared_from_this<Observer> {
   ObserverOptions options_;
 
  private:
+  /// The name errors give the observed tensor: the caller's label, else the base name.
+  const std::string& tensor_label() const { return options_.label.empty() ? base_name_ : options_.label; }
   friend void fuse_observers(const std::vector<std::shared_ptr<Observer>>& group);
   void observe_bound_weight();
   /// Phase 1 around `flatten`, which makes the value's FlatView; `forward`: observe's

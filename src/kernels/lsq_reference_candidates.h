@@ -70,6 +70,10 @@ inline int e4m3_code_of(float v, const double* code_scale) {
 struct E4m3CodeSet {
   uint64_t bits[2] = {0, 0};
   void add(int c) { bits[c >> 6] |= uint64_t{1} << (c & 63); }
+  /// every code lo..hi
+  void add_range(int lo, int hi) {
+    for (int c = lo; c <= hi; ++c) add(c);
+  }
   /// f(code) for every code of the set, ascending.
   template <class F>
   void for_each(F f) const {
@@ -77,5 +81,94 @@ struct E4m3CodeSet {
       for (uint64_t m = bits[h]; m; m &= m - 1) f(h * 64 + std::countr_zero(m));
   }
 };
+
+/// NVFP4 symmetric: the shrink factors of one reference list whose stored scales
+/// determine the list's whole E4M3 code set (docs/LSQ.md#L4). The stored scale of a
+/// factor p is the E4M3 rounding of r(p) = global x rnd(rnd(amax' p) / half_range)
+/// (ShrunkQParams::compute, symmetric, amax' = max(|m0|, |M0|)): every step is monotone,
+/// so the codes never decrease with p, and each rounding is within a relative u of its
+/// argument, so r(p') / r(p) <= (p' / p) x margin. Where consecutive factors lie closer
+/// than the narrowest rounding interval of a code (hi / lo of 1..125's intervals, 1.069
+/// at mantissa 7), the r of a run of such factors cannot step over any code's interval:
+/// every code between the run's first and last code is some factor's code. So a run
+/// needs two computed scales, its ends, instead of one per factor.
+struct E4m3Probes {
+  std::vector<float> factors;  ///< the runs' (first, last) pairs, then the lone factors
+  int64_t num_runs = 0;
+  float min_factor = 0;  ///< the list's smallest factor: the guard's argument
+};
+
+/// The narrowest rounding interval hi / lo of the E4M3 codes 1..125 whose stored scale
+/// code_scale[c] is its E4M3 value (126 saturates: its interval is unbounded), or 0 if
+/// some code's stored scale is not its value (then no run is formed).
+inline double e4m3_min_interval_ratio(const double* code_scale) {
+  double min_ratio = INFINITY;
+  for (int c = 1; c <= 125; ++c) {
+    const double v = fp8_e4m3_to_float(static_cast<uint8_t>(c));
+    if (code_scale[c] != v || code_scale[c + 1] != fp8_e4m3_to_float(static_cast<uint8_t>(c + 1))) return 0.0;
+    const double below = fp8_e4m3_to_float(static_cast<uint8_t>(c - 1)), above = code_scale[c + 1];
+    min_ratio = std::min(min_ratio, (v + above) / (below + v));
+  }
+  return min_ratio;
+}
+
+/// The probes of a list of positive shrink factors (any order, repeats allowed) whose
+/// statistics round to stat_round (f32, bf16 or f16) before the E4M3 code rounding.
+inline E4m3Probes e4m3_probes(std::vector<float> factors, DType stat_round, double min_interval_ratio) {
+  E4m3Probes pr;
+  std::sort(factors.begin(), factors.end());
+  factors.erase(std::unique(factors.begin(), factors.end()), factors.end());
+  if (factors.empty()) return pr;
+  pr.min_factor = factors.front();
+  // the chain's roundings: three in f32 (the product, the quotient, the global scale)
+  // and two in the statistics' dtype, each relative error at most its unit roundoff u
+  const double u32 = 0x1p-24;
+  const double us = stat_round == DType::kBF16 ? 0x1p-9 : stat_round == DType::kF16 ? 0x1p-11 : u32;
+  const double margin = std::pow((1 + u32) / (1 - u32), 3) * std::pow((1 + us) / (1 - us), 2) * (1 + 0x1p-20);
+  std::vector<float> lone;
+  for (std::size_t i = 0; i < factors.size();) {
+    std::size_t j = i;
+    while (j + 1 < factors.size() &&
+           static_cast<double>(factors[j + 1]) / factors[j] * margin < min_interval_ratio)
+      ++j;
+    if (j > i) {
+      pr.factors.push_back(factors[i]);
+      pr.factors.push_back(factors[j]);
+      ++pr.num_runs;
+    } else {
+      lone.push_back(factors[i]);
+    }
+    i = j + 1;
+  }
+  pr.factors.insert(pr.factors.end(), lone.begin(), lone.end());
+  return pr;
+}
+
+/// The smallest amax' x min_factor for which the probes hold: the chain's values must be
+/// normal in the statistics' dtype (a subnormal's rounding error is not relative), and
+/// r(p) must not round to the E4M3 code 0, whose stored scale is replaced by eps (R4.1
+/// step 7: eps may be a code's value, so the codes would not be monotone in p).
+inline double e4m3_probe_floor(DType stat_round, double half_range, double global_scale) {
+  const double normal_min = stat_round == DType::kF16 ? 0x1p-14 : 0x1p-126;
+  const double hr = std::max(1.0, half_range);
+  // r(p) >= 2^-10 (half the smallest code) with room for the roundings' errors
+  return std::max(4.0 * normal_min * hr, 0x1p-10 * 1.05 * half_range / global_scale);
+}
+
+/// Adds the codes that the probes' stored scales (scales[i] of pr.factors[i]) stand
+/// for; false if one is no code (the caller starts over with every factor).
+inline bool add_probed_codes(const E4m3Probes& pr, const float* scales, const double* code_scale, E4m3CodeSet& set) {
+  for (int64_t r = 0; r < pr.num_runs; ++r) {
+    const int lo = e4m3_code_of(scales[2 * r], code_scale), hi = e4m3_code_of(scales[2 * r + 1], code_scale);
+    if (lo < 0 || hi < 0 || lo > hi) return false;
+    set.add_range(lo, hi);
+  }
+  for (std::size_t i = static_cast<std::size_t>(2 * pr.num_runs); i < pr.factors.size(); ++i) {
+    const int c = e4m3_code_of(scales[i], code_scale);
+    if (c < 0) return false;
+    set.add(c);
+  }
+  return true;
+}
 
 }  // namespace qobs::kernels::detail

@@ -92,6 +92,11 @@ struct LsqPlan {
   /// reference candidates are collected as a set of codes (lanes::E4m3CodeSet), whose
   /// ascending codes are the ascending stored scales, instead of a list to sort
   bool code_set = false;
+  /// code_set: per reference list, the factors whose scales give its code set (runs of
+  /// close factors by their ends), usable when amax x the list's smallest factor is at
+  /// least probe_floor (lanes::E4m3Probes); empty: every factor is computed
+  std::vector<lanes::E4m3Probes> ref_probes;
+  double probe_floor = INFINITY;
   /// the smallest positive value of the FP grid (FP4 0.5, FP8 E4M3 2^-9): below half of
   /// it x / s rounds to 0 (extend_window)
   double grid_min = 0.5;
@@ -436,20 +441,30 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
       if (P.shrunk.usable) {
         // the same f32 steps as compute_qparams_elem(a.mul(m0, p), a.mul(M0, p)), tested
         // value for value against it (qparam_math.h)
-        const std::vector<float>& pf = P.ref_lists_f32[l];
-        fs.resize(pf.size());
-        fz.resize(pf.size());
-        bool done = false;
+        auto shrunk_scales = [&](const std::vector<float>& pf) {
+          fs.resize(pf.size());
+          fz.resize(pf.size());
 #if QOBS_HAVE_FAST_KERNELS
-        if (g.level != SimdLevel::kScalar) {
-          lanes::lsq_candidates_simd(g.level, P.shrunk, static_cast<float>(m0), static_cast<float>(M0), pf.data(),
-                                     static_cast<int64_t>(pf.size()), fs.data(), fz.data());
-          done = true;
-        }
+          if (g.level != SimdLevel::kScalar) {
+            lanes::lsq_candidates_simd(g.level, P.shrunk, static_cast<float>(m0), static_cast<float>(M0), pf.data(),
+                                       static_cast<int64_t>(pf.size()), fs.data(), fz.data());
+            return;
+          }
 #endif
-        if (!done)
           P.shrunk.compute(static_cast<float>(m0), static_cast<float>(M0), pf.data(), static_cast<int64_t>(pf.size()),
                            fs.data(), fz.data());
+        };
+        if (as_codes && !P.ref_probes.empty() &&
+            std::max(std::fabs(static_cast<float>(m0)), std::fabs(static_cast<float>(M0))) *
+                    static_cast<double>(P.ref_probes[l].min_factor) >=
+                P.probe_floor) {
+          // the runs' ends stand for the codes between them (lanes::E4m3Probes)
+          shrunk_scales(P.ref_probes[l].factors);
+          if (!lanes::add_probed_codes(P.ref_probes[l], fs.data(), P.code_scale.data(), codes)) return false;
+          continue;
+        }
+        const std::vector<float>& pf = P.ref_lists_f32[l];
+        shrunk_scales(pf);
         if (as_codes) {
           // neighbouring factors mostly give the same scale: a repeat is in the set already
           const float* const f = fs.data();
@@ -623,6 +638,17 @@ LsqPlan make_plan(const FlatView& flat, const QuantizationArgs& args, const LsqS
     for (int c = 1; c < 126; ++c) P.code_set = P.code_set && P.code_scale[c] < P.code_scale[c + 1];
   }
   for (const auto& l : P.ref_lists) P.ref_lists_f32.emplace_back(l.second.begin(), l.second.end());
+  if (P.code_set) {
+    const double ratio = lanes::e4m3_min_interval_ratio(P.code_scale.data());
+    const bool positive = std::all_of(P.ref_lists_f32.begin(), P.ref_lists_f32.end(), [](const auto& pf) {
+      return std::all_of(pf.begin(), pf.end(), [](float p) { return p > 0.0f && std::isfinite(p); });
+    });
+    if (ratio > 1.0 && positive && P.shrunk.global_scale > 0.0f && std::isfinite(P.shrunk.global_scale)) {
+      for (const auto& pf : P.ref_lists_f32) P.ref_probes.push_back(lanes::e4m3_probes(pf, P.shrunk.stat_round, ratio));
+      P.probe_floor = lanes::e4m3_probe_floor(P.shrunk.stat_round, P.shrunk.half_range,
+                                             P.shrunk.has_global ? P.shrunk.global_scale : 1.0);
+    }
+  }
   if (P.mx) {
     for (int e = kE8M0MinExp; e <= kE8M0MaxExp; ++e) P.mx_scale.push_back(stored_scale(std::ldexp(1.0f, e), P));
     if (P.symmetric)

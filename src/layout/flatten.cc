@@ -328,11 +328,7 @@ FlatView flat_view_of_flattened(const TensorView& v, std::string_view label) {
   QOBS_CHECK(v.dim() >= 2, ShapeError, label_of(label, "value"),
              ": a flattened value has shape (num_observations, *qparam_shape, group_size) (R3.1), got shape ",
              shape_str(v.shape));
-  Shape strides = v.strides;
-  if (strides.empty()) {
-    strides.assign(v.shape.size(), 1);
-    for (std::size_t d = v.shape.size() - 1; d-- > 0;) strides[d] = strides[d + 1] * v.shape[d + 1];
-  }
+  const Shape strides = v.strides.empty() ? contiguous_strides(v.shape) : v.strides;
   FlatView f;
   f.data = v.data;
   f.dtype = v.dtype;

@@ -65,12 +65,12 @@ void check_observable(const TensorView& v, const std::string& label, bool allow_
 }  // namespace
 
 Observer& Observer::observe(const TensorView& value) {
-  const std::string label = options_.label.empty() ? base_name_ : options_.label;
+  const std::string label = tensor_label();
   return observe_with(value, [&] { return flatten_for_calibration(value, base_name_, args_, {}, label); }, true);
 }
 
 Observer& Observer::observe_flattened(const TensorView& value) {
-  const std::string label = options_.label.empty() ? base_name_ : options_.label;
+  const std::string label = tensor_label();
   QOBS_CHECK(value.numel() > 0, ShapeError, label, ": empty flattened value of shape ", shape_str(value.shape),
              " (R3.1)");
   if (value.dim() >= 2) {
@@ -92,7 +92,7 @@ Observer& Observer::observe_flattened(const TensorView& value) {
 Observer& Observer::observe_with(const TensorView& value, const std::function<FlatView()>& flatten, bool forward) {
   if (forward && value.numel() == 0) return *this;                      // R6.1.2-1
   if (forward && is_weight_observer() && has_statistics()) return *this;  // R6.1.2-2, Q27
-  const std::string label = options_.label.empty() ? base_name_ : options_.label;
+  const std::string label = tensor_label();
   const bool check_after = statistics_reveal_non_finite();
   if (!check_after) {
     check_observable(value, label, accepts_integer_input());
@@ -133,7 +133,7 @@ bool Observer::has_statistics() const {
 
 std::vector<std::pair<std::string, Tensor>> Observer::get_statistics() const {
   QOBS_CHECK(has_statistics(), PreconditionError, "No statistics available for ", name(), " observer of '",
-             options_.label.empty() ? base_name_ : options_.label, "' (R6.1.6)");
+             tensor_label(), "' (R6.1.6)");
   std::vector<std::pair<std::string, Tensor>> out;
   for (const auto& n : statistic_names()) out.emplace_back(n, state_.at(n));
   return out;
@@ -227,7 +227,7 @@ std::optional<Tensor> Observer::get_global_scale() {
   std::vector<std::shared_ptr<Observer>> members;
   if (partners_.empty()) {
     QOBS_CHECK(has_statistics(), PreconditionError, "No statistics available for ", name(), " observer of '",
-               options_.label.empty() ? base_name_ : options_.label, "' (R6.1.5)");
+               tensor_label(), "' (R6.1.5)");
     members.push_back(shared_from_this());
   } else {
     members = fused_statistics_members();
@@ -252,7 +252,7 @@ std::optional<Tensor> Observer::get_global_scale() {
 
 QParams Observer::get_qparams() {
   QOBS_CHECK(has_statistics(), PreconditionError, "No statistics available for ", name(), " observer of '",
-             options_.label.empty() ? base_name_ : options_.label, "': observe a tensor first (R6.1.4)");
+             tensor_label(), "': observe a tensor first (R6.1.4)");
   QParams out;
   out.global_scale = get_global_scale();
   auto sz = qparams_from_statistics(out.global_scale ? &*out.global_scale : nullptr);

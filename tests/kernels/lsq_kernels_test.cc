@@ -373,6 +373,84 @@ TEST(LsqKernels, E4m3CodeSetEqualsSortedCandidates) {
   EXPECT_GT(all_codes, 600);
 }
 
+// NVFP4: the codes of a list's runs' ends and lone factors (lanes::E4m3Probes) are the
+// codes of all its factors, computed one by one (docs/LSQ.md#L4): the reference's
+// lists (memoryless_mse, imatrix_mse, nvfp4_expanded_mse, eager and chunked) and random
+// dense and sparse ones, f32 / bf16 / f16 statistics, global scales over 12 octaves,
+// ranges from the subnormal codes to saturation.
+TEST(LsqKernels, E4m3ProbesGiveEveryFactorsCodes) {
+  std::vector<double> code_scale(127);
+  for (int c = 0; c <= 126; ++c) code_scale[static_cast<std::size_t>(c)] = fp8_e4m3_to_float(static_cast<uint8_t>(c));
+  const double ratio = detail::e4m3_min_interval_ratio(code_scale.data());
+  ASSERT_GT(ratio, 1.06);
+  ASSERT_LT(ratio, 1.07);
+  std::vector<double> other = code_scale;
+  other[40] = 0.3;
+  ASSERT_EQ(detail::e4m3_min_interval_ratio(other.data()), 0.0);  // no runs then
+
+  std::mt19937 rng(53);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  const QuantizationArgs args = preset_scheme("NVFP4A16").weights->validated();
+  int compared = 0, probed_fewer = 0;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+    for (int trial = 0; trial < 400; ++trial) {
+      std::vector<double> ps;
+      if (trial % 4 < 3) {
+        GridSearchConfig c;
+        if (trial % 4 == 1) {
+          c.imatrix = true;
+          c.maxshrink = 0.95;
+          c.grid = 20;
+        } else if (trial % 4 == 2) {
+          c.maxshrink = 1.0 - 0.8 / 1.8;
+          c.grid = 200;
+          c.expand = 1.8;
+        }
+        c.chunked = trial % 8 < 4;
+        ps = qobs::detail::search_shrink_factors(c, dt);
+        ps.push_back(1.0);
+      } else {
+        // random: dense (steps of ~0.5%) or sparse
+        const double step = trial % 8 < 4 ? 0.005 : 0.08;
+        for (double p = 0.05 + 0.1 * u(rng); p <= 1.0; p *= 1.0 + step * (0.2 + u(rng))) ps.push_back(p);
+      }
+      const std::vector<float> pf(ps.begin(), ps.end());
+      const double global = 448.0 * 6 / std::ldexp(0.3 + u(rng), static_cast<int>(rng() % 12) - 6);
+      const qobs::detail::QParamPlan qp = qobs::detail::QParamPlan::make(args, dt, global, NumericMode::kParity);
+      const qobs::detail::ShrunkQParams q = qobs::detail::ShrunkQParams::make(qp);
+      const detail::E4m3Probes pr = detail::e4m3_probes(pf, q.stat_round, ratio);
+      const double mag = std::ldexp(1.0, static_cast<int>(rng() % 30) - 20);
+      const float M = static_cast<float>(round_to_float_dtype(dt, mag * (u(rng) + 0.01)));
+      const float m = static_cast<float>(round_to_float_dtype(dt, -mag * u(rng)));
+      if (std::max(std::fabs(m), M) * static_cast<double>(pr.min_factor) <
+          detail::e4m3_probe_floor(q.stat_round, q.half_range, q.global_scale))
+        continue;  // the search computes every factor then
+      std::vector<float> fs(pf.size()), fz(pf.size());
+      q.compute(m, M, pf.data(), static_cast<int64_t>(pf.size()), fs.data(), fz.data());
+      detail::E4m3CodeSet want;
+      bool codes = true;
+      for (float v : fs) {
+        const int c = detail::e4m3_code_of(v, code_scale.data());
+        if (c < 0) codes = false;
+        else want.add(c);
+      }
+      std::vector<float> ps_fs(pr.factors.size()), ps_fz(pr.factors.size());
+      q.compute(m, M, pr.factors.data(), static_cast<int64_t>(pr.factors.size()), ps_fs.data(), ps_fz.data());
+      detail::E4m3CodeSet got;
+      const bool probed = detail::add_probed_codes(pr, ps_fs.data(), code_scale.data(), got);
+      // a factor with no code is one of the probes or lies between a run's ends, whose
+      // codes then are not both codes
+      ASSERT_EQ(probed, codes) << dtype_name(dt) << " trial " << trial;
+      if (!codes) continue;
+      ++compared;
+      if (pr.factors.size() * 4 < pf.size()) ++probed_fewer;
+      ASSERT_EQ(got.bits[0], want.bits[0]) << dtype_name(dt) << " trial " << trial << " range " << m << " " << M;
+      ASSERT_EQ(got.bits[1], want.bits[1]) << dtype_name(dt) << " trial " << trial << " range " << m << " " << M;
+    }
+  EXPECT_GT(compared, 900);
+  EXPECT_GT(probed_fewer, 300);  // the dense lists need a few probes, not every factor
+}
+
 // The MX reference candidates by bisection are the set compute_qparams_elem gives
 // factor by factor: MXFP4 / MXFP8, bf16 / f16 / f32 / f64 statistics, the reference's
 // shrink lists and random ones, ranges of either sign, tiny (subnormal, underflowing

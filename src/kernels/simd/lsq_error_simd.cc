@@ -156,42 +156,13 @@ bool LsqRefitSums(const LsqGroupArgs& G, float s, float zx, double* sums) {
   return G.w ? LsqRefitSumsGrid<true>(G, s, zx, sums) : LsqRefitSumsGrid<false>(G, s, zx, sums);
 }
 
-/// lsq_ideal_errors_simd: kBlock vectors of candidates at a time, so each element's
-/// broadcasts serve all of them and the sums stay in registers.
-template <bool kWeighted>
-HWY_NOINLINE void LsqIdealErrorsT(const float* ax, const float* lim, const float* w, int64_t n, const float* s,
-                                  int64_t count, float* err) {
-  const DF df;
-  constexpr int kBlock = 4;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df)), per = kBlock * N;
-  const VF one = hn::Set(df, 1.0f);
-  for (int64_t c0 = 0; c0 < count; c0 += per) {
-    // a partial block repeats its last scale in the dead lanes, whose sums are dropped
-    alignas(64) float sb[kBlock * 16], eb[kBlock * 16];
-    for (int64_t i = 0; i < per; ++i) sb[i] = s[std::min(c0 + i, count - 1)];
-    VF sv[kBlock], inv[kBlock], acc[kBlock];
-    for (int k = 0; k < kBlock; ++k) {
-      sv[k] = hn::Load(df, sb + k * N);
-      inv[k] = hn::Div(one, sv[k]);
-      acc[k] = hn::Zero(df);
-    }
-    for (int64_t j = 0; j < n; ++j) {
-      const VF a = hn::Set(df, ax[j]), l = hn::Set(df, lim[j]);
-      for (int k = 0; k < kBlock; ++k) {
-        const VF q = hn::Min(hn::Round(hn::Mul(a, inv[k])), l);
-        const VF d = hn::NegMulAdd(q, sv[k], a);
-        acc[k] = hn::MulAdd(kWeighted ? hn::Mul(hn::Set(df, w[j]), d) : d, d, acc[k]);
-      }
-    }
-    for (int k = 0; k < kBlock; ++k) hn::Store(acc[k], df, eb + k * N);
-    for (int64_t i = 0; i < std::min(per, count - c0); ++i) err[c0 + i] = eb[i];
-  }
-}
-
-/// lsq_ideal_errors_asym_simd, laid out as LsqIdealErrorsT.
-template <bool kWeighted>
-HWY_NOINLINE void LsqIdealErrorsAsymT(const float* x, const float* w, int64_t n, const float* s, const float* z,
-                                      int64_t count, float q_min, float q_max, float* err) {
+/// lsq_ideal_errors_simd and lsq_ideal_errors_asym_simd: kBlock vectors of candidates at
+/// a time, so each element's broadcasts serve all of them and the sums stay in registers.
+/// Symmetric: x holds |x| and lim each element's code limit. Asymmetric: x is signed and
+/// the codes are clamped to [q_min, q_max] around each candidate's zero point z.
+template <bool kWeighted, bool kAsym>
+HWY_NOINLINE void LsqIdealErrorsT(const float* x, const float* lim, const float* w, int64_t n, const float* s,
+                                  const float* z, int64_t count, float q_min, float q_max, float* err) {
   const DF df;
   constexpr int kBlock = 4;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df)), per = kBlock * N;
@@ -200,8 +171,9 @@ HWY_NOINLINE void LsqIdealErrorsAsymT(const float* x, const float* w, int64_t n,
     // a partial block repeats its last candidate in the dead lanes, whose sums are dropped
     alignas(64) float sb[kBlock * 16], zb[kBlock * 16], eb[kBlock * 16];
     for (int64_t i = 0; i < per; ++i) {
-      sb[i] = s[std::min(c0 + i, count - 1)];
-      zb[i] = z[std::min(c0 + i, count - 1)];
+      const int64_t c = std::min(c0 + i, count - 1);
+      sb[i] = s[c];
+      zb[i] = kAsym ? z[c] : 0.0f;
     }
     VF sv[kBlock], zv[kBlock], inv[kBlock], acc[kBlock];
     for (int k = 0; k < kBlock; ++k) {
@@ -213,8 +185,14 @@ HWY_NOINLINE void LsqIdealErrorsAsymT(const float* x, const float* w, int64_t n,
     for (int64_t j = 0; j < n; ++j) {
       const VF a = hn::Set(df, x[j]);
       for (int k = 0; k < kBlock; ++k) {
-        const VF q = hn::Min(hn::Max(hn::Round(hn::MulAdd(a, inv[k], zv[k])), lo), hi);
-        const VF d = hn::NegMulAdd(hn::Sub(q, zv[k]), sv[k], a);
+        VF d;
+        if constexpr (kAsym) {
+          const VF q = hn::Min(hn::Max(hn::Round(hn::MulAdd(a, inv[k], zv[k])), lo), hi);
+          d = hn::NegMulAdd(hn::Sub(q, zv[k]), sv[k], a);
+        } else {
+          const VF q = hn::Min(hn::Round(hn::Mul(a, inv[k])), hn::Set(df, lim[j]));
+          d = hn::NegMulAdd(q, sv[k], a);
+        }
         acc[k] = hn::MulAdd(kWeighted ? hn::Mul(hn::Set(df, w[j]), d) : d, d, acc[k]);
       }
     }
@@ -225,14 +203,14 @@ HWY_NOINLINE void LsqIdealErrorsAsymT(const float* x, const float* w, int64_t n,
 
 void LsqIdealErrorsAsym(const float* x, const float* w, int64_t n, const float* s, const float* z, int64_t count,
                         float q_min, float q_max, float* err) {
-  if (w) LsqIdealErrorsAsymT<true>(x, w, n, s, z, count, q_min, q_max, err);
-  else LsqIdealErrorsAsymT<false>(x, w, n, s, z, count, q_min, q_max, err);
+  if (w) LsqIdealErrorsT<true, true>(x, nullptr, w, n, s, z, count, q_min, q_max, err);
+  else LsqIdealErrorsT<false, true>(x, nullptr, w, n, s, z, count, q_min, q_max, err);
 }
 
 void LsqIdealErrors(const float* ax, const float* lim, const float* w, int64_t n, const float* s, int64_t count,
                     float* err) {
-  if (w) LsqIdealErrorsT<true>(ax, lim, w, n, s, count, err);
-  else LsqIdealErrorsT<false>(ax, lim, w, n, s, count, err);
+  if (w) LsqIdealErrorsT<true, false>(ax, lim, w, n, s, nullptr, count, 0.0f, 0.0f, err);
+  else LsqIdealErrorsT<false, false>(ax, lim, w, n, s, nullptr, count, 0.0f, 0.0f, err);
 }
 
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3

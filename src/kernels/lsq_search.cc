@@ -254,48 +254,79 @@ void refit(Group& g, double s, double z, double e, Best& best) {
   }
 }
 
-/// Scales outside the tried window can still win under a skewed weighting: walk
-/// outwards, index by index, while a lower bound of an index's error stays below the
-/// best error. `scale_of(i)` is the stored scale of index i, increasing in i (NVFP4: the
-/// E4M3 code; MX: the E8M0 exponent). Below the window an element beyond
-/// q_max x applied scale x (1 + 2^-7) is clipped, costing at least w (|x| - that)^2: the
-/// margin covers the rounding of code x scale in the data dtype (bf16's half ulp is
-/// 2^-8), without which the dequantized top value can exceed q_max x scale. Above the
-/// window an element under 0.48 x the smallest positive grid value x applied scale
-/// rounds to 0 even after x / s is rounded (by at most 2^-8), costing w x^2. Both
-/// bounds grow monotonically away from the window, so the walk ends at the exhaustive
-/// optimum over [i_min, i_max]; the factor 1 - 1e-6 covers the different sum order.
-template <class ScaleOf>
-void extend_window(Group& g, int lo, int hi, int i_min, int i_max, double grid_min, ScaleOf scale_of, Best& best) {
-  const double qmax = g.P->qplan.q_max;
-  const double safety = 1.0 - 1e-6;
-  double prev = NAN;
-  for (int c = lo - 1; c >= i_min; --c) {
-    const double s = scale_of(c);
-    if (s == prev) continue;  // the same stored scale (an underflow to eps), scored already
-    prev = s;
-    const double top = qmax * g.applied(s) * (1.0 + 0x1p-7);
+/// Lower bounds of a stored scale's error from the elements it must clip or round to 0
+/// (docs/LSQ.md#L4). Above qmax x applied scale x (1 + 2^-7) an element is clipped to
+/// the top code (the 2^-7 covers the dequantization's rounding in the data dtype, bf16's
+/// half ulp being 2^-8) and costs at least w (|x| - top)^2; under 0.48 x the smallest
+/// positive grid value x the applied scale it rounds to 0 even after x / s is rounded
+/// (by at most 2^-8), costing w x^2. The first bound falls as the scale grows, the
+/// second rises.
+struct ErrorBounds {
+  const Group& g;
+  double clipped(double s) const {
+    const double top = g.P->qplan.q_max * g.applied(s) * (1.0 + 0x1p-7);
     double bound = 0;
     for (int64_t j = 0; j < g.n; ++j) {
       const double over = std::fabs(g.x[j]) - top;
       if (over > 0) bound += (g.w ? static_cast<double>(g.w[j]) : 1.0) * over * over;
     }
-    if (bound * safety >= best.err) break;
-    best.offer(g.error(s, 0.0), s, 0.0);
+    return bound;
   }
+  double zeroed(double s) const {
+    const double zero = 0.48 * g.P->grid_min * g.applied(s);
+    double bound = 0;
+    for (int64_t j = 0; j < g.n; ++j)
+      if (std::fabs(g.x[j]) < zero) bound += (g.w ? static_cast<double>(g.w[j]) : 1.0) * g.x[j] * g.x[j];
+    return bound;
+  }
+};
+
+/// The factor a lower bound is multiplied by before it is compared with an error: the
+/// bound's sum order differs from the scorer's canonical one.
+constexpr double kBoundSafety = 1.0 - 1e-6;
+
+/// Scales outside the tried window can still win under a skewed weighting: walk
+/// outwards, index by index, while a lower bound of an index's error stays below the
+/// best error. `scale_of(i)` is the stored scale of index i, increasing in i (NVFP4: the
+/// E4M3 code; MX: the E8M0 exponent). Below the window the clipped elements' bound
+/// counts, above it the zeroed elements' (ErrorBounds; without the clipping margin the
+/// dequantized top value could exceed q_max x scale). Both bounds grow monotonically
+/// away from the window, so the walk ends at the exhaustive optimum over [i_min, i_max].
+template <class ScaleOf>
+void extend_window(Group& g, const ErrorBounds& bounds, int lo, int hi, int i_min, int i_max, ScaleOf scale_of,
+                   Best& best) {
+  // Each side's walk takes the indices whose bound is below the best error found before
+  // it and scores them in one batch. Where a walk that updated the best as it went
+  // would have stopped earlier, the extra indices' bounds (monotone) are at least that
+  // best, so their errors are too and cannot replace it: the same result.
+  thread_local std::vector<std::pair<double, double>> walk;
+  thread_local std::vector<double> walk_errs;
+  auto score_walk = [&] {
+    walk_errs.resize(walk.size());
+    if (!walk.empty()) g.errors(walk.data(), walk.size(), walk_errs.data());
+    for (std::size_t k = 0; k < walk.size(); ++k) best.offer(walk_errs[k], walk[k].first, walk[k].second);
+  };
+  walk.clear();
+  double prev = NAN;
+  for (int c = lo - 1; c >= i_min; --c) {
+    const double s = scale_of(c);
+    if (s == prev) continue;  // the same stored scale (an underflow to eps), scored already
+    prev = s;
+    if (bounds.clipped(s) * kBoundSafety >= best.err) break;
+    walk.emplace_back(s, 0.0);
+  }
+  score_walk();
+  walk.clear();
   prev = NAN;
   for (int c = hi + 1; c <= i_max; ++c) {
     const double s = scale_of(c);
     if (!std::isfinite(s)) break;  // an overflow of the scale dtype (f16): no stored scale beyond
     if (s == prev) continue;
     prev = s;
-    const double zero = 0.48 * grid_min * g.applied(s);
-    double bound = 0;
-    for (int64_t j = 0; j < g.n; ++j)
-      if (std::fabs(g.x[j]) < zero) bound += (g.w ? static_cast<double>(g.w[j]) : 1.0) * g.x[j] * g.x[j];
-    if (bound * safety >= best.err) break;
-    best.offer(g.error(s, 0.0), s, 0.0);
+    if (bounds.zeroed(s) * kBoundSafety >= best.err) break;
+    walk.emplace_back(s, 0.0);
   }
+  score_walk();
 }
 
 /// Symmetric integer grids (docs/LSQ.md#L2): the ideal quantizer's error (nearest code,
@@ -407,6 +438,10 @@ std::vector<std::pair<double, double>> ideal_best_asym(const Group& g, std::vect
   for (std::size_t k = 0; k < kIdealBest; ++k) out.push_back(proxied[order[k]]);
   return out;
 }
+
+/// FP block scales: the candidates on either side of the min-max scale scored before
+/// the rest, whose lower bounds are then compared with the best of them.
+constexpr std::size_t kSeedEachSide = 3;
 
 /// One qparam element: the search of docs/LSQ.md#L1.
 ElemQParams search_group(Group& g, const LsqPlan& P) {
@@ -534,17 +569,54 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   }
   thread_local std::vector<double> errs;
   errs.resize(cands.size());
+  if (P.fp_scale_codes || P.mx) {
+    // FP block scales: the ones nearest the min-max scale first, then downwards while a
+    // candidate's lower bound (the clipped elements', rising as the scale falls) does
+    // not exceed the best of them, and every one above. A candidate left out is
+    // strictly worse than one scored, so the minimum and its tie order (ascending
+    // scale) are unchanged.
+    const ErrorBounds bounds{g};
+    thread_local std::vector<std::pair<double, double>> todo;
+    thread_local std::vector<std::size_t> todo_at;
+    const std::size_t mid = static_cast<std::size_t>(
+        std::lower_bound(cands.begin(), cands.end(), minmax.scale, [](const auto& c, double v) { return c.first < v; }) -
+        cands.begin());
+    const std::size_t seed_lo = mid > kSeedEachSide ? mid - kSeedEachSide : 0,
+                      seed_hi = std::min(cands.size(), mid + kSeedEachSide);
+    if (seed_hi > seed_lo) g.errors(cands.data() + seed_lo, seed_hi - seed_lo, errs.data() + seed_lo);
+    double seed_best = INFINITY;
+    for (std::size_t i = seed_lo; i < seed_hi; ++i) seed_best = qobs::detail::nan_min(seed_best, errs[i]);
+    std::fill(errs.begin(), errs.begin() + static_cast<std::ptrdiff_t>(seed_lo), INFINITY);  // pruned: never chosen
+    std::fill(errs.begin() + static_cast<std::ptrdiff_t>(seed_hi), errs.end(), INFINITY);
+    todo.clear();
+    todo_at.clear();
+    for (std::size_t i = seed_lo; i-- > 0;) {
+      if (bounds.clipped(cands[i].first) * kBoundSafety > seed_best) break;
+      todo.push_back(cands[i]);
+      todo_at.push_back(i);
+    }
+    // above, the zeroed elements' bound rarely prunes: scored without it
+    for (std::size_t i = seed_hi; i < cands.size(); ++i) {
+      todo.push_back(cands[i]);
+      todo_at.push_back(i);
+    }
+    thread_local std::vector<double> todo_errs;
+    todo_errs.resize(todo.size());
+    if (!todo.empty()) g.errors(todo.data(), todo.size(), todo_errs.data());
+    for (std::size_t k = 0; k < todo.size(); ++k) errs[todo_at[k]] = todo_errs[k];
+    for (std::size_t i = 0; i < cands.size(); ++i) best.offer(errs[i], cands[i].first, cands[i].second);
+    if (window_lo <= window_hi) {
+      if (P.mx)
+        extend_window(g, bounds, window_lo, window_hi, kE8M0MinExp, kE8M0MaxExp,
+                      [&](int e) { return P.mx_scale[static_cast<std::size_t>(e - kE8M0MinExp)]; }, best);
+      else
+        extend_window(g, bounds, window_lo, window_hi, 1, 126,
+                      [&](int c) { return P.code_scale[static_cast<std::size_t>(c)]; }, best);
+    }
+    return {best.scale, best.zp};
+  }
   g.errors(cands.data(), cands.size(), errs.data());
   for (std::size_t i = 0; i < cands.size(); ++i) best.offer(errs[i], cands[i].first, cands[i].second);
-  if (window_lo <= window_hi) {
-    if (P.mx)
-      extend_window(g, window_lo, window_hi, kE8M0MinExp, kE8M0MaxExp, P.grid_min,
-                    [&](int e) { return P.mx_scale[static_cast<std::size_t>(e - kE8M0MinExp)]; }, best);
-    else
-      extend_window(g, window_lo, window_hi, 1, 126, P.grid_min,
-                    [&](int c) { return P.code_scale[static_cast<std::size_t>(c)]; }, best);
-  }
-  if (P.fp_scale_codes || P.mx) return {best.scale, best.zp};
 
   // (3) integer grids: (weighted) a log grid of scales far below the max; asymmetric
   // zero points z0 - 1 .. z0 + 1 around the best candidates; the best few refit by least

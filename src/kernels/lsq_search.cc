@@ -10,6 +10,7 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <map>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -92,10 +93,15 @@ struct LsqPlan {
   /// reference candidates are collected as a set of codes (lanes::E4m3CodeSet), whose
   /// ascending codes are the ascending stored scales, instead of a list to sort
   bool code_set = false;
-  /// code_set: per reference list, the factors whose scales give its code set (runs of
-  /// close factors by their ends), usable when amax x the list's smallest factor is at
-  /// least probe_floor (lanes::E4m3Probes); empty: every factor is computed
-  std::vector<lanes::E4m3Probes> ref_probes;
+  /// code_set: per expand factor of the reference lists, the shrink factors whose
+  /// scales give the code set of all those lists' factors (runs of close factors by
+  /// their ends), usable when amax x expand x the smallest factor is at least
+  /// probe_floor (lanes::E4m3Probes); empty: every factor is computed
+  struct ProbeGroup {
+    double expand;
+    lanes::E4m3Probes probes;
+  };
+  std::vector<ProbeGroup> probe_groups;
   double probe_floor = INFINITY;
   /// the smallest positive value of the FP grid (FP4 0.5, FP8 E4M3 2^-9): below half of
   /// it x / s rounds to 0 (extend_window)
@@ -124,6 +130,15 @@ double stored_zero_point(double z, const LsqPlan& P) {
   if (P.symmetric) return 0.0;
   z = qobs::detail::clamp_nan(z, P.qplan.q_min, P.qplan.q_max);
   return std::isnan(z) ? 0.0 : qobs::detail::round_to_dtype_value(z, P.qplan.zp_target);
+}
+
+/// A per-thread scratch vector of at least n elements. Never shrunk: the searches run
+/// millions of times with batches of varying size, and a resize that grows again
+/// value-initializes the new elements every time.
+template <class T>
+T* scratch(std::vector<T>& v, std::size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
 }
 
 /// One group's values and weights, and the scorer of stored (scale, zero point) pairs.
@@ -157,17 +172,15 @@ struct Group {
     if (lanes_ok()) {
       const lanes::LsqGroupArgs G = lanes_args();
       const Arith ax{P->dplan.x_dt, P->cfg.mode}, as{P->dplan.s_dt, P->cfg.mode};
-      thread_local std::vector<float> sv, zx, zs;  // scratch: called per candidate batch
-      sv.resize(count);
-      zx.resize(count);
-      zs.resize(count);
+      thread_local std::vector<float> sv_tl, zx_tl, zs_tl;  // called per candidate batch
+      float *const sv = scratch(sv_tl, count), *const zx = scratch(zx_tl, count), *const zs = scratch(zs_tl, count);
       for (std::size_t i = 0; i < count; ++i) {
         sv[i] = static_cast<float>(applied(sz[i].first));  // on s_dt's grid (f32 or narrower)
         zx[i] = static_cast<float>(ax.cast(sz[i].second));
         zs[i] = static_cast<float>(as.cast(sz[i].second));
       }
       // false: a NaN quotient or a non-finite error somewhere; the scalar steps redo it
-      if (lanes::lsq_errors_simd(level, G, sv.data(), zx.data(), zs.data(), static_cast<int64_t>(count), err)) return;
+      if (lanes::lsq_errors_simd(level, G, sv, zx, zs, static_cast<int64_t>(count), err)) return;
     }
 #endif
     for (std::size_t i = 0; i < count; ++i) err[i] = error_scalar(sz[i].first, sz[i].second);
@@ -302,9 +315,9 @@ void extend_window(Group& g, const ErrorBounds& bounds, int lo, int hi, int i_mi
   thread_local std::vector<std::pair<double, double>> walk;
   thread_local std::vector<double> walk_errs;
   auto score_walk = [&] {
-    walk_errs.resize(walk.size());
-    if (!walk.empty()) g.errors(walk.data(), walk.size(), walk_errs.data());
-    for (std::size_t k = 0; k < walk.size(); ++k) best.offer(walk_errs[k], walk[k].first, walk[k].second);
+    double* const errs = scratch(walk_errs, walk.size());
+    if (!walk.empty()) g.errors(walk.data(), walk.size(), errs);
+    for (std::size_t k = 0; k < walk.size(); ++k) best.offer(errs[k], walk[k].first, walk[k].second);
   };
   walk.clear();
   double prev = NAN;
@@ -349,10 +362,10 @@ std::vector<double> ideal_grid_scales(const Group& g, double base, double f_lo, 
   const std::size_t count = last - first + 1;
   const std::size_t n = static_cast<std::size_t>(g.n);
   thread_local std::vector<float> ax_tl, lim_tl, s_tl, err_tl;
-  ax_tl.resize(n);
-  lim_tl.resize(n);
-  s_tl.resize(count);
-  err_tl.resize(count);
+  scratch(ax_tl, n);
+  scratch(lim_tl, n);
+  scratch(s_tl, count);
+  scratch(err_tl, count);
   const float qpos = static_cast<float>(g.P->qplan.q_max), qneg = static_cast<float>(-g.P->qplan.q_min);
   for (std::size_t j = 0; j < n; ++j) {
     ax_tl[j] = std::fabs(g.x[j]);
@@ -408,9 +421,9 @@ std::vector<std::pair<double, double>> ideal_best_asym(const Group& g, std::vect
   if (proxied.size() <= kIdealBest) return cands;
   const std::size_t count = proxied.size();
   thread_local std::vector<float> s_tl, z_tl, err_tl;
-  s_tl.resize(count);
-  z_tl.resize(count);
-  err_tl.resize(count);
+  scratch(s_tl, count);
+  scratch(z_tl, count);
+  scratch(err_tl, count);
   for (std::size_t i = 0; i < count; ++i) {
     s_tl[i] = static_cast<float>(proxied[i].first);
     z_tl[i] = static_cast<float>(proxied[i].second);
@@ -429,8 +442,8 @@ std::vector<std::pair<double, double>> ideal_best_asym(const Group& g, std::vect
   // error ascending (a NaN, from a zero weight times an overflowed difference, last),
   // ties by index: a strict total order, so the pick does not depend on how
   // partial_sort lays out the rest
-  for (float& e : err_tl)
-    if (std::isnan(e)) e = INFINITY;
+  for (std::size_t i = 0; i < count; ++i)
+    if (std::isnan(err_tl[i])) err_tl[i] = INFINITY;
   std::partial_sort(order.begin(), order.begin() + kIdealBest, order.end(), [&](std::size_t a, std::size_t b) {
     if (err_tl[a] != err_tl[b]) return err_tl[a] < err_tl[b];
     return a < b;
@@ -469,37 +482,44 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   // the group starts over with the list, exactly as without codes
   lanes::E4m3CodeSet codes;
   bool use_codes = P.code_set;
+  // the same f32 steps as compute_qparams_elem(a.mul(m0, p), a.mul(M0, p)), tested
+  // value for value against it (qparam_math.h)
+  auto shrunk_scales = [&](double m0, double M0, const std::vector<float>& pf) {
+    scratch(fs, pf.size());
+    scratch(fz, pf.size());
+#if QOBS_HAVE_FAST_KERNELS
+    if (g.level != SimdLevel::kScalar) {
+      lanes::lsq_candidates_simd(g.level, P.shrunk, static_cast<float>(m0), static_cast<float>(M0), pf.data(),
+                                 static_cast<int64_t>(pf.size()), fs.data(), fz.data());
+      return;
+    }
+#endif
+    P.shrunk.compute(static_cast<float>(m0), static_cast<float>(M0), pf.data(), static_cast<int64_t>(pf.size()),
+                     fs.data(), fz.data());
+  };
+  // the runs' ends stand for the codes between them (lanes::E4m3Probes), when every
+  // expand's guard holds
+  auto collect_probed = [&] {
+    for (const auto& pg : P.probe_groups) {
+      const double m0 = a.mul(lo, pg.expand), M0 = a.mul(hi, pg.expand);
+      if (!(std::max(std::fabs(static_cast<float>(m0)), std::fabs(static_cast<float>(M0))) *
+                static_cast<double>(pg.probes.min_factor) >=
+            P.probe_floor))
+        return false;
+    }
+    for (const auto& pg : P.probe_groups) {
+      shrunk_scales(a.mul(lo, pg.expand), a.mul(hi, pg.expand), pg.probes.factors);
+      if (!lanes::add_probed_codes(pg.probes, fs.data(), P.code_scale.data(), codes)) return false;
+    }
+    return true;
+  };
   auto collect = [&](bool as_codes) {
     for (std::size_t l = 0; l < P.ref_lists.size(); ++l) {
       const auto& [expand, ps] = P.ref_lists[l];
       const double m0 = a.mul(lo, expand), M0 = a.mul(hi, expand);
       if (P.shrunk.usable) {
-        // the same f32 steps as compute_qparams_elem(a.mul(m0, p), a.mul(M0, p)), tested
-        // value for value against it (qparam_math.h)
-        auto shrunk_scales = [&](const std::vector<float>& pf) {
-          fs.resize(pf.size());
-          fz.resize(pf.size());
-#if QOBS_HAVE_FAST_KERNELS
-          if (g.level != SimdLevel::kScalar) {
-            lanes::lsq_candidates_simd(g.level, P.shrunk, static_cast<float>(m0), static_cast<float>(M0), pf.data(),
-                                       static_cast<int64_t>(pf.size()), fs.data(), fz.data());
-            return;
-          }
-#endif
-          P.shrunk.compute(static_cast<float>(m0), static_cast<float>(M0), pf.data(), static_cast<int64_t>(pf.size()),
-                           fs.data(), fz.data());
-        };
-        if (as_codes && !P.ref_probes.empty() &&
-            std::max(std::fabs(static_cast<float>(m0)), std::fabs(static_cast<float>(M0))) *
-                    static_cast<double>(P.ref_probes[l].min_factor) >=
-                P.probe_floor) {
-          // the runs' ends stand for the codes between them (lanes::E4m3Probes)
-          shrunk_scales(P.ref_probes[l].factors);
-          if (!lanes::add_probed_codes(P.ref_probes[l], fs.data(), P.code_scale.data(), codes)) return false;
-          continue;
-        }
         const std::vector<float>& pf = P.ref_lists_f32[l];
-        shrunk_scales(pf);
+        shrunk_scales(m0, M0, pf);
         if (as_codes) {
           // neighbouring factors mostly give the same scale: a repeat is in the set already
           const float* const f = fs.data();
@@ -530,9 +550,13 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     }
     return true;
   };
-  if (!collect(use_codes)) {
-    use_codes = false;
-    collect(false);
+  const bool probed = use_codes && !P.probe_groups.empty() && collect_probed();
+  if (!probed) {
+    codes = {};  // what a failed probe added
+    if (!collect(use_codes)) {
+      use_codes = false;
+      collect(false);
+    }
   }
   const double amax = std::max(std::fabs(lo), std::fabs(hi));
 
@@ -567,8 +591,8 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     std::sort(cands.begin(), cands.end(), pair_less);
     cands.erase(std::unique(cands.begin(), cands.end()), cands.end());
   }
-  thread_local std::vector<double> errs;
-  errs.resize(cands.size());
+  thread_local std::vector<double> errs_tl;
+  double* const errs = scratch(errs_tl, cands.size());
   if (P.fp_scale_codes || P.mx) {
     // FP block scales: the ones nearest the min-max scale first, then downwards while a
     // candidate's lower bound (the clipped elements', rising as the scale falls) does
@@ -583,11 +607,11 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
         cands.begin());
     const std::size_t seed_lo = mid > kSeedEachSide ? mid - kSeedEachSide : 0,
                       seed_hi = std::min(cands.size(), mid + kSeedEachSide);
-    if (seed_hi > seed_lo) g.errors(cands.data() + seed_lo, seed_hi - seed_lo, errs.data() + seed_lo);
+    if (seed_hi > seed_lo) g.errors(cands.data() + seed_lo, seed_hi - seed_lo, errs + seed_lo);
     double seed_best = INFINITY;
     for (std::size_t i = seed_lo; i < seed_hi; ++i) seed_best = qobs::detail::nan_min(seed_best, errs[i]);
-    std::fill(errs.begin(), errs.begin() + static_cast<std::ptrdiff_t>(seed_lo), INFINITY);  // pruned: never chosen
-    std::fill(errs.begin() + static_cast<std::ptrdiff_t>(seed_hi), errs.end(), INFINITY);
+    std::fill(errs, errs + seed_lo, INFINITY);  // pruned: never chosen
+    std::fill(errs + seed_hi, errs + cands.size(), INFINITY);
     todo.clear();
     todo_at.clear();
     for (std::size_t i = seed_lo; i-- > 0;) {
@@ -600,9 +624,9 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
       todo.push_back(cands[i]);
       todo_at.push_back(i);
     }
-    thread_local std::vector<double> todo_errs;
-    todo_errs.resize(todo.size());
-    if (!todo.empty()) g.errors(todo.data(), todo.size(), todo_errs.data());
+    thread_local std::vector<double> todo_errs_tl;
+    double* const todo_errs = scratch(todo_errs_tl, todo.size());
+    if (!todo.empty()) g.errors(todo.data(), todo.size(), todo_errs);
     for (std::size_t k = 0; k < todo.size(); ++k) errs[todo_at[k]] = todo_errs[k];
     for (std::size_t i = 0; i < cands.size(); ++i) best.offer(errs[i], cands[i].first, cands[i].second);
     if (window_lo <= window_hi) {
@@ -615,7 +639,7 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     }
     return {best.scale, best.zp};
   }
-  g.errors(cands.data(), cands.size(), errs.data());
+  g.errors(cands.data(), cands.size(), errs);
   for (std::size_t i = 0; i < cands.size(); ++i) best.offer(errs[i], cands[i].first, cands[i].second);
 
   // (3) integer grids: (weighted) a log grid of scales far below the max; asymmetric
@@ -716,7 +740,13 @@ LsqPlan make_plan(const FlatView& flat, const QuantizationArgs& args, const LsqS
       return std::all_of(pf.begin(), pf.end(), [](float p) { return p > 0.0f && std::isfinite(p); });
     });
     if (ratio > 1.0 && positive && P.shrunk.global_scale > 0.0f && std::isfinite(P.shrunk.global_scale)) {
-      for (const auto& pf : P.ref_lists_f32) P.ref_probes.push_back(lanes::e4m3_probes(pf, P.shrunk.stat_round, ratio));
+      std::map<double, std::vector<float>> by_expand;  // the lists' factors, merged per expand
+      for (std::size_t l = 0; l < P.ref_lists.size(); ++l) {
+        std::vector<float>& f = by_expand[P.ref_lists[l].first];
+        f.insert(f.end(), P.ref_lists_f32[l].begin(), P.ref_lists_f32[l].end());
+      }
+      for (auto& [expand, f] : by_expand)
+        P.probe_groups.push_back({expand, lanes::e4m3_probes(std::move(f), P.shrunk.stat_round, ratio)});
       P.probe_floor = lanes::e4m3_probe_floor(P.shrunk.stat_round, P.shrunk.half_range,
                                              P.shrunk.has_global ? P.shrunk.global_scale : 1.0);
     }

@@ -103,14 +103,26 @@ Tensor FlatView::materialize() const {
   const std::size_t es = dtype_size(dtype);
   auto* dst = static_cast<unsigned char*>(out.data());
   const auto* src = static_cast<const unsigned char*>(data);
-  // flat order is (n, q, g)
+  const auto ses = static_cast<int64_t>(es);
+  // groups laid end to end (a row-major weight's group / channel / tensor_group view):
+  // the flat order is the storage order, one copy
+  if (groups_end_to_end()) {
+    std::memcpy(dst, src + group_offset(0) * ses, static_cast<std::size_t>(nq * g_len) * es);
+    return out;
+  }
+  // flat order is (n, q, g); a unit-stride group axis is one copy per group
+  const bool unit_group = layout.group_axes.size() == 1 && layout.group_axes[0].stride == 1;
   for (int64_t n = 0; n < n_obs; ++n)
-    for (int64_t q = 0; q < nq; ++q)
-      for (int64_t g = 0; g < g_len; ++g) {
-        const int64_t off = axes_offset(layout.obs_axes, n) + axes_offset(layout.qparam_axes, q) +
-                            axes_offset(layout.group_axes, g);
-        std::memcpy(dst + ((n * nq + q) * g_len + g) * static_cast<int64_t>(es), src + off * static_cast<int64_t>(es), es);
+    for (int64_t q = 0; q < nq; ++q) {
+      const int64_t base = axes_offset(layout.obs_axes, n) + axes_offset(layout.qparam_axes, q);
+      unsigned char* const row = dst + (n * nq + q) * g_len * ses;
+      if (unit_group) {
+        std::memcpy(row, src + base * ses, static_cast<std::size_t>(g_len) * es);
+        continue;
       }
+      for (int64_t g = 0; g < g_len; ++g)
+        std::memcpy(row + g * ses, src + (base + axes_offset(layout.group_axes, g)) * ses, es);
+    }
   return out;
 }
 

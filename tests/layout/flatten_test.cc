@@ -213,6 +213,55 @@ TEST(Flatten, R3_1_MaterializeMatchesFlatShape) {
   for (int64_t i = 0; i < 24; ++i) EXPECT_EQ(m.get(i), i);
 }
 
+// materialize's copies (one for groups laid end to end, one per unit-stride group, one
+// per element) against gather's, on every strategy, a transposed (non-contiguous) view,
+// several observations per group, f32 and bf16.
+TEST(Flatten, R3_1_MaterializeEqualsGatherOnEveryLayout) {
+  struct Case {
+    Shape shape;
+    std::string base;
+    QuantizationArgs args;
+    bool transposed;
+  };
+  const std::vector<Case> cases{
+      {{6, 8}, "weight", make_args(Strategy::kTensor), false},
+      {{6, 8}, "weight", make_args(Strategy::kChannel), false},
+      {{6, 8}, "weight", make_args(Strategy::kChannel), true},
+      {{6, 8}, "weight", make_args(Strategy::kGroup, 4), false},
+      {{6, 8}, "weight", make_args(Strategy::kGroup, 2), true},
+      {{6, 8}, "weight", make_args(Strategy::kTensorGroup, 4), false},
+      {{6, 8}, "weight", make_args(Strategy::kBlock, std::nullopt, std::array<int64_t, 2>{2, 4}), false},
+      {{2, 3, 8}, "input", make_args(Strategy::kTensor), false},
+      {{2, 3, 8}, "input", make_args(Strategy::kToken, std::nullopt, std::nullopt, Dynamic::kTrue), false},
+      {{2, 3, 8}, "input", make_args(Strategy::kGroup, 4), false},
+      {{2, 3, 4, 8}, "q", make_args(Strategy::kAttnHead), false},
+  };
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (const Case& c : cases) {
+      SCOPED_TRACE(c.base + " " + shape_str(c.shape) + (c.transposed ? " transposed" : "") + " " +
+                   std::string(dtype_name(dt)));
+      const std::vector<float> values = iota_data(shape_numel(c.shape));
+      const Tensor t = Tensor::from_values(dt, c.shape, std::vector<double>(values.begin(), values.end()));
+      TensorView v = t.view();
+      if (c.transposed) {
+        // the same storage read as the transpose: shape (8, 6), strides (1, 8)
+        v.shape = {c.shape[1], c.shape[0]};
+        v.strides = {1, c.shape[1]};
+      }
+      const FlatView f = flatten_for_calibration(v, c.base, c.args);
+      const Tensor m = f.materialize();
+      const int64_t per = f.layout.num_obs() * f.layout.group_len(), g_len = f.layout.group_len();
+      ASSERT_EQ(m.numel(), f.layout.num_qparams() * per);
+      for (int64_t q = 0; q < f.layout.num_qparams(); ++q) {
+        const std::vector<float> want = gather(f, q);
+        for (int64_t n = 0; n < f.layout.num_obs(); ++n)
+          for (int64_t g = 0; g < g_len; ++g)
+            ASSERT_EQ(m.get((n * f.layout.num_qparams() + q) * g_len + g), want[static_cast<std::size_t>(n * g_len + g)])
+                << "q " << q << " n " << n << " g " << g;
+      }
+    }
+}
+
 // ---- R3.5 padding ---------------------------------------------------------------------------
 
 TEST(Flatten, R3_5_PaddingExamples) {

@@ -28,9 +28,9 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 /// MinMaxGroups: num_groups (a multiple of 8) consecutive groups of len (a multiple of
 /// 8) values; per group min and max, eight groups per pass, reduced by a transpose.
-template <typename T>
-bool MinMaxGroupsT(const T* x, bool bf16, int64_t num_groups, int64_t len, float* mins, float* maxs,
-                   bool* zero_result) {
+/// store(g0, mins, maxs) takes the eight groups' results as floats.
+template <typename T, class Store>
+bool MinMaxGroupsT(const T* x, bool bf16, int64_t num_groups, int64_t len, bool* zero_result, Store store) {
   const D8 d8;
   auto nan = hn::FirstN(d8, 0);
   auto zero = hn::FirstN(d8, 0);
@@ -54,12 +54,36 @@ bool MinMaxGroupsT(const T* x, bool bf16, int64_t num_groups, int64_t len, float
       clo[0] = hn::Min(clo[0], clo[k]);
       chi[0] = hn::Max(chi[0], chi[k]);
     }
-    hn::StoreU(clo[0], d8, mins + g0);
-    hn::StoreU(chi[0], d8, maxs + g0);
+    store(g0, clo[0], chi[0]);
     zero = hn::Or(zero, hn::Or(hn::Eq(clo[0], hn::Zero(d8)), hn::Eq(chi[0], hn::Zero(d8))));
   }
   if (!hn::AllFalse(d8, zero)) *zero_result = true;
   return hn::AllFalse(d8, nan);
+}
+
+template <typename T>
+bool MinMaxGroupsT(const T* x, bool bf16, int64_t num_groups, int64_t len, float* mins, float* maxs,
+                   bool* zero_result) {
+  return MinMaxGroupsT(x, bf16, num_groups, len, zero_result, [&](int64_t g0, V8 lo, V8 hi) HWY_ATTR {
+    const D8 d8;
+    hn::StoreU(lo, d8, mins + g0);
+    hn::StoreU(hi, d8, maxs + g0);
+  });
+}
+
+/// Eight results, elements of a bf16 / f16 tensor widened exactly, back to their 16-bit
+/// patterns: bf16 is the high half of the float, f16 an exact conversion.
+HWY_INLINE void StorePatterns16(V8 v, bool bf16, uint16_t* out) {
+  const D8 d8;
+  const hn::Rebind<uint16_t, D8> d16;
+  if (bf16) {
+    // the high half as a non-negative int32 (a logical shift), packed without saturating
+    const hn::RebindToUnsigned<D8> du;
+    const hn::RebindToSigned<D8> di;
+    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, v)))), d16, out);
+  } else {
+    hn::StoreU(hn::BitCast(d16, hn::DemoteTo(hn::Rebind<hwy::float16_t, D8>(), v)), d16, out);
+  }
 }
 
 #if HWY_TARGET == HWY_AVX3
@@ -233,22 +257,119 @@ bool MinMaxGroups16(const uint16_t* x, bool bf16, int64_t num_groups, int64_t le
 }
 #endif  // HWY_TARGET == HWY_AVX3
 
-/// The results as 16-bit patterns of the data's own dtype (exact: they are elements):
-/// the AVX-512 32-group passes only; 1 done, 0 a NaN, -1 not this target or len.
+#if HWY_TARGET == HWY_AVX2
+// 16-bit groups on AVX2, 16 groups per pass in 16 int16 lanes: AVX-512's key map and
+// tree (above) at half the width. One load is a group of 16; the tree halves the
+// partials in four steps (128-bit halves, qwords, dwords, words) and packs the 16
+// results into one vector. Instead of a final permutation (AVX2 has no 16-bit one), the
+// groups are loaded into the slots whose results land in their own lanes.
+
+HWY_INLINE __m256i key16_avx2(__m256i b) {
+  return _mm256_xor_si256(b, _mm256_and_si256(_mm256_srai_epi16(b, 15), _mm256_set1_epi16(0x7FFF)));
+}
+
+template <bool kMax>
+HWY_INLINE __m256i pick16_avx2(__m256i a, __m256i b) {
+  return kMax ? _mm256_max_epi16(a, b) : _mm256_min_epi16(a, b);
+}
+
+/// 16 slots of 16 partial keys each -> one vector of 16 results (lane order: slot_of_lane).
+template <bool kMax>
+HWY_INLINE __m256i tree16_avx2(const __m256i (&k)[16]) {
+  __m256i m[8], r[4], t[2];
+  // step 1: a slot pair's 128-bit halves against each other: one slot per half, 8 partials
+  for (int i = 0; i < 8; ++i)
+    m[i] = pick16_avx2<kMax>(_mm256_permute2x128_si256(k[2 * i], k[2 * i + 1], 0x20),
+                             _mm256_permute2x128_si256(k[2 * i], k[2 * i + 1], 0x31));
+  // step 2: a half's two qwords are one slot's partials -> two slots per half, 4 each
+  for (int j = 0; j < 4; ++j)
+    r[j] = pick16_avx2<kMax>(_mm256_unpacklo_epi64(m[2 * j], m[2 * j + 1]), _mm256_unpackhi_epi64(m[2 * j], m[2 * j + 1]));
+  // step 3: each slot's two dwords -> one dword (2 partials) per slot
+  for (int j = 0; j < 2; ++j) {
+    const __m256 a = _mm256_castsi256_ps(r[2 * j]), b = _mm256_castsi256_ps(r[2 * j + 1]);
+    t[j] = pick16_avx2<kMax>(_mm256_castps_si256(_mm256_shuffle_ps(a, b, 0x88)),
+                             _mm256_castps_si256(_mm256_shuffle_ps(a, b, 0xDD)));
+  }
+  // step 4: the low word of each dword against the high one, packed (exact: 0..65535)
+  const __m256i low = _mm256_set1_epi32(0xFFFF);
+  return _mm256_packus_epi32(_mm256_and_si256(pick16_avx2<kMax>(t[0], _mm256_srli_epi32(t[0], 16)), low),
+                             _mm256_and_si256(pick16_avx2<kMax>(t[1], _mm256_srli_epi32(t[1], 16)), low));
+}
+
+/// slot_of_lane[l]: the slot whose result the tree puts in lane l. Found by running the
+/// tree on slots whose keys are their numbers, so it cannot drift from the steps above.
+struct TreeSlots16 {
+  int slot_of_lane[16];
+  TreeSlots16() {
+    __m256i k[16];
+    for (int i = 0; i < 16; ++i) k[i] = _mm256_set1_epi16(static_cast<int16_t>(i));
+    alignas(32) int16_t lanes[16];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), tree16_avx2<false>(k));
+    for (int l = 0; l < 16; ++l) slot_of_lane[l] = lanes[l];
+  }
+};
+
+/// num_groups (a multiple of 16) groups of len (a multiple of 16) bf16 / f16 values:
+/// 16-bit results; 1 done, 0 some value NaN (keys beyond +-inf's).
+int MinMaxGroupsKeys16(const uint16_t* x, bool bf16, int64_t num_groups, int64_t len, uint16_t* mins, uint16_t* maxs,
+                       bool* zero_result) {
+  static const TreeSlots16 slots;
+  const int16_t inf = bf16 ? 0x7F80 : 0x7C00;
+  const __m256i pos_inf_key = _mm256_set1_epi16(inf);
+  const __m256i neg_inf_key = _mm256_set1_epi16(static_cast<int16_t>((0x8000 | inf) ^ 0x7FFF));
+  const __m256i magnitude = _mm256_set1_epi16(0x7FFF), zero = _mm256_setzero_si256();
+  __m256i nan = zero, zeros = zero;
+  for (int64_t g0 = 0; g0 < num_groups; g0 += 16) {
+    __m256i lo[16], hi[16];
+    for (int l = 0; l < 16; ++l) {
+      const uint16_t* p = x + (g0 + l) * len;
+      const int s = slots.slot_of_lane[l];
+      lo[s] = hi[s] = key16_avx2(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+      for (int64_t j = 16; j < len; j += 16) {
+        const __m256i k = key16_avx2(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + j)));
+        lo[s] = _mm256_min_epi16(lo[s], k);
+        hi[s] = _mm256_max_epi16(hi[s], k);
+      }
+    }
+    const __m256i lo_key = tree16_avx2<false>(lo), hi_key = tree16_avx2<true>(hi);
+    nan = _mm256_or_si256(nan, _mm256_or_si256(_mm256_cmpgt_epi16(hi_key, pos_inf_key),
+                                               _mm256_cmpgt_epi16(neg_inf_key, lo_key)));
+    const __m256i lo_b = key16_avx2(lo_key), hi_b = key16_avx2(hi_key);  // the map is an involution
+    zeros = _mm256_or_si256(zeros, _mm256_or_si256(_mm256_cmpeq_epi16(_mm256_and_si256(lo_b, magnitude), zero),
+                                                   _mm256_cmpeq_epi16(_mm256_and_si256(hi_b, magnitude), zero)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(mins + g0), lo_b);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(maxs + g0), hi_b);
+  }
+  if (!_mm256_testz_si256(zeros, zeros)) *zero_result = true;
+  return _mm256_testz_si256(nan, nan) ? 1 : 0;
+}
+#endif  // HWY_TARGET == HWY_AVX2
+
+/// The results as 16-bit patterns of the data's own dtype (exact: they are elements),
+/// with no float statistics in between: AVX-512's 32-group passes where the length
+/// allows, else the eight-group passes with their results narrowed back in registers;
+/// 1 done, 0 a NaN, -1 not a shape these passes take.
 int MinMaxGroupsTo16(const uint16_t* x, bool bf16, int64_t num_groups, int64_t len, uint16_t* mins, uint16_t* maxs,
                      bool* zero_result) {
 #if HWY_TARGET == HWY_AVX3
-  if (num_groups % 32 != 0 || !(len == 16 || len % 32 == 0)) return -1;
-  return MinMaxPasses16(x, bf16, num_groups, len, zero_result, [&](int64_t g, __m512i lo, __m512i hi) HWY_ATTR {
-           _mm512_storeu_si512(mins + g, key16(lo));  // the key map is its own inverse
-           _mm512_storeu_si512(maxs + g, key16(hi));
+  if (num_groups % 32 == 0 && (len == 16 || len % 32 == 0))
+    return MinMaxPasses16(x, bf16, num_groups, len, zero_result, [&](int64_t g, __m512i lo, __m512i hi) HWY_ATTR {
+             _mm512_storeu_si512(mins + g, key16(lo));  // the key map is its own inverse
+             _mm512_storeu_si512(maxs + g, key16(hi));
+           })
+               ? 1
+               : 0;
+#endif
+#if HWY_TARGET == HWY_AVX2
+  if (num_groups % 16 == 0 && len % 16 == 0) return MinMaxGroupsKeys16(x, bf16, num_groups, len, mins, maxs, zero_result);
+#endif
+  if (num_groups % 8 != 0 || len % 8 != 0) return -1;
+  return MinMaxGroupsT(x, bf16, num_groups, len, zero_result, [&](int64_t g0, V8 lo, V8 hi) HWY_ATTR {
+           StorePatterns16(lo, bf16, mins + g0);
+           StorePatterns16(hi, bf16, maxs + g0);
          })
              ? 1
              : 0;
-#else
-  (void)x, (void)bf16, (void)num_groups, (void)len, (void)mins, (void)maxs, (void)zero_result;
-  return -1;
-#endif
 }
 
 bool MinMaxGroups(const void* x, DType dt, int64_t num_groups, int64_t len, float* mins, float* maxs,

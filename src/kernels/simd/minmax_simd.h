@@ -41,9 +41,10 @@ struct KeyExtremes {
 KeyExtremes key_extremes16(int16_t lo, int16_t hi, bool is_bf16);
 /// minmax_keys16_simd over [0, n) split into `parts` ranges on up to `threads` threads.
 KeyExtremes minmax16_threaded(SimdLevel level, const uint16_t* x, int64_t n, bool is_bf16, int64_t parts, int threads);
-/// minmax_groups_simd's AVX-512 32-group passes with the results stored as the data's
-/// own 16-bit patterns (no float round trip): num_groups a multiple of 32, len 16 or a
-/// multiple of 32. Returns 1 when done, 0 when some value is NaN, -1 when the level or
+/// minmax_groups_simd with the results stored as the data's own 16-bit patterns (no
+/// float statistics in between): AVX-512's 32-group passes (num_groups a multiple of
+/// 32, len 16 or a multiple of 32), else the eight-group passes (num_groups and len
+/// multiples of 8). Returns 1 when done, 0 when some value is NaN, -1 when the level or
 /// the shape has no such pass (the caller takes minmax_groups_simd). Zero signs as there.
 int minmax_groups_to16_simd(SimdLevel level, const uint16_t* x, bool bf16, int64_t num_groups, int64_t len,
                             uint16_t* mins, uint16_t* maxs, bool* zero_result);

@@ -605,8 +605,10 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     const std::size_t mid = static_cast<std::size_t>(
         std::lower_bound(cands.begin(), cands.end(), minmax.scale, [](const auto& c, double v) { return c.first < v; }) -
         cands.begin());
-    const std::size_t seed_lo = mid > kSeedEachSide ? mid - kSeedEachSide : 0,
-                      seed_hi = std::min(cands.size(), mid + kSeedEachSide);
+    // the clipping bound assumes codes symmetric about 0: with a zero point (an
+    // asymmetric FP8 plan) every candidate is scored
+    const std::size_t seed_lo = !P.symmetric ? 0 : mid > kSeedEachSide ? mid - kSeedEachSide : 0,
+                      seed_hi = !P.symmetric ? cands.size() : std::min(cands.size(), mid + kSeedEachSide);
     if (seed_hi > seed_lo) g.errors(cands.data() + seed_lo, seed_hi - seed_lo, errs + seed_lo);
     double seed_best = INFINITY;
     for (std::size_t i = seed_lo; i < seed_hi; ++i) seed_best = qobs::detail::nan_min(seed_best, errs[i]);

@@ -133,6 +133,36 @@ TEST(LsqObservers, NeverWorseThanReferenceFp4) {
   }
 }
 
+// FP block scales with a zero point (FP8 weights, E4M3 group scales, asymmetric): the
+// pruning below the min-max scale assumes codes symmetric about 0, so every candidate
+// is scored there; never worse than the reference observers' choices.
+TEST(LsqObservers, NeverWorseThanReferenceFp8Asymmetric) {
+  std::mt19937 rng(17);
+  QuantizationArgs args;
+  args.num_bits = 8;
+  args.type = QuantType::kFloat;
+  args.symmetric = false;
+  args.strategy = Strategy::kGroup;
+  args.group_size = 16;
+  args.scale_dtype = DType::kF8E4M3;
+  args.zp_dtype = DType::kF8E4M3;
+  args = args.validated();
+  for (int trial = 0; trial < 3; ++trial) {
+    Tensor w = random_weight(rng, 8, 128);
+    // a skew the zero point can follow: most groups' values shifted up
+    std::vector<double> v(static_cast<std::size_t>(w.numel()));
+    for (int64_t i = 0; i < w.numel(); ++i) v[static_cast<std::size_t>(i)] = w.get(i) + 0.03;
+    w = Tensor::from_values(DType::kBF16, w.shape(), v);
+    const Q ours_q = qparams_of("lsq_mse", w, args);
+    const auto ours = group_errors(w, args, ours_q);
+    for (const char* r : {"memoryless_minmax", "memoryless_mse"}) {
+      const auto theirs = group_errors(w, args, qparams_of(r, w, args));
+      for (std::size_t g = 0; g < ours.size(); ++g)
+        ASSERT_LE(ours[g], theirs[g]) << r << " trial " << trial << " group " << g;
+    }
+  }
+}
+
 // L1 (3): the NVFP4 block-scale code is the exhaustive optimum over all 126 positive
 // E4M3 codes under the real quantizer.
 TEST(LsqObservers, Nvfp4BlockScaleIsExhaustiveOptimum) {

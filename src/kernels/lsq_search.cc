@@ -600,8 +600,6 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     // strictly worse than one scored, so the minimum and its tie order (ascending
     // scale) are unchanged.
     const ErrorBounds bounds{g};
-    thread_local std::vector<std::pair<double, double>> todo;
-    thread_local std::vector<std::size_t> todo_at;
     const std::size_t mid = static_cast<std::size_t>(
         std::lower_bound(cands.begin(), cands.end(), minmax.scale, [](const auto& c, double v) { return c.first < v; }) -
         cands.begin());
@@ -609,27 +607,19 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     // asymmetric FP8 plan) every candidate is scored
     const std::size_t seed_lo = !P.symmetric ? 0 : mid > kSeedEachSide ? mid - kSeedEachSide : 0,
                       seed_hi = !P.symmetric ? cands.size() : std::min(cands.size(), mid + kSeedEachSide);
-    if (seed_hi > seed_lo) g.errors(cands.data() + seed_lo, seed_hi - seed_lo, errs + seed_lo);
+    auto score = [&](std::size_t from, std::size_t to) {
+      if (to > from) g.errors(cands.data() + from, to - from, errs + from);
+    };
+    score(seed_lo, seed_hi);
     double seed_best = INFINITY;
     for (std::size_t i = seed_lo; i < seed_hi; ++i) seed_best = qobs::detail::nan_min(seed_best, errs[i]);
-    std::fill(errs, errs + seed_lo, INFINITY);  // pruned: never chosen
-    std::fill(errs + seed_hi, errs + cands.size(), INFINITY);
-    todo.clear();
-    todo_at.clear();
-    for (std::size_t i = seed_lo; i-- > 0;) {
-      if (bounds.clipped(cands[i].first) * kBoundSafety > seed_best) break;
-      todo.push_back(cands[i]);
-      todo_at.push_back(i);
-    }
+    // [kept, seed_lo): the codes below whose bound does not exceed the seeds' best
+    std::size_t kept = seed_lo;
+    while (kept > 0 && !(bounds.clipped(cands[kept - 1].first) * kBoundSafety > seed_best)) --kept;
+    std::fill(errs, errs + kept, INFINITY);  // pruned: never chosen
+    score(kept, seed_lo);
     // above, the zeroed elements' bound rarely prunes: scored without it
-    for (std::size_t i = seed_hi; i < cands.size(); ++i) {
-      todo.push_back(cands[i]);
-      todo_at.push_back(i);
-    }
-    thread_local std::vector<double> todo_errs_tl;
-    double* const todo_errs = scratch(todo_errs_tl, todo.size());
-    if (!todo.empty()) g.errors(todo.data(), todo.size(), todo_errs);
-    for (std::size_t k = 0; k < todo.size(); ++k) errs[todo_at[k]] = todo_errs[k];
+    score(seed_hi, cands.size());
     for (std::size_t i = 0; i < cands.size(); ++i) best.offer(errs[i], cands[i].first, cands[i].second);
     if (window_lo <= window_hi) {
       if (P.mx)

@@ -51,6 +51,11 @@ float load_float(const void* base, DType dt, int64_t off) {
   return static_cast<float>(detail::load_element(base, dt, off));
 }
 
+/// One group axis of stride 1: a group's values are adjacent in storage.
+bool unit_stride_group(const FlatLayout& layout) {
+  return layout.group_axes.size() == 1 && layout.group_axes[0].stride == 1;
+}
+
 std::string label_of(std::string_view label, std::string_view base_name) {
   return label.empty() ? std::string(base_name) : std::string(label);
 }
@@ -73,7 +78,7 @@ void FlatView::gather(int64_t q, float* out) const {
   const int64_t n_obs = layout.num_obs();
   const int64_t g_len = layout.group_len();
   // Fast path: one contiguous group axis.
-  const bool unit_group = layout.group_axes.size() == 1 && layout.group_axes[0].stride == 1;
+  const bool unit_group = unit_stride_group(layout);
   for (int64_t n = 0; n < n_obs; ++n) {
     const int64_t base = qoff + axes_offset(layout.obs_axes, n);
     float* dst = out + n * g_len;
@@ -111,7 +116,7 @@ Tensor FlatView::materialize() const {
     return out;
   }
   // flat order is (n, q, g); a unit-stride group axis is one copy per group
-  const bool unit_group = layout.group_axes.size() == 1 && layout.group_axes[0].stride == 1;
+  const bool unit_group = unit_stride_group(layout);
   for (int64_t n = 0; n < n_obs; ++n)
     for (int64_t q = 0; q < nq; ++q) {
       const int64_t base = axes_offset(layout.obs_axes, n) + axes_offset(layout.qparam_axes, q);

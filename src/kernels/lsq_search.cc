@@ -277,25 +277,21 @@ void refit(Group& g, double s, double z, double e, Best& best) {
 struct ErrorBounds {
   const Group& g;
   double clipped(double s) const {
-    const double top = g.P->qplan.q_max * g.applied(s) * (1.0 + 0x1p-7);
-    double bound = 0;
-    for (int64_t j = 0; j < g.n; ++j) {
-      const double over = std::fabs(g.x[j]) - top;
-      if (over > 0) bound += (g.w ? static_cast<double>(g.w[j]) : 1.0) * over * over;
-    }
-    return bound;
+    return bound(lanes::LsqBound::kClipped, g.P->qplan.q_max * g.applied(s) * (1.0 + 0x1p-7));
   }
-  double zeroed(double s) const {
-    const double zero = 0.48 * g.P->grid_min * g.applied(s);
-    double bound = 0;
-    for (int64_t j = 0; j < g.n; ++j)
-      if (std::fabs(g.x[j]) < zero) bound += (g.w ? static_cast<double>(g.w[j]) : 1.0) * g.x[j] * g.x[j];
-    return bound;
+  double zeroed(double s) const { return bound(lanes::LsqBound::kZeroed, 0.48 * g.P->grid_min * g.applied(s)); }
+  double bound(lanes::LsqBound kind, double t) const {
+#if QOBS_HAVE_FAST_KERNELS
+    if (g.level != SimdLevel::kScalar) return lanes::lsq_bound_simd(g.level, kind, g.x, g.w, g.n, t);
+#endif
+    return lanes::lsq_bound_scalar(kind, g.x, g.w, g.n, t);
   }
 };
 
-/// The factor a lower bound is multiplied by before it is compared with an error: the
-/// bound's sum order differs from the scorer's canonical one.
+/// The factor a lower bound is multiplied by before it is compared with an error. The
+/// bounds sum in the scorer's canonical order and each of their terms is at most the
+/// error's term, so rounding alone cannot lift a bound above the error; the factor is
+/// a margin on top of that.
 constexpr double kBoundSafety = 1.0 - 1e-6;
 
 /// Scales outside the tried window can still win under a skewed weighting: walk

@@ -280,6 +280,55 @@ TEST(LsqKernels, IdealErrorsEqualScalarStepsBitForBit) {
   if (checked == 0) GTEST_SKIP() << "no SIMD level on this machine";
 }
 
+// The FP pruning's lower bounds in lanes == their scalar twin, bit for bit, and the
+// twin == the definition (a plain sum of the terms that qualify, in element order, for
+// groups short enough that the order cannot matter: one partial per element). Levels
+// at the tails of both vector widths, thresholds at the elements' own magnitudes (the
+// strict comparisons' edges), zeros, all-equal groups, subnormals and outliers.
+TEST(LsqKernels, PruningBoundsEqualScalarStepsBitForBit) {
+  std::mt19937 rng(47);
+  int checked = 0;
+  for (int64_t n : {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 128, 131})
+    for (Data kind : {Data::kNormal, Data::kZeros, Data::kEqual, Data::kSubnormal, Data::kOutliers})
+      for (bool weighted : {false, true}) {
+        std::vector<float> x = group_values(rng, n, kind, DType::kF32), w;
+        std::uniform_real_distribution<float> u(0.0f, 3.0f);
+        float amax = 0;
+        for (float v : x) {
+          w.push_back(u(rng));
+          amax = std::max(amax, std::fabs(v));
+        }
+        std::vector<double> ts = {std::fabs(static_cast<double>(x[0])), std::fabs(static_cast<double>(x.back())),
+                                  static_cast<double>(amax), 1e-300, 1e300};
+        std::uniform_real_distribution<double> f(0.0, 1.2);
+        for (int k = 0; k < 12; ++k) ts.push_back(static_cast<double>(amax) * f(rng));
+        const float* wp = weighted ? w.data() : nullptr;
+        for (double t : ts)
+          for (auto kind_b : {detail::LsqBound::kClipped, detail::LsqBound::kZeroed}) {
+            const double want = detail::lsq_bound_scalar(kind_b, x.data(), wp, n, t);
+            if (n <= detail::kLsqPartials) {
+              double plain = 0;
+              for (int64_t j = 0; j < n; ++j) {
+                const double a = std::fabs(static_cast<double>(x[static_cast<std::size_t>(j)]));
+                const double wj = weighted ? static_cast<double>(w[static_cast<std::size_t>(j)]) : 1.0;
+                if (kind_b == detail::LsqBound::kClipped && a > t) plain += wj * (a - t) * (a - t);
+                if (kind_b == detail::LsqBound::kZeroed && a < t) plain += wj * a * a;
+              }
+              EXPECT_NEAR(want, plain, 1e-12 * plain) << "n=" << n << " t=" << t;
+            }
+            for (SimdLevel level : available_simd_levels()) {
+              if (level == SimdLevel::kScalar) continue;
+              const double got = detail::lsq_bound_simd(level, kind_b, x.data(), wp, n, t);
+              ASSERT_EQ(double_bits(got), double_bits(want))
+                  << to_string(level) << " n=" << n << " kind=" << static_cast<int>(kind) << " weighted=" << weighted
+                  << " bound=" << static_cast<int>(kind_b) << " t=" << t;
+              ++checked;
+            }
+          }
+      }
+  if (checked == 0) GTEST_SKIP() << "no SIMD level on this machine";
+}
+
 // The proxy is the error of the nearest clamped code: checked against a plain double
 // evaluation on small groups, where f32 rounding cannot reorder the candidates' errors
 // by more than a few ulps.

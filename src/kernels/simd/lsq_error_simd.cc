@@ -38,6 +38,25 @@ constexpr int kAcc = 1;
 #endif
 static_assert(kLsqPartials == 8, "kAcc assumes 8 partial sums");
 
+/// combine_partials (kernels.h) of the kAcc accumulators in the registers: the same
+/// tree ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)). Each level adds a vector to
+/// its lanes swapped in pairs, so a pair's sum lands in both of its lanes (a + b and
+/// b + a are the same bits) and the next level reads it from the first.
+HWY_INLINE double CombinePartials(const VD* acc) {
+  const DD dd;
+  VD a = hn::Add(acc[0], hn::Shuffle01(acc[0]));  // per 128-bit block: p0 + p1, p2 + p3, ...
+  a = hn::Add(a, hn::SwapAdjacentBlocks(a));      // lane 0: (p0 + p1) + (p2 + p3), AVX-512 lane 4: the same of p4..p7
+#if HWY_TARGET == HWY_AVX2
+  VD b = hn::Add(acc[1], hn::Shuffle01(acc[1]));
+  b = hn::Add(b, hn::SwapAdjacentBlocks(b));
+  return hn::GetLane(a) + hn::GetLane(b);
+#else
+  const hn::Half<DD> dh;
+  (void)dd;
+  return hn::GetLane(hn::LowerHalf(dh, a)) + hn::GetLane(hn::UpperHalf(dh, a));
+#endif
+}
+
 template <int kGrid, bool kWeighted>
 HWY_NOINLINE bool LsqErrorsT(const LsqGroupArgs& G, const float* s, const float* zx, const float* zs, int64_t count,
                              double* err) {
@@ -78,10 +97,8 @@ HWY_NOINLINE bool LsqErrorsT(const LsqGroupArgs& G, const float* s, const float*
     for (int64_t j = 0; j < full; j += N)
       add(hn::LoadU(df, G.x + j), kWeighted ? hn::LoadU(df, G.w + j) : hn::Zero(df), false);
     if (rem > 0) add(hn::Load(df, xt), hn::Load(df, wt), true);
-    alignas(64) double p[kLsqPartials];
     HWY_DASSERT(kAcc * hn::Lanes(dd) == kLsqPartials);
-    for (int k = 0; k < kAcc; ++k) hn::Store(acc[k], dd, p + k * static_cast<int>(hn::Lanes(dd)));
-    err[c] = combine_partials(p);
+    err[c] = CombinePartials(acc);
     if (!hn::AllFalse(df, bad) || !std::isfinite(err[c])) return false;
   }
   return true;
@@ -133,11 +150,7 @@ HWY_NOINLINE bool LsqRefitSumsT(const LsqGroupArgs& G, float s, float zx, double
       acc[kSumWQX][k] = hn::Add(acc[kSumWQX][k], hn::Mul(wq, xd));
     }
   }
-  for (int i = 0; i < kLsqRefitSums; ++i) {
-    alignas(64) double p[kLsqPartials];
-    for (int k = 0; k < kAcc; ++k) hn::Store(acc[i][k], dd, p + k * static_cast<int>(hn::Lanes(dd)));
-    sums[i] = combine_partials(p);
-  }
+  for (int i = 0; i < kLsqRefitSums; ++i) sums[i] = CombinePartials(acc[i]);
   return hn::AllFalse(df, bad);
 }
 
@@ -154,6 +167,42 @@ bool LsqRefitSumsGrid(const LsqGroupArgs& G, float s, float zx, double* sums) {
 
 bool LsqRefitSums(const LsqGroupArgs& G, float s, float zx, double* sums) {
   return G.w ? LsqRefitSumsGrid<true>(G, s, zx, sums) : LsqRefitSumsGrid<false>(G, s, zx, sums);
+}
+
+/// lsq_bound_simd: element j's term into partial j mod kLsqPartials, as in LsqErrorsT;
+/// the dead lanes of the last vector load x = 0 and w = 0, whose terms are +0 or
+/// masked out.
+template <bool kClipped, bool kWeighted>
+HWY_NOINLINE double LsqBoundT(const float* x, const float* w, int64_t n, double t) {
+  const DF df;
+  const DH dh;
+  const DD dd;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const VD tv = hn::Set(dd, t), zero = hn::Zero(dd);
+  VD acc[kAcc];
+  for (VD& a : acc) a = zero;
+  for (int64_t j = 0; j < n; j += N) {
+    const auto live = hn::FirstN(df, static_cast<std::size_t>(n - j));
+    const VF a = hn::Abs(hn::MaskedLoad(live, df, x + j));
+    const VF wf = kWeighted ? hn::MaskedLoad(live, df, w + j) : hn::Zero(df);
+    for (int h = 0; h < 2; ++h) {
+      const VD ad = hn::PromoteTo(dd, h ? hn::UpperHalf(dh, a) : hn::LowerHalf(dh, a));
+      const VD b = kClipped ? hn::Sub(ad, tv) : ad;
+      const auto in = kClipped ? hn::Gt(b, zero) : hn::Lt(ad, tv);
+      VD term = hn::Mul(b, b);
+      if constexpr (kWeighted)
+        term = hn::Mul(hn::Mul(hn::PromoteTo(dd, h ? hn::UpperHalf(dh, wf) : hn::LowerHalf(dh, wf)), b), b);
+      const int k = h % kAcc;
+      acc[k] = hn::Add(acc[k], hn::IfThenElseZero(in, term));
+    }
+  }
+  return CombinePartials(acc);
+}
+
+double LsqBoundOf(LsqBound kind, const float* x, const float* w, int64_t n, double t) {
+  if (kind == LsqBound::kClipped)
+    return w ? LsqBoundT<true, true>(x, w, n, t) : LsqBoundT<true, false>(x, w, n, t);
+  return w ? LsqBoundT<false, true>(x, w, n, t) : LsqBoundT<false, false>(x, w, n, t);
 }
 
 /// lsq_ideal_errors_simd and lsq_ideal_errors_asym_simd: kBlock vectors of candidates at
@@ -230,6 +279,10 @@ bool lsq_errors_simd(SimdLevel level, const LsqGroupArgs& g, const float* s, con
 
 bool lsq_refit_sums_simd(SimdLevel level, const LsqGroupArgs& g, float s, float zx, double* sums) {
   QOBS_SIMD_DISPATCH(LsqRefitSums(g, s, zx, sums));
+}
+
+double lsq_bound_simd(SimdLevel level, LsqBound kind, const float* x, const float* w, int64_t n, double t) {
+  QOBS_SIMD_DISPATCH(LsqBoundOf(kind, x, w, n, t));
 }
 
 void lsq_ideal_errors_simd(SimdLevel level, const float* ax, const float* lim, const float* w, int64_t n,

@@ -102,6 +102,26 @@ inline void lsq_ideal_errors_asym_scalar(const float* x, const float* w, int64_t
   }
 }
 
+/// Lower bounds of an FP block scale's error for one group (docs/LSQ.md#L4), in f64
+/// and in the canonical order of the error (w = 1 unweighted):
+///   kClipped: sum over |x_j| > t of (w_j o_j) o_j, o_j = |x_j| - t (t: the level above
+///             which an element is clipped to the top code);
+///   kZeroed:  sum over |x_j| < t of (w_j |x_j|) |x_j| (t: the level under which an
+///             element rounds to 0).
+/// Elements outside the condition add nothing. The same bits at every level.
+enum class LsqBound { kClipped, kZeroed };
+double lsq_bound_simd(SimdLevel level, LsqBound kind, const float* x, const float* w, int64_t n, double t);
+inline double lsq_bound_scalar(LsqBound kind, const float* x, const float* w, int64_t n, double t) {
+  double part[kLsqPartials] = {};
+  for (int64_t j = 0; j < n; ++j) {
+    const double a = std::fabs(static_cast<double>(x[j]));
+    const double b = kind == LsqBound::kClipped ? a - t : a;
+    if (kind == LsqBound::kClipped ? b > 0 : a < t)
+      part[j % kLsqPartials] += w ? (static_cast<double>(w[j]) * b) * b : b * b;
+  }
+  return combine_partials(part);
+}
+
 /// The scalar twins, the reference's own (kernels::ref::lsq_search, qdq_group_error):
 /// the R5.1 element steps (qdq_elem / quantize_elem with the plan's zero point; s as the
 /// QDQ applies it), summed in the same canonical order.

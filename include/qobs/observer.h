@@ -159,6 +159,14 @@ class Observer : public std::enable_shared_from_this<Observer> {
 
   /// Statistic names that must all exist for has_statistics() (R6.1.3).
   virtual std::vector<std::string> statistic_names() const { return {"min_vals", "max_vals"}; }
+  /// observe_flat for an observer whose kernel also reports, as it writes min_vals and
+  /// max_vals, their least min and greatest max (both NaN when either holds a NaN):
+  /// sets `extremes` and returns true, sparing phase 1's finiteness check and R6.1.5's
+  /// global amax a pass over the statistics each. False (the default) when it cannot;
+  /// observe_flat then takes update_state.
+  virtual bool update_state_with_extremes(const FlatView& flat, std::optional<std::pair<double, double>>& extremes) {
+    return false;
+  }
   /// Phase 2's qparams from this observer's statistics with the (fused) global scale
   /// (R6.1.4 step 3): calculate_qparams of min_vals / max_vals. The least-squares
   /// observers search the stored values here instead (docs/LSQ.md).
@@ -181,6 +189,9 @@ class Observer : public std::enable_shared_from_this<Observer> {
   Observer& observe_with(const TensorView& value, const std::function<FlatView()>& flatten, bool forward);
   std::vector<std::shared_ptr<Observer>> fused_statistics_members();
   bool statistics_finite() const;
+  /// update_state_with_extremes' report on the statistics in state_, valid until the
+  /// state changes otherwise (every such change resets it).
+  std::optional<std::pair<double, double>> extremes_;
 
   TensorView bound_weight_;
   bool has_bound_weight_ = false;

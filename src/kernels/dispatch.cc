@@ -273,11 +273,12 @@ void minmax(const FlatView& flat, float* mins, float* maxs, int num_threads) {
   fast::minmax(flat, mins, maxs, active_simd_level(), num_threads);
 }
 
-std::pair<Tensor, Tensor> minmax_stats(const FlatView& flat, int num_threads) {
+std::pair<Tensor, Tensor> minmax_stats(const FlatView& flat, int num_threads,
+                                       std::optional<StatisticsExtremes>* extremes) {
   // every statistic is written by the kernel
   Tensor mn = Tensor::uninitialized(flat.dtype, flat.layout.qparam_shape);
   Tensor mx = Tensor::uninitialized(flat.dtype, flat.layout.qparam_shape);
-  fast::minmax_stats(flat, mn.data(), mx.data(), active_simd_level(), num_threads);
+  fast::minmax_stats(flat, mn.data(), mx.data(), active_simd_level(), num_threads, extremes);
   return {std::move(mn), std::move(mx)};
 }
 
@@ -291,7 +292,8 @@ void sum_squares_by_column(const TensorView& x, int64_t cols, double* acc, int) 
   ref::sum_squares_by_column(x, cols, acc);
 }
 void minmax(const FlatView& flat, float* mins, float* maxs, int) { ref::minmax(flat, mins, maxs); }
-std::pair<Tensor, Tensor> minmax_stats(const FlatView& flat, int) {
+std::pair<Tensor, Tensor> minmax_stats(const FlatView& flat, int, std::optional<StatisticsExtremes>* extremes) {
+  if (extremes) extremes->reset();
   const std::size_t nq = static_cast<std::size_t>(flat.layout.num_qparams());
   std::vector<float> mins(nq), maxs(nq);
   ref::minmax(flat, mins.data(), maxs.data());

@@ -25,9 +25,18 @@ namespace qobs::kernels {
 /// last one in (obs, group) order wins, as in the sequential reference loop.
 /// num_threads: 0 = QOBS_NUM_THREADS or the hardware concurrency.
 void minmax(const FlatView& flat, float* mins, float* maxs, int num_threads = 0);
+/// The least of the min statistics and the greatest of the max statistics, both NaN
+/// when either tensor holds a NaN (nan_min_max's contract; the sign of a zero result
+/// unspecified). A group's min is at most its max, so every statistic is finite exactly
+/// when both are.
+using StatisticsExtremes = std::pair<double, double>;
 /// minmax of an f32 / bf16 / f16 view as statistics tensors of its dtype and qparam
-/// shape: the values Tensor::from_floats makes of minmax's floats, written once.
-std::pair<Tensor, Tensor> minmax_stats(const FlatView& flat, int num_threads = 0);
+/// shape: the values Tensor::from_floats makes of minmax's floats, written once. With
+/// `extremes`, also their StatisticsExtremes, read by each thread from its own part of
+/// the statistics just after writing it (no second pass), where the path can; left
+/// nullopt otherwise.
+std::pair<Tensor, Tensor> minmax_stats(const FlatView& flat, int num_threads = 0,
+                                       std::optional<StatisticsExtremes>* extremes = nullptr);
 
 /// The imatrix hook's statistic (R6.8.3): acc[c] += x[r, c]^2 for every row r of x viewed
 /// as [numel / cols, cols], each square taken in f32 (the value converted to f32 first)

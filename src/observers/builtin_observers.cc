@@ -9,11 +9,12 @@
 
 namespace qobs::detail {
 
-std::pair<Tensor, Tensor> reduce_minmax(const FlatView& flat) {
+std::pair<Tensor, Tensor> reduce_minmax(const FlatView& flat, std::optional<kernels::StatisticsExtremes>* extremes) {
+  if (extremes) extremes->reset();
   // Integer observations (min-max observers only) take the scalar path: exact for
   // |values| < 2^24, where every integer is a float.
   const bool fast = flat.dtype == DType::kF32 || flat.dtype == DType::kBF16 || flat.dtype == DType::kF16;
-  if (fast) return kernels::minmax_stats(flat);  // straight into the statistics tensors
+  if (fast) return kernels::minmax_stats(flat, 0, extremes);  // straight into the statistics tensors
   const int64_t nq = flat.layout.num_qparams();
   std::vector<float> mins(static_cast<std::size_t>(nq)), maxs(static_cast<std::size_t>(nq));
   kernels::ref::minmax(flat, mins.data(), maxs.data());
@@ -87,6 +88,14 @@ void MemorylessMinMaxObserver::update_state(std::map<std::string, Tensor>& st, c
   auto [mn, mx] = reduce_minmax(flat);
   st["min_vals"] = std::move(mn);
   st["max_vals"] = std::move(mx);
+}
+
+bool MemorylessMinMaxObserver::update_state_with_extremes(const FlatView& flat,
+                                                          std::optional<std::pair<double, double>>& extremes) {
+  auto [mn, mx] = reduce_minmax(flat, &extremes);
+  state_["min_vals"] = std::move(mn);
+  state_["max_vals"] = std::move(mx);
+  return true;  // extremes_ stays nullopt where the kernel could not read them
 }
 
 void StaticMinMaxObserver::update_state(std::map<std::string, Tensor>& st, const FlatView& flat) const {

@@ -10,7 +10,10 @@
 namespace qobs::detail {
 
 /// Per-qparam min/max of a flattened view as tensors of the view's dtype (R6.3.1).
-std::pair<Tensor, Tensor> reduce_minmax(const FlatView& flat);
+/// R6.3.1's statistics of one observation; with `extremes`, also their least min and
+/// greatest max where the kernel reads them as it writes (kernels::minmax_stats).
+std::pair<Tensor, Tensor> reduce_minmax(const FlatView& flat,
+                                        std::optional<kernels::StatisticsExtremes>* extremes = nullptr);
 /// lerp(a, b, w) = a*(1-w) + b*w as three rounded ops in the tensor dtype (R6.5.2, Q30).
 Tensor lerp_reference(const Tensor& a, const Tensor& b, double w, NumericMode mode);
 
@@ -22,6 +25,9 @@ class MemorylessMinMaxObserver : public Observer {
   bool accepts_integer_input() const override { return true; }
   bool statistics_reveal_non_finite() const override { return true; }
   void update_state(std::map<std::string, Tensor>& st, const FlatView& flat) const override;
+
+ protected:
+  bool update_state_with_extremes(const FlatView& flat, std::optional<std::pair<double, double>>& extremes) override;
 };
 
 class StaticMinMaxObserver : public Observer {

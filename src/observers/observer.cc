@@ -106,6 +106,7 @@ Observer& Observer::observe_with(const TensorView& value, const std::function<Fl
       // reference's result. A non-finite input is rejected with the state untouched.
       if (kernels::first_non_finite(value) >= 0) {
         state_ = std::move(before);
+        extremes_.reset();
         check_observable(value, label, accepts_integer_input());
       }
     }
@@ -114,9 +115,14 @@ Observer& Observer::observe_with(const TensorView& value, const std::function<Fl
   return *this;
 }
 
-void Observer::observe_flat(const FlatView& flat) { update_state(state_, flat); }
+void Observer::observe_flat(const FlatView& flat) {
+  extremes_.reset();
+  if (!update_state_with_extremes(flat, extremes_)) update_state(state_, flat);
+}
 
 bool Observer::statistics_finite() const {
+  // a group's min is at most its max: an infinite statistic shows in the extremes
+  if (extremes_) return std::isfinite(extremes_->first) && std::isfinite(extremes_->second);
   for (const auto& n : statistic_names()) {
     const auto it = state_.find(n);
     if (it != state_.end() && is_floating(it->second.dtype()) && kernels::first_non_finite(it->second.view()) >= 0)
@@ -241,8 +247,15 @@ std::optional<Tensor> Observer::get_global_scale() {
     const Tensor& mn = m->state_.at("min_vals");
     const Tensor& mx = m->state_.at("max_vals");
     dt = detail::promote_float_dtypes(dt, mx.dtype());
-    const auto vmax = kernels::nan_min_max(mx.view()), vmin = kernels::nan_min_max(mn.view());
-    const double mmax = vmax ? vmax->second : nan_extreme(mx, true), mmin = vmin ? vmin->first : nan_extreme(mn, false);
+    double mmax, mmin;
+    if (m->extremes_) {
+      mmin = m->extremes_->first;
+      mmax = m->extremes_->second;
+    } else {
+      const auto vmax = kernels::nan_min_max(mx.view()), vmin = kernels::nan_min_max(mn.view());
+      mmax = vmax ? vmax->second : nan_extreme(mx, true);
+      mmin = vmin ? vmin->first : nan_extreme(mn, false);
+    }
     A = first ? mmax : detail::nan_max(A, mmax);
     A = detail::nan_max(A, -mmin);
     first = false;
@@ -271,6 +284,7 @@ void Observer::delete_statistics(bool cooperative) {
   auto partners = fused_partners();
   if (!cooperative || partners.empty()) {
     state_.clear();
+    extremes_.reset();
     on_statistics_deleted();
     done_ = false;
     return;
@@ -279,10 +293,12 @@ void Observer::delete_statistics(bool cooperative) {
   if (std::all_of(partners.begin(), partners.end(), [](const auto& p) { return p->done_; })) {
     for (auto& p : partners) {
       p->state_.clear();
+      p->extremes_.reset();
       p->on_statistics_deleted();
       p->done_ = false;
     }
     state_.clear();
+    extremes_.reset();
     on_statistics_deleted();
     done_ = false;
   }
@@ -343,6 +359,7 @@ void Observer::import_statistics(const Statistics& stats) {
   QOBS_CHECK(stats.observer.empty() || normalize_observer_name(stats.observer) == normalize_observer_name(name()),
              InvalidArgument, "statistics of observer '", stats.observer, "' cannot be imported into ", name());
   state_.clear();
+  extremes_.reset();
   for (const auto& it : stats.items) state_[it.name] = it.value;
   contributions_ = stats.contributions;
 }
@@ -350,6 +367,7 @@ void Observer::import_statistics(const Statistics& stats) {
 void Observer::merge_statistics(const Statistics& other) {
   const auto table = sync_table();
   if (table.empty()) return;  // memoryless observers: the reference never reduces (R6.11.1)
+  extremes_.reset();
   Statistics mine = export_statistics();
   // keep only synced statistics in the reduction; others stay as they are
   Statistics a, b;

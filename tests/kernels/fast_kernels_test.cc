@@ -380,13 +380,14 @@ TEST(FastMinMax, StatisticsTensorsEqualFromFloatsOfReference) {
     for (const Case& c : cases)
       for (Pattern p : {Pattern::kNormal, Pattern::kSignedZeros, Pattern::kEqualGroups, Pattern::kSubnormal})
         for (int64_t rows : {int64_t{3}, int64_t{700}})
-          for (int poison = 0; poison < 4; ++poison) {
+          for (int poison = 0; poison < 5; ++poison) {
             std::vector<float> v = make_data(rows * c.cols, p, static_cast<uint32_t>(rows + c.cols), 16);
             if (dt == DType::kF16)
               for (float& x : v) x = std::clamp(x, -6e4f, 6e4f);
             if (poison == 1) v[v.size() / 3] = NAN;
             if (poison == 2) v[v.size() - 1] = -INFINITY;
             if (poison == 3) v[7] = -NAN;
+            if (poison == 4) v[v.size() / 2] = INFINITY;
             const Tensor t = Tensor::from_floats(dt, {rows, c.cols}, v);
             const FlatView flat = flatten_for_calibration(t.view(), c.base, c.args);
             const std::size_t nq = static_cast<std::size_t>(flat.layout.num_qparams());
@@ -394,17 +395,87 @@ TEST(FastMinMax, StatisticsTensorsEqualFromFloatsOfReference) {
             ref::minmax(flat, rmin.data(), rmax.data());
             const Tensor emin = Tensor::from_floats(dt, flat.layout.qparam_shape, rmin);
             const Tensor emax = Tensor::from_floats(dt, flat.layout.qparam_shape, rmax);
+            // the extremes the kernel reads back: the least min and the greatest max,
+            // both NaN when a statistic is NaN
+            bool any_nan = false;
+            double want_lo = INFINITY, want_hi = -INFINITY;
+            for (int64_t i = 0; i < emin.numel(); ++i) {
+              any_nan = any_nan || std::isnan(emin.get(i)) || std::isnan(emax.get(i));
+              want_lo = std::min(want_lo, emin.get(i));
+              want_hi = std::max(want_hi, emax.get(i));
+            }
+            const bool nvfp4 = c.args.get_strategy() == Strategy::kTensorGroup;
             for (SimdLevel level : available_simd_levels())
               for (int threads : {1, 2, 3}) {
                 Tensor gmin(dt, flat.layout.qparam_shape), gmax(dt, flat.layout.qparam_shape);
-                fast::minmax_stats(flat, gmin.data(), gmax.data(), level, threads);
+                std::optional<kernels::StatisticsExtremes> ext;
+                fast::minmax_stats(flat, gmin.data(), gmax.data(), level, threads, &ext);
                 const std::string at = std::string(dtype_name(dt)) + " cols=" + std::to_string(c.cols) +
                                        " rows=" + std::to_string(rows) + " poison=" + std::to_string(poison) + " " +
                                        std::string(to_string(level)) + " t" + std::to_string(threads);
                 ASSERT_EQ(0, std::memcmp(gmin.data(), emin.data(), emin.nbytes())) << at;
                 ASSERT_EQ(0, std::memcmp(gmax.data(), emax.data(), emax.nbytes())) << at;
+                // NVFP4's groups of 16 end to end: read back at every vector level
+                if (nvfp4 && level != SimdLevel::kScalar) ASSERT_TRUE(ext.has_value()) << at;
+                if (!ext) continue;
+                if (any_nan) {
+                  EXPECT_TRUE(std::isnan(ext->first) && std::isnan(ext->second)) << at;
+                } else {
+                  EXPECT_EQ(ext->first, want_lo) << at;  // == : a zero's sign is unspecified
+                  EXPECT_EQ(ext->second, want_hi) << at;
+                }
               }
           }
+}
+
+TEST(FastMinMax, ObserverTakesTheKernelsReadBackExtremes) {
+  // memoryless_minmax on NVFP4 weights takes its finiteness check and R6.1.5's global
+  // amax from the extremes the min-max kernel read back as it wrote the statistics.
+  // static_minmax, after one observation, has the same statistics but scans them for
+  // both: the two must give the same global scale, scales and zero points at every
+  // level, dtype and thread count (at the scalar level neither reads back), with the
+  // greatest magnitude a group's max and then a group's min, in the first and the last
+  // group; the groups come in 32-group passes and a tail. A NaN / Inf anywhere is
+  // still rejected, naming the element, with no statistics kept.
+  const int64_t rows = 24, cols = 272;  // 408 groups of 16
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  std::vector<float> v(static_cast<std::size_t>(rows * cols));
+  for (float& x : v) x = nd(rng);
+  const QuantizationArgs args = make_args(4, QuantType::kFloat, true, Strategy::kTensorGroup, 16, DType::kF8E4M3);
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+    for (float sign : {1.0f, -1.0f}) {
+      v[5] = 0.375f * sign;
+      v[v.size() - 3] = -0.75f * sign;
+      const Tensor w = Tensor::from_floats(dt, {rows, cols}, v);
+      for (SimdLevel level : available_simd_levels())
+        for (int threads : {1, 2, 3}) {
+          const ScopedSimdLevel scoped(level);
+          const std::string at = std::string(dtype_name(dt)) + " " + std::string(to_string(level)) + " t" +
+                                 std::to_string(threads) + " sign " + std::to_string(sign);
+          ObserverOptions opt;
+          opt.num_threads = threads;
+          auto fused = load_observer("memoryless_minmax", "weight", args, {}, opt);
+          auto scanned = load_observer("static_minmax", "weight", args, {}, opt);
+          fused->observe(w.view());
+          scanned->observe(w.view());
+          const QParams a = fused->get_qparams(), b = scanned->get_qparams();
+          ASSERT_TRUE(a.global_scale && b.global_scale) << at;
+          EXPECT_TRUE(a.global_scale->bit_equal(*b.global_scale)) << at;
+          EXPECT_TRUE(a.scale.bit_equal(b.scale)) << at;
+          EXPECT_TRUE(a.zero_point.bit_equal(b.zero_point)) << at;
+          for (float bad : {NAN, INFINITY, -INFINITY})
+            for (std::size_t where : {std::size_t{0}, v.size() / 2, v.size() - 1}) {
+              std::vector<float> p = v;
+              p[where] = bad;
+              const Tensor x = Tensor::from_floats(dt, {rows, cols}, p);
+              auto o = load_observer("memoryless_minmax", "weight", args, {}, opt);
+              testing::expect_error<InvalidArgument>([&] { o->observe(x.view()); },
+                                                     {"non-finite", "flat index " + std::to_string(where)});
+              EXPECT_FALSE(o->has_statistics()) << at;
+            }
+        }
+    }
 }
 
 TEST(FastMinMax, Narrow16EqualsTensorStores) {

@@ -104,10 +104,62 @@ int64_t minmax_to16(const FlatView& flat, int64_t q, int64_t count, int64_t len,
   return count;
 }
 
+/// What one task read back of the statistics it wrote: the least and greatest min and
+/// max (int16 keys of 16-bit statistics, or floats), NaN shown as minmax_keys16_simd /
+/// minmax_simd show it.
+struct TaskExtremes {
+  int16_t mins_lo = INT16_MAX, mins_hi = INT16_MIN, maxs_lo = INT16_MAX, maxs_hi = INT16_MIN;
+  float fmins_lo = INFINITY, fmaxs_hi = -INFINITY;
+  bool fnan = false;
+};
+
+/// The task's statistics [q, q_end) in out_dt, read while they are in its cache.
+void read_back(DType out_dt, const void* out_mins, const void* out_maxs, int64_t q, int64_t q_end, SimdLevel level,
+               TaskExtremes& t) {
+  const int64_t n = q_end - q;
+  if (n <= 0) return;
+  if (out_dt == DType::kF32) {
+    float lo, hi, lo2, hi2;
+    minmax_simd(level, static_cast<const float*>(out_mins) + q, n, &lo, &hi);
+    minmax_simd(level, static_cast<const float*>(out_maxs) + q, n, &lo2, &hi2);
+    t.fnan = std::isnan(lo) || std::isnan(hi) || std::isnan(lo2) || std::isnan(hi2);
+    t.fmins_lo = lo;
+    t.fmaxs_hi = hi2;
+    return;
+  }
+  minmax_keys16_simd(level, static_cast<const uint16_t*>(out_mins) + q, n, &t.mins_lo, &t.mins_hi);
+  minmax_keys16_simd(level, static_cast<const uint16_t*>(out_maxs) + q, n, &t.maxs_lo, &t.maxs_hi);
+}
+
+/// The tasks' read-backs combined: StatisticsExtremes of all the statistics.
+StatisticsExtremes combine_extremes(DType out_dt, const std::vector<TaskExtremes>& tasks) {
+  if (out_dt == DType::kF32) {
+    double lo = INFINITY, hi = -INFINITY;
+    for (const TaskExtremes& t : tasks) {
+      if (t.fnan) return {NAN, NAN};
+      lo = std::min(lo, static_cast<double>(t.fmins_lo));
+      hi = std::max(hi, static_cast<double>(t.fmaxs_hi));
+    }
+    return {lo, hi};
+  }
+  TaskExtremes all;
+  for (const TaskExtremes& t : tasks) {
+    all.mins_lo = std::min(all.mins_lo, t.mins_lo);
+    all.mins_hi = std::max(all.mins_hi, t.mins_hi);
+    all.maxs_lo = std::min(all.maxs_lo, t.maxs_lo);
+    all.maxs_hi = std::max(all.maxs_hi, t.maxs_hi);
+  }
+  const bool bf16 = out_dt == DType::kBF16;
+  const KeyExtremes m = key_extremes16(all.mins_lo, all.mins_hi, bf16), x = key_extremes16(all.maxs_lo, all.maxs_hi, bf16);
+  if (m.nan || x.nan) return {NAN, NAN};
+  return {m.lo, x.hi};
+}
+
 /// The kernel, results stored in out_dt (f32 written in place; bf16 / f16 a block at a
 /// time from a small float buffer, so no float copy of all the results is made).
 void minmax_impl(const FlatView& flat, DType out_dt, void* out_mins, void* out_maxs, SimdLevel level,
-                 int num_threads) {
+                 int num_threads, std::optional<StatisticsExtremes>* extremes) {
+  if (extremes) extremes->reset();
   const int64_t nq = flat.layout.num_qparams();
   const int64_t len = flat.layout.num_obs() * flat.layout.group_len();
   const bool contiguous = values_contiguous(flat);
@@ -178,12 +230,18 @@ void minmax_impl(const FlatView& flat, DType out_dt, void* out_mins, void* out_m
   const int64_t per_task = (std::max<int64_t>(1, (nq + target_tasks - 1) / target_tasks) + unit - 1) / unit * unit;
   const int64_t num_tasks = (nq + per_task - 1) / per_task;
   std::vector<std::vector<float>> bufs(static_cast<std::size_t>(threads));
+  // the read-back costs a pass over the task's statistics while they are in its cache,
+  // instead of the callers' passes over all of them later
+  const bool read_extremes = extremes && eight_at_once;
+  std::vector<TaskExtremes> task_extremes(read_extremes ? static_cast<std::size_t>(num_tasks) : 0);
   parallel_for(num_tasks, threads, [&](int64_t task, int worker) {
     const int64_t q_begin = task * per_task, q_end = std::min(nq, (task + 1) * per_task);
     std::vector<float>& buf = bufs[static_cast<std::size_t>(worker)];
     if (out_dt == DType::kF32) {
       minmax_range(flat, contiguous, eight_at_once, q_begin, q_end, len, level, buf,
                    static_cast<float*>(out_mins) + q_begin, static_cast<float*>(out_maxs) + q_begin);
+      if (read_extremes)
+        read_back(out_dt, out_mins, out_maxs, q_begin, q_end, level, task_extremes[static_cast<std::size_t>(task)]);
       return;
     }
     constexpr int64_t kBlock = 1024;  // a multiple of 32: blocks keep the 8- and 32-group passes
@@ -199,19 +257,23 @@ void minmax_impl(const FlatView& flat, DType out_dt, void* out_mins, void* out_m
       store_results(out_dt, lo, e - q - done, out_mins, q + done, level);
       store_results(out_dt, hi, e - q - done, out_maxs, q + done, level);
     }
+    if (read_extremes)
+      read_back(out_dt, out_mins, out_maxs, q_begin, q_end, level, task_extremes[static_cast<std::size_t>(task)]);
   });
+  if (read_extremes) *extremes = combine_extremes(out_dt, task_extremes);
 }
 
 }  // namespace
 
 void minmax(const FlatView& flat, float* mins, float* maxs, SimdLevel level, int num_threads) {
-  minmax_impl(flat, DType::kF32, mins, maxs, level, num_threads);
+  minmax_impl(flat, DType::kF32, mins, maxs, level, num_threads, nullptr);
 }
 
-void minmax_stats(const FlatView& flat, void* mins, void* maxs, SimdLevel level, int num_threads) {
+void minmax_stats(const FlatView& flat, void* mins, void* maxs, SimdLevel level, int num_threads,
+                  std::optional<StatisticsExtremes>* extremes) {
   QOBS_CHECK(flat.dtype == DType::kF32 || flat.dtype == DType::kBF16 || flat.dtype == DType::kF16, InvalidArgument,
              "minmax_stats: statistics of a ", dtype_name(flat.dtype), " tensor (f32, bf16 or f16 only)");
-  minmax_impl(flat, flat.dtype, mins, maxs, level, num_threads);
+  minmax_impl(flat, flat.dtype, mins, maxs, level, num_threads, extremes);
 }
 
 }  // namespace qobs::kernels::fast

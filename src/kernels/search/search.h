@@ -27,6 +27,9 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
 void minmax(const FlatView& flat, float* mins, float* maxs, SimdLevel level, int num_threads);
 /// minmax with the results stored in the view's own dtype (f32, bf16 or f16), bit for
 /// bit as Tensor::from_floats stores ref::minmax's floats: written once, no float copy.
-void minmax_stats(const FlatView& flat, void* mins, void* maxs, SimdLevel level, int num_threads);
+/// With `extremes`, also sets their StatisticsExtremes (kernels.h) where the path
+/// reads them as it goes (the groups laid end to end, at a vector level).
+void minmax_stats(const FlatView& flat, void* mins, void* maxs, SimdLevel level, int num_threads,
+                  std::optional<StatisticsExtremes>* extremes = nullptr);
 
 }  // namespace qobs::kernels::fast

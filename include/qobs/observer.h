@@ -159,11 +159,12 @@ class Observer : public std::enable_shared_from_this<Observer> {
 
   /// Statistic names that must all exist for has_statistics() (R6.1.3).
   virtual std::vector<std::string> statistic_names() const { return {"min_vals", "max_vals"}; }
-  /// observe_flat for an observer whose kernel also reports, as it writes min_vals and
-  /// max_vals, their least min and greatest max (both NaN when either holds a NaN):
-  /// sets `extremes` and returns true, sparing phase 1's finiteness check and R6.1.5's
-  /// global amax a pass over the statistics each. False (the default) when it cannot;
-  /// observe_flat then takes update_state.
+  /// observe_flat for an observer whose kernel can also report, as it writes min_vals
+  /// and max_vals, their least min and greatest max (both NaN when either holds a NaN),
+  /// sparing phase 1's finiteness check and R6.1.5's global amax a pass over the
+  /// statistics each. Returns true when it has updated the state, with `extremes` set
+  /// where the kernel read them and left nullopt where it could not; false (the
+  /// default) leaves the state to update_state.
   virtual bool update_state_with_extremes(const FlatView& flat, std::optional<std::pair<double, double>>& extremes) {
     return false;
   }

@@ -10,15 +10,16 @@
 
 namespace qobs::bench {
 
-/// int4_g128: INT4 symmetric, group 128 (W4A16). nvfp4: FP4 E2M1 tensor_group 16 with
+/// int4_g128: INT4 symmetric, group 128 (W4A16); int4_g128_asym: the same asymmetric. nvfp4: FP4 E2M1 tensor_group 16 with
 /// fp8 scales (NVFP4). int8_channel: INT8 symmetric per channel. fp8_channel: FP8
 /// per channel. int8_tensor / fp8_tensor: one scale per tensor (static activations, W8A8).
 inline QuantizationArgs scheme_args(const std::string& name) {
   QuantizationArgs a;
-  if (name == "int4_g128") {
+  if (name == "int4_g128" || name == "int4_g128_asym") {
     a.num_bits = 4;
     a.strategy = Strategy::kGroup;
     a.group_size = 128;
+    a.symmetric = name == "int4_g128";
   } else if (name == "nvfp4") {
     a.num_bits = 4;
     a.type = QuantType::kFloat;
@@ -40,7 +41,7 @@ inline QuantizationArgs scheme_args(const std::string& name) {
     a.type = QuantType::kFloat;
     a.strategy = Strategy::kTensor;
   } else {
-    throw std::invalid_argument("unknown scheme '" + name + "' (int4_g128, nvfp4, int8_channel, fp8_channel, int8_tensor, fp8_tensor)");
+    throw std::invalid_argument("unknown scheme '" + name + "' (int4_g128, int4_g128_asym, nvfp4, int8_channel, fp8_channel, int8_tensor, fp8_tensor)");
   }
   return a.validated();
 }

@@ -27,6 +27,7 @@
 #include "kernels/qparams_fast.h"
 #include "kernels/search/select.h"
 #include "kernels/simd/libm_powf.h"
+#include "kernels/simd/exact_batch_simd.h"  // split_narrowing_mismatches
 #include "kernels/simd/minmax_simd.h"  // narrow16_simd
 #include "kernels/simd/poly_batch_simd.h"  // kPolyBatchMaxLen, fp4_round_nonneg_simd
 #include "kernels/simd/pow_simd.h"
@@ -1062,6 +1063,19 @@ TEST(FastGridSearch, ExactBatchKernelMatchesReferenceOn16BitData) {
           batched += fast::grid_search(flat, sargs, mse_cfg(), nullptr, best, 2).groups_batched;
         }
   if (best != SimdLevel::kScalar) EXPECT_GT(batched, 0) << "the exact batch kernel never ran";
+}
+
+TEST(FastGridSearch, SplitNarrowingEqualsIntegerRneOnEveryNormalFloat) {
+  // The exact batch rounds to bf16 by Veltkamp's splitting where its guard holds (every
+  // value rounded is 0 or normal below 2^110): every such float, both signs, must round
+  // as the integer RNE does. Outside the range it may not, which the guard is for
+  // (and this shows the check can fail).
+  for (SimdLevel level : available_simd_levels()) {
+    if (level == SimdLevel::kScalar) continue;
+    EXPECT_EQ(detail::split_narrowing_mismatches(level, 0, 1), 0) << "zero, " << to_string(level);
+    EXPECT_EQ(detail::split_narrowing_mismatches(level, 0x00800000u, (127u + 110u) << 23), 0) << to_string(level);
+    EXPECT_GT(detail::split_narrowing_mismatches(level, 1, 0x00800000u), 0) << "subnormals, " << to_string(level);
+  }
 }
 
 TEST(FastGridSearch, ExactBatchKernelDecidesTiesAndOneUlpGaps) {

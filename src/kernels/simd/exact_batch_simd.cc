@@ -78,6 +78,22 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
                                                                    : Narrow::kNone;
   const VF m0 = hn::LoadU(df, A.m0), M0 = hn::LoadU(df, A.M0);
   const VF zero = hn::Zero(df), one = hn::Set(df, 1.0f), inf = hn::Set(df, HUGE_VALF);
+  // The split bf16 rounding (narrow_bf16_split) holds where every value it rounds is 0
+  // or normal below 2^110. Data: |x| in {0} u [2^-100, 2^100] (checked here, once);
+  // per candidate (below): s in [2^-100, 2^90] and max |x| <= 2^99 s. Then |x / s| <
+  // 2^99 (+ |z| <= 256), |d s| <= 512 s < 2^100 and, as d s and x are bf16 values of
+  // at least 2^-101 or 0, r - x is 0 or a multiple of 2^-108 below 2^101.
+  constexpr bool kCanSplit = kDN == static_cast<int>(Narrow::kBF16) && kEN == static_cast<int>(Narrow::kBF16);
+  bool data_splits = false;
+  const VF xmax = A.xmax ? hn::LoadU(df, A.xmax) : inf;
+  if constexpr (kCanSplit) {
+    auto out = hn::FirstN(df, 0);
+    for (int64_t j = 0; j < A.n; ++j) {
+      const VF ax = hn::Abs(hn::LoadU(df, A.xt + j * N));
+      out = hn::Or(out, hn::And(hn::Gt(ax, zero), hn::Lt(ax, hn::Set(df, 0x1p-100f))));
+    }
+    data_splits = A.xmax && hn::AllFalse(df, out) && hn::AllTrue(df, hn::Le(xmax, hn::Set(df, 0x1p100f)));
+  }
   VF best = hn::Set(df, A.initial_best);
   hn::Vec<DU> words = hn::Zero(DU());  // the improvement bits of 32 candidates, per lane
   for (int64_t i = 0; i < A.num_candidates; ++i) {
@@ -94,24 +110,32 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
     // registers)
     VD acc[8][2];
     for (auto& a : acc) a[0] = a[1] = hn::Zero(dd);
-    auto step = [&]<size_t k>(int64_t j, std::integral_constant<size_t, k>) HWY_ATTR {
-      const int64_t jk = j + static_cast<int64_t>(k);
-      const VF x = hn::LoadU(df, A.xt + jk * N);
-      const VF w = weighted ? hn::LoadU(df, A.wt + jk * N) : one;
-      const VF t = exact_term<kDN, kEN, kG, kNK, kQExact, kZp>(T, x, w, weighted, s, z);
-      acc[k][0] = hn::Add(acc[k][0], hn::PromoteTo(dd, hn::LowerHalf(dh, t)));
-      acc[k][1] = hn::Add(acc[k][1], hn::PromoteTo(dd, hn::UpperHalf(dh, t)));
-    };
-    // whole rows of eight without exits (the sums stay in registers), then the tail
-    int64_t j = 0;
-    for (; j + 8 <= A.n; j += 8)
+    auto sums = [&]<bool kSplit>(std::bool_constant<kSplit>) HWY_ATTR {
+      auto step = [&]<size_t k>(int64_t j, std::integral_constant<size_t, k>) HWY_ATTR {
+        const int64_t jk = j + static_cast<int64_t>(k);
+        const VF x = hn::LoadU(df, A.xt + jk * N);
+        const VF w = weighted ? hn::LoadU(df, A.wt + jk * N) : one;
+        const VF t = exact_term<kDN, kEN, kG, kNK, kQExact, kZp, kSplit>(T, x, w, weighted, s, z);
+        acc[k][0] = hn::Add(acc[k][0], hn::PromoteTo(dd, hn::LowerHalf(dh, t)));
+        acc[k][1] = hn::Add(acc[k][1], hn::PromoteTo(dd, hn::UpperHalf(dh, t)));
+      };
+      // whole rows of eight without exits (the sums stay in registers), then the tail
+      int64_t j = 0;
+      for (; j + 8 <= A.n; j += 8)
+        [&]<size_t... K>(std::index_sequence<K...>) HWY_ATTR {
+          (step(j, std::integral_constant<size_t, K>{}), ...);
+        }(std::make_index_sequence<8>{});
+      const int64_t rem = A.n - j;
       [&]<size_t... K>(std::index_sequence<K...>) HWY_ATTR {
-        (step(j, std::integral_constant<size_t, K>{}), ...);
-      }(std::make_index_sequence<8>{});
-    const int64_t rem = A.n - j;
-    [&]<size_t... K>(std::index_sequence<K...>) HWY_ATTR {
-      ((static_cast<int64_t>(K) < rem ? step(j, std::integral_constant<size_t, K>{}) : void()), ...);
-    }(std::make_index_sequence<7>{});
+        ((static_cast<int64_t>(K) < rem ? step(j, std::integral_constant<size_t, K>{}) : void()), ...);
+      }(std::make_index_sequence<7>{});
+    };
+    bool split = false;
+    if constexpr (kCanSplit)
+      split = data_splits && hn::AllTrue(df, hn::And(hn::And(hn::Ge(s, hn::Set(df, 0x1p-100f)), hn::Le(s, hn::Set(df, 0x1p90f))),
+                                                     hn::Le(xmax, hn::Mul(s, hn::Set(df, 0x1p99f)))));
+    if (kCanSplit && split) sums(std::true_type{});
+    else sums(std::false_type{});
     hn::Vec<DH> err[2];
     for (int h = 0; h < 2; ++h) {
       const VD blk = hn::Add(hn::Add(hn::Add(acc[0][h], acc[4][h]), hn::Add(acc[1][h], acc[5][h])),
@@ -172,6 +196,26 @@ bool ExactBatch(const ExactBatchArgs& A) {
 
 int ExactBatchLanes() { return static_cast<int>(hn::Lanes(DF())); }
 
+/// How many float patterns in [lo_bits, hi_bits), with either sign, narrow_bf16_split
+/// rounds differently from narrow_to (the test of the split's range).
+int64_t SplitNarrowingMismatches(uint32_t lo_bits, uint32_t hi_bits) {
+  const DF df;
+  const DU du;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto iota = hn::Iota(du, 0u);
+  int64_t bad = 0;
+  for (uint32_t sign : {0u, 0x80000000u})
+    for (uint64_t b = lo_bits; b < hi_bits; b += static_cast<uint64_t>(N)) {
+      const auto u = hn::Or(hn::Add(hn::Set(du, static_cast<uint32_t>(b)), iota), hn::Set(du, sign));
+      const VF v = hn::BitCast(df, u);
+      const auto in_range = hn::Lt(hn::And(hn::Add(hn::Set(du, static_cast<uint32_t>(b)), iota), hn::Set(du, 0x7FFFFFFFu)),
+                                   hn::Set(du, hi_bits));
+      const auto ne = hn::Ne(hn::BitCast(du, narrow_bf16_split(v)), hn::BitCast(du, narrow_to(Narrow::kBF16, v)));
+      bad += static_cast<int64_t>(hn::CountTrue(du, hn::And(ne, in_range)));
+    }
+  return bad;
+}
+
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 }  // namespace HWY_NAMESPACE
 }  // namespace qobs::kernels::detail
@@ -183,6 +227,9 @@ HWY_AFTER_NAMESPACE();
 namespace qobs::kernels::detail {
 
 int exact_batch_lanes(SimdLevel level) { QOBS_SIMD_DISPATCH(ExactBatchLanes()); }
+int64_t split_narrowing_mismatches(SimdLevel level, uint32_t lo_bits, uint32_t hi_bits) {
+  QOBS_SIMD_DISPATCH(SplitNarrowingMismatches(lo_bits, hi_bits));
+}
 bool exact_batch_simd(SimdLevel level, const ExactBatchArgs& args) { QOBS_SIMD_DISPATCH(ExactBatch(args)); }
 
 }  // namespace qobs::kernels::detail

@@ -26,6 +26,8 @@ struct ExactBatchArgs {
   int64_t n = 0;              ///< elements per group, 1..kPolyBatchMaxLen
   const float* m0 = nullptr;  ///< per lane, the R6.6.3 base range, finite
   const float* M0 = nullptr;
+  /// per lane, max |x| of its group (the split rounding's range guard), or nullptr
+  const float* xmax = nullptr;
   int64_t num_candidates = 0;
   const float* shrink = nullptr;        ///< the host shrink factors as f32
   qobs::detail::ShrunkQParams qparams;  ///< usable
@@ -41,6 +43,11 @@ struct ExactBatchArgs {
   /// lanes + l] is set when candidate i improved lane l's group
   uint32_t* improved = nullptr;
 };
+
+/// The float patterns in [lo_bits, hi_bits) (magnitudes; both signs are tried) on which
+/// the split bf16 rounding of the exact terms (narrow_bf16_split, exact_term-inl.h)
+/// differs from the integer RNE: 0 over the range the kernels use it in (the test).
+int64_t split_narrowing_mismatches(SimdLevel level, uint32_t lo_bits, uint32_t hi_bits);
 
 /// Groups per batch at `level` (the float lanes; as poly_batch_lanes).
 int exact_batch_lanes(SimdLevel level);

@@ -6,23 +6,40 @@
 // file's per-target namespace after grid_round-inl.h and pow-inl.h, once per Highway
 // target -- hence no include guard.
 
+/// RNE to bf16 by Veltkamp's splitting: c = v (2^16 + 1), then c - (c - v) keeps the
+/// top 8 significant bits, rounded to nearest even. Three FP ops against narrow_to's
+/// five integer ones, and equal to it on zeros and on every normal |v| < 2^110 (checked
+/// exhaustively, both signs, by tests/kernels/fast_kernels_test.cc
+/// "SplitNarrowingEqualsIntegerRneOnEveryNormalFloat"). It needs unfused FP operations
+/// (the kernels are built with -ffp-contract=off) and a range the caller guarantees
+/// (ExactBatchT's guard); below the normal range it may differ.
+HWY_INLINE VF narrow_bf16_split(VF v) {
+  const VF c = hn::Mul(v, hn::Set(DF(), 65537.0f));
+  return hn::Sub(c, hn::Sub(c, v));
+}
+
 /// |r - x| in the error dtype for x (on the data dtype's grid), scale s > 0 and zero
 /// point z (used when A.has_zp). Each template argument is a fixed Narrow / GridKind
 /// value or -1 (read A). kQExact: the caller knows that q and q - z are values the data
 /// dtype holds exactly (an INT grid with an integer zero point in [q_min, q_max] and
 /// q_max - q_min at most 256 for bf16, 2048 for f16; FP4 / FP8 without a zero point),
 /// so their narrowing, the identity, is skipped. kZp: 0 / 1 fixes A.has_zp, -1 reads
-/// it.
-template <int kDN, int kEN, int kG, bool kQExact = false, int kZp = -1>
+/// it. kSplit: the bf16 roundings by narrow_bf16_split, for x, s and z in the range
+/// ExactBatchT's guard checks (the quotient may then fall below the normal range, where
+/// the split can differ, but it rounds to a zero code either way, and a zero code's
+/// sign does not reach |r - x|).
+template <int kDN, int kEN, int kG, bool kQExact = false, int kZp = -1, bool kSplit = false>
 HWY_INLINE VF exact_abs_error(const BlockKernelArgs& A, VF x, VF s, VF z) {
   const DF df;
   const bool has_zp = kZp >= 0 ? kZp == 1 : A.has_zp;
   const Narrow dn = kDN >= 0 ? static_cast<Narrow>(kDN) : A.data_narrow;
   const Narrow en = kEN >= 0 ? static_cast<Narrow>(kEN) : A.err_narrow;
   const auto grid = kG >= 0 ? static_cast<qobs::detail::GridKind>(kG) : A.grid;
+  auto narrow_data = [&](VF v) HWY_ATTR { return kSplit && dn == Narrow::kBF16 ? narrow_bf16_split(v) : narrow_to(dn, v); };
+  auto narrow_err = [&](VF v) HWY_ATTR { return kSplit && en == Narrow::kBF16 ? narrow_bf16_split(v) : narrow_to(en, v); };
   // R5.1.1: y = x / s (+ z), clamp, round to the grid, dequantize, * s
-  VF y = narrow_to(dn, hn::Div(x, s));
-  if (has_zp) y = narrow_to(dn, hn::Add(y, z));
+  VF y = narrow_data(hn::Div(x, s));
+  if (has_zp) y = narrow_data(hn::Add(y, z));
   const VF c = hn::Min(hn::Max(y, hn::Set(df, A.q_min)), hn::Set(df, A.q_max));
   VF q;
   switch (grid) {
@@ -34,9 +51,9 @@ HWY_INLINE VF exact_abs_error(const BlockKernelArgs& A, VF x, VF s, VF z) {
   }
   VF d = kQExact ? q : narrow_to(dn, q);
   if (has_zp) d = kQExact ? hn::Sub(d, z) : narrow_to(dn, hn::Sub(d, z));
-  const VF r = narrow_to(dn, hn::Mul(d, s));
+  const VF r = narrow_data(hn::Mul(d, s));
   // R6.6.6 step 4 / R6.8.6: |r - x| in the error dtype
-  return hn::Abs(narrow_to(en, hn::Sub(r, x)));
+  return hn::Abs(narrow_err(hn::Sub(r, x)));
 }
 
 /// |e|^norm in the error dtype (Arith::pow_abs) for e = exact_abs_error(...).
@@ -75,10 +92,10 @@ HWY_INLINE VF exact_pow(const BlockKernelArgs& A, VF e) {
 }
 
 /// The whole term: |r - x|^norm (x w when `weighted`) in the error dtype.
-template <int kDN, int kEN, int kG, int kNK, bool kQExact = false, int kZp = -1>
+template <int kDN, int kEN, int kG, int kNK, bool kQExact = false, int kZp = -1, bool kSplit = false>
 HWY_INLINE VF exact_term(const BlockKernelArgs& A, VF x, VF w, bool weighted, VF s, VF z) {
   const Narrow en = kEN >= 0 ? static_cast<Narrow>(kEN) : A.err_narrow;
-  VF t = exact_pow<kEN, kNK>(A, exact_abs_error<kDN, kEN, kG, kQExact, kZp>(A, x, s, z));
+  VF t = exact_pow<kEN, kNK>(A, exact_abs_error<kDN, kEN, kG, kQExact, kZp, kSplit>(A, x, s, z));
   if (weighted) t = narrow_to(en, hn::Mul(w, t));
   return t;
 }

@@ -15,6 +15,7 @@
 #include <hwy/highway.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/simd/block_errors_simd.h"
 
@@ -73,6 +74,21 @@ HWY_NOINLINE void BlockErrorsT(const BlockKernelArgs& A) {
   const DF df;
   const size_t N = hn::Lanes(df);
   const bool weighted = A.w != nullptr;
+  // full vectors without masks, then one masked tail whose dead lanes are zeroed
+  const int64_t n_main = A.n - A.n % static_cast<int64_t>(N);
+  // The split bf16 rounding where SplitGuard allows: the block's values once (a masked
+  // tail reads zeros), each candidate below
+  constexpr bool kCanSplit = kDN == static_cast<int>(Narrow::kBF16) && kEN == static_cast<int>(Narrow::kBF16);
+  bool data_splits = false;
+  VF xmax = hn::Zero(df);
+  if constexpr (kCanSplit) {
+    SplitGuard g = split_guard();
+    for (int64_t j = 0; j < n_main; j += static_cast<int64_t>(N)) split_data_add(g, hn::LoadU(df, A.x + j));
+    if (n_main < A.n)
+      split_data_add(g, hn::MaskedLoad(hn::FirstN(df, static_cast<size_t>(A.n - n_main)), df, A.x + n_main));
+    data_splits = split_data_ok(g);
+    xmax = hn::MaxOfLanes(df, g.xmax);  // the block's max |x| in every lane
+  }
   for (int64_t i = 0; i < A.num_candidates; ++i) {
     const VF s = hn::Set(df, A.scale[i]);
     const VF z = hn::Set(df, A.has_zp ? A.zp[i] : 0.0f);
@@ -83,21 +99,27 @@ HWY_NOINLINE void BlockErrorsT(const BlockKernelArgs& A) {
     // bound) save the two f64 conversions and adds per vector
     constexpr bool kF32Sum = kNK == static_cast<int>(NormKind::kPowApprox);
     VF acc32 = hn::Zero(df);
-    auto term = [&](VF x, VF w) HWY_ATTR { return exact_term<kDN, kEN, kG, kNK>(A, x, w, weighted, s, z); };
-    auto accumulate = [&](VF t) HWY_ATTR {
-      if constexpr (kF32Sum) acc32 = hn::Add(acc32, t);
-      else acc.add(t);
+    auto sums = [&]<bool kSplit>(std::bool_constant<kSplit>) HWY_ATTR {
+      auto term = [&](VF x, VF w) HWY_ATTR {
+        return exact_term<kDN, kEN, kG, kNK, false, -1, kSplit>(A, x, w, weighted, s, z);
+      };
+      auto accumulate = [&](VF t) HWY_ATTR {
+        if constexpr (kF32Sum) acc32 = hn::Add(acc32, t);
+        else acc.add(t);
+      };
+      const VF one = hn::Set(df, 1.0f);
+      for (int64_t j = 0; j < n_main; j += static_cast<int64_t>(N))
+        accumulate(term(hn::LoadU(df, A.x + j), A.w ? hn::LoadU(df, A.w + j) : one));
+      if (n_main < A.n) {
+        const auto m = hn::FirstN(df, static_cast<size_t>(A.n - n_main));
+        const VF t = term(hn::MaskedLoad(m, df, A.x + n_main), A.w ? hn::MaskedLoad(m, df, A.w + n_main) : one);
+        accumulate(hn::IfThenElseZero(m, t));
+      }
     };
-    // full vectors without masks, then one masked tail whose dead lanes are zeroed
-    const int64_t n_main = A.n - A.n % static_cast<int64_t>(N);
-    const VF one = hn::Set(df, 1.0f);
-    for (int64_t j = 0; j < n_main; j += static_cast<int64_t>(N))
-      accumulate(term(hn::LoadU(df, A.x + j), A.w ? hn::LoadU(df, A.w + j) : one));
-    if (n_main < A.n) {
-      const auto m = hn::FirstN(df, static_cast<size_t>(A.n - n_main));
-      const VF t = term(hn::MaskedLoad(m, df, A.x + n_main), A.w ? hn::MaskedLoad(m, df, A.w + n_main) : one);
-      accumulate(hn::IfThenElseZero(m, t));
-    }
+    bool split = false;
+    if constexpr (kCanSplit) split = data_splits && split_candidate_ok(s, xmax);
+    if (kCanSplit && split) sums(std::true_type{});
+    else sums(std::false_type{});
     if constexpr (kF32Sum) acc.add(acc32);
     A.sums[i] = acc.total();
   }

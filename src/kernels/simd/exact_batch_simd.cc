@@ -78,21 +78,14 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
                                                                    : Narrow::kNone;
   const VF m0 = hn::LoadU(df, A.m0), M0 = hn::LoadU(df, A.M0);
   const VF zero = hn::Zero(df), one = hn::Set(df, 1.0f), inf = hn::Set(df, HUGE_VALF);
-  // The split bf16 rounding (narrow_bf16_split) holds where every value it rounds is 0
-  // or normal below 2^110. Data: |x| in {0} u [2^-100, 2^100] (checked here, once);
-  // per candidate (below): s in [2^-100, 2^90] and max |x| <= 2^99 s. Then |x / s| <
-  // 2^99 (+ |z| <= 256), |d s| <= 512 s < 2^100 and, as d s and x are bf16 values of
-  // at least 2^-101 or 0, r - x is 0 or a multiple of 2^-108 below 2^101.
+  // The split bf16 rounding where SplitGuard allows: the data once, each candidate below
   constexpr bool kCanSplit = kDN == static_cast<int>(Narrow::kBF16) && kEN == static_cast<int>(Narrow::kBF16);
   bool data_splits = false;
   const VF xmax = A.xmax ? hn::LoadU(df, A.xmax) : inf;
   if constexpr (kCanSplit) {
-    auto out = hn::FirstN(df, 0);
-    for (int64_t j = 0; j < A.n; ++j) {
-      const VF ax = hn::Abs(hn::LoadU(df, A.xt + j * N));
-      out = hn::Or(out, hn::And(hn::Gt(ax, zero), hn::Lt(ax, hn::Set(df, 0x1p-100f))));
-    }
-    data_splits = A.xmax && hn::AllFalse(df, out) && hn::AllTrue(df, hn::Le(xmax, hn::Set(df, 0x1p100f)));
+    SplitGuard g = split_guard();
+    for (int64_t j = 0; j < A.n; ++j) split_data_add(g, hn::LoadU(df, A.xt + j * N));
+    data_splits = A.xmax && split_data_ok(g);
   }
   VF best = hn::Set(df, A.initial_best);
   hn::Vec<DU> words = hn::Zero(DU());  // the improvement bits of 32 candidates, per lane
@@ -131,9 +124,7 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
       }(std::make_index_sequence<7>{});
     };
     bool split = false;
-    if constexpr (kCanSplit)
-      split = data_splits && hn::AllTrue(df, hn::And(hn::And(hn::Ge(s, hn::Set(df, 0x1p-100f)), hn::Le(s, hn::Set(df, 0x1p90f))),
-                                                     hn::Le(xmax, hn::Mul(s, hn::Set(df, 0x1p99f)))));
+    if constexpr (kCanSplit) split = data_splits && split_candidate_ok(s, xmax);
     if (kCanSplit && split) sums(std::true_type{});
     else sums(std::false_type{});
     hn::Vec<DH> err[2];

@@ -18,16 +18,45 @@ HWY_INLINE VF narrow_bf16_split(VF v) {
   return hn::Sub(c, hn::Sub(c, v));
 }
 
+/// The split rounding's range guard (narrow_bf16_split), shared by the exact kernels.
+/// Data: every |x| in {0} u [2^-100, 2^100] (split_data_add over the values, then
+/// split_data_ok); per candidate: s in [2^-100, 2^90] and max |x| <= 2^99 s
+/// (split_candidate_ok). Then |x / s| < 2^99 (+ |z| <= 256), |d s| <= 512 s < 2^100,
+/// and, as d s and x are bf16 values of at least 2^-101 or 0, r - x is 0 or a multiple
+/// of 2^-108 below 2^101: every value the split rounds is 0 or normal below 2^110,
+/// except a quotient that underflows, which rounds to a zero code either way.
+struct SplitGuard {
+  VF xmax;             ///< max |x| so far
+  hn::Mask<DF> tiny;   ///< some nonzero |x| below 2^-100 so far
+};
+/// (a function rather than member initializers: those would lack the target's attributes)
+HWY_INLINE SplitGuard split_guard() { return SplitGuard{hn::Zero(DF()), hn::FirstN(DF(), 0)}; }
+HWY_INLINE void split_data_add(SplitGuard& g, VF x) {
+  const DF df;
+  const VF ax = hn::Abs(x);
+  g.xmax = hn::Max(g.xmax, ax);
+  g.tiny = hn::Or(g.tiny, hn::And(hn::Gt(ax, hn::Zero(df)), hn::Lt(ax, hn::Set(df, 0x1p-100f))));
+}
+HWY_INLINE bool split_data_ok(const SplitGuard& g) {
+  return hn::AllFalse(DF(), g.tiny) && hn::AllTrue(DF(), hn::Le(g.xmax, hn::Set(DF(), 0x1p100f)));
+}
+/// xmax: the max |x| the candidate's scale s divides (per lane, or broadcast)
+HWY_INLINE bool split_candidate_ok(VF s, VF xmax) {
+  const DF df;
+  return hn::AllTrue(df, hn::And(hn::And(hn::Ge(s, hn::Set(df, 0x1p-100f)), hn::Le(s, hn::Set(df, 0x1p90f))),
+                                 hn::Le(xmax, hn::Mul(s, hn::Set(df, 0x1p99f)))));
+}
+
 /// |r - x| in the error dtype for x (on the data dtype's grid), scale s > 0 and zero
 /// point z (used when A.has_zp). Each template argument is a fixed Narrow / GridKind
 /// value or -1 (read A). kQExact: the caller knows that q and q - z are values the data
 /// dtype holds exactly (an INT grid with an integer zero point in [q_min, q_max] and
 /// q_max - q_min at most 256 for bf16, 2048 for f16; FP4 / FP8 without a zero point),
 /// so their narrowing, the identity, is skipped. kZp: 0 / 1 fixes A.has_zp, -1 reads
-/// it. kSplit: the bf16 roundings by narrow_bf16_split, for x, s and z in the range
-/// ExactBatchT's guard checks (the quotient may then fall below the normal range, where
-/// the split can differ, but it rounds to a zero code either way, and a zero code's
-/// sign does not reach |r - x|).
+/// it. kSplit: the bf16 roundings by narrow_bf16_split, for x, s and z that pass
+/// SplitGuard (the quotient may then fall below the normal range, where the split can
+/// differ, but it rounds to a zero code either way, and a zero code's sign does not
+/// reach |r - x|).
 template <int kDN, int kEN, int kG, bool kQExact = false, int kZp = -1, bool kSplit = false>
 HWY_INLINE VF exact_abs_error(const BlockKernelArgs& A, VF x, VF s, VF z) {
   const DF df;

@@ -1066,7 +1066,7 @@ TEST(FastGridSearch, ExactBatchKernelMatchesReferenceOn16BitData) {
 }
 
 TEST(FastGridSearch, SplitNarrowingEqualsIntegerRneOnEveryNormalFloat) {
-  // The exact batch rounds to bf16 by Veltkamp's splitting where its guard holds (every
+  // The exact kernels round to bf16 by Veltkamp's splitting where their guard holds (every
   // value rounded is 0 or normal below 2^110): every such float, both signs, must round
   // as the integer RNE does. Outside the range it may not, which the guard is for
   // (and this shows the check can fail).

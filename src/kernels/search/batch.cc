@@ -108,7 +108,6 @@ bool exact_batch_improvements(const Plan& P, int64_t q0, int64_t count, Scratch&
   k.n = len;
   k.m0 = s.m0.data();
   k.M0 = s.M0.data();
-  k.xmax = s.xmax.data();
   k.num_candidates = S;
   k.shrink = P.shrink_f32.data();
   k.qparams = P.shrunk;

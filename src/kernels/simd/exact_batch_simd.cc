@@ -78,15 +78,13 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
                                                                    : Narrow::kNone;
   const VF m0 = hn::LoadU(df, A.m0), M0 = hn::LoadU(df, A.M0);
   const VF zero = hn::Zero(df), one = hn::Set(df, 1.0f), inf = hn::Set(df, HUGE_VALF);
-  // The split bf16 rounding where SplitGuard allows: the data once, each candidate below
+  // The split bf16 rounding where SplitGuard allows: the data once (one group per lane,
+  // so the guard's max |x| is each lane's own), each candidate below
   constexpr bool kCanSplit = kDN == static_cast<int>(Narrow::kBF16) && kEN == static_cast<int>(Narrow::kBF16);
-  bool data_splits = false;
-  const VF xmax = A.xmax ? hn::LoadU(df, A.xmax) : inf;
-  if constexpr (kCanSplit) {
-    SplitGuard g = split_guard();
+  SplitGuard g = split_guard();
+  if constexpr (kCanSplit)
     for (int64_t j = 0; j < A.n; ++j) split_data_add(g, hn::LoadU(df, A.xt + j * N));
-    data_splits = A.xmax && split_data_ok(g);
-  }
+  const bool data_splits = kCanSplit && split_data_ok(g);
   VF best = hn::Set(df, A.initial_best);
   hn::Vec<DU> words = hn::Zero(DU());  // the improvement bits of 32 candidates, per lane
   for (int64_t i = 0; i < A.num_candidates; ++i) {
@@ -124,7 +122,7 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
       }(std::make_index_sequence<7>{});
     };
     bool split = false;
-    if constexpr (kCanSplit) split = data_splits && split_candidate_ok(s, xmax);
+    if constexpr (kCanSplit) split = data_splits && split_candidate_ok(s, g.xmax);
     if (kCanSplit && split) sums(std::true_type{});
     else sums(std::false_type{});
     hn::Vec<DH> err[2];

@@ -26,8 +26,6 @@ struct ExactBatchArgs {
   int64_t n = 0;              ///< elements per group, 1..kPolyBatchMaxLen
   const float* m0 = nullptr;  ///< per lane, the R6.6.3 base range, finite
   const float* M0 = nullptr;
-  /// per lane, max |x| of its group (the split rounding's range guard), or nullptr
-  const float* xmax = nullptr;
   int64_t num_candidates = 0;
   const float* shrink = nullptr;        ///< the host shrink factors as f32
   qobs::detail::ShrunkQParams qparams;  ///< usable

@@ -12,7 +12,7 @@
 /// exhaustively, both signs, by tests/kernels/fast_kernels_test.cc
 /// "SplitNarrowingEqualsIntegerRneOnEveryNormalFloat"). It needs unfused FP operations
 /// (the kernels are built with -ffp-contract=off) and a range the caller guarantees
-/// (ExactBatchT's guard); below the normal range it may differ.
+/// (SplitGuard, below); below the normal range it may differ.
 HWY_INLINE VF narrow_bf16_split(VF v) {
   const VF c = hn::Mul(v, hn::Set(DF(), 65537.0f));
   return hn::Sub(c, hn::Sub(c, v));

@@ -1078,6 +1078,20 @@ TEST(FastGridSearch, SplitNarrowingEqualsIntegerRneOnEveryNormalFloat) {
   }
 }
 
+TEST(FastGridSearch, SplitDivisionEqualsDivisionOnBf16Operands) {
+  // Where the bf16 split guard holds, the exact kernels divide x / s by Markstein's
+  // correction of x (1 / s). For every bf16 x of the guard's range (2^-100..2^100, both
+  // signs) and every bf16 significand of s at exponents across the guard's range
+  // (2^-100..2^90), the quotient must equal the f32 division wherever it is normal.
+  // Without the correction it does not (the check can fail).
+  const std::vector<int> s_exps = {127 - 100, 127 - 40, 127 - 3, 127, 127 + 1, 127 + 7, 127 + 40, 127 + 90};
+  for (SimdLevel level : available_simd_levels()) {
+    if (level == SimdLevel::kScalar) continue;
+    EXPECT_EQ(detail::split_division_mismatches(level, 127 - 100, 127 + 100, s_exps, true), 0) << to_string(level);
+    EXPECT_GT(detail::split_division_mismatches(level, 127 - 3, 127 + 3, {127}, false), 0) << to_string(level);
+  }
+}
+
 TEST(FastGridSearch, ExactBatchKernelDecidesTiesAndOneUlpGaps) {
   // With bf16 errors (8 significant bits) candidates often tie, or differ by one ulp of
   // the sum. The data below must contain both at the reference's decisions (counted

@@ -114,6 +114,7 @@ bool exact_batch_improvements(const Plan& P, int64_t q0, int64_t count, Scratch&
   k.term = P.vec.proto;
   // kTable16: taken from the plan here, so that no copy of a Plan points into another's
   k.term.pow_table = P.vec.pow_table.data();
+  k.term.pow_table64 = P.vec.pow_table64.data();
   // ShrunkQParams-usable plans have integer zero points clamped to [q_min, q_max]: q
   // and q - z are integers of magnitude <= q_max - q_min, exact in bf16 up to 256 and
   // in f16 up to 2048. FP4 and FP8 values (2 and 4 significant bits, 2^-9 to 448) are

@@ -92,6 +92,7 @@ HWY_NOINLINE void BlockErrorsT(const BlockKernelArgs& A) {
   for (int64_t i = 0; i < A.num_candidates; ++i) {
     const VF s = hn::Set(df, A.scale[i]);
     const VF z = hn::Set(df, A.has_zp ? A.zp[i] : 0.0f);
+    const VF inv_s = hn::Div(hn::Set(df, 1.0f), s);  // divide_bf16_split's, once per candidate
     LaneSums acc;
     acc.reset();
     // kPowApprox sums only need to stay inside the certified bound: f32 lane sums
@@ -101,7 +102,7 @@ HWY_NOINLINE void BlockErrorsT(const BlockKernelArgs& A) {
     VF acc32 = hn::Zero(df);
     auto sums = [&]<bool kSplit>(std::bool_constant<kSplit>) HWY_ATTR {
       auto term = [&](VF x, VF w) HWY_ATTR {
-        return exact_term<kDN, kEN, kG, kNK, false, -1, kSplit>(A, x, w, weighted, s, z);
+        return exact_term<kDN, kEN, kG, kNK, false, -1, kSplit>(A, x, w, weighted, s, inv_s, z);
       };
       auto accumulate = [&](VF t) HWY_ATTR {
         if constexpr (kF32Sum) acc32 = hn::Add(acc32, t);

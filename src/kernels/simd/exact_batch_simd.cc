@@ -60,6 +60,21 @@ HWY_INLINE VD round_sums(VD v, double tiny, double max_finite, DType dt) {
   return r;
 }
 
+/// Adds the terms of a vector of bf16 |e| (kTable16, unweighted) to a row's two f64
+/// lane sums (groups of the lower and upper half of the vector), gathered from the
+/// table's f64 copy: two gathers of half width in place of one gather, two widenings
+/// and a lane extraction. The values added are the same (f32 terms widen exactly).
+HWY_INLINE void add_table_terms_f64(VD& lower, VD& upper, VF e, const double* table64) {
+  const auto idx = hn::ShiftRight<16>(hn::BitCast(DU(), e)).raw;
+#if HWY_TARGET == HWY_AVX3
+  lower = hn::Add(lower, VD{_mm512_i32gather_pd(_mm512_castsi512_si256(idx), table64, 8)});
+  upper = hn::Add(upper, VD{_mm512_i32gather_pd(_mm512_extracti64x4_epi64(idx, 1), table64, 8)});
+#else
+  lower = hn::Add(lower, VD{_mm256_i32gather_pd(table64, _mm256_castsi256_si128(idx), 8)});
+  upper = hn::Add(upper, VD{_mm256_i32gather_pd(table64, _mm256_extracti128_si256(idx, 1), 8)});
+#endif
+}
+
 /// The kernel. Template arguments: fixed Narrow / GridKind / NormKind values or -1
 /// (read A) as in the block kernel; kQExact as exact_abs_error's; kZp and kW fix
 /// whether there is a zero point and weights (0 / 1) or read them (-1).
@@ -81,6 +96,8 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
   // The split bf16 rounding where SplitGuard allows: the data once (one group per lane,
   // so the guard's max |x| is each lane's own), each candidate below
   constexpr bool kCanSplit = kDN == static_cast<int>(Narrow::kBF16) && kEN == static_cast<int>(Narrow::kBF16);
+  // unweighted bf16 table terms: from the table's f64 copy (add_table_terms_f64)
+  constexpr bool kTable64 = kEN == static_cast<int>(Narrow::kBF16) && kNK == static_cast<int>(NormKind::kTable16) && kW == 0;
   SplitGuard g = split_guard();
   if constexpr (kCanSplit)
     for (int64_t j = 0; j < A.n; ++j) split_data_add(g, hn::LoadU(df, A.xt + j * N));
@@ -101,24 +118,42 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
     // registers)
     VD acc[8][2];
     for (auto& a : acc) a[0] = a[1] = hn::Zero(dd);
+    const VF inv_s = hn::Div(one, s);  // divide_bf16_split's reciprocal
     auto sums = [&]<bool kSplit>(std::bool_constant<kSplit>) HWY_ATTR {
-      auto step = [&]<size_t k>(int64_t j, std::integral_constant<size_t, k>) HWY_ATTR {
-        const int64_t jk = j + static_cast<int64_t>(k);
-        const VF x = hn::LoadU(df, A.xt + jk * N);
-        const VF w = weighted ? hn::LoadU(df, A.wt + jk * N) : one;
-        const VF t = exact_term<kDN, kEN, kG, kNK, kQExact, kZp, kSplit>(T, x, w, weighted, s, z);
-        acc[k][0] = hn::Add(acc[k][0], hn::PromoteTo(dd, hn::LowerHalf(dh, t)));
-        acc[k][1] = hn::Add(acc[k][1], hn::PromoteTo(dd, hn::UpperHalf(dh, t)));
+      auto abs_error = [&](int64_t j) HWY_ATTR {
+        return exact_abs_error<kDN, kEN, kG, kQExact, kZp, kSplit>(T, hn::LoadU(df, A.xt + j * N), s, inv_s, z);
       };
-      // whole rows of eight without exits (the sums stay in registers), then the tail
+      auto add_term = [&]<size_t k>(int64_t j, VF e, std::integral_constant<size_t, k>) HWY_ATTR {
+        if constexpr (kTable64) {
+          add_table_terms_f64(acc[k][0], acc[k][1], e, T.pow_table64);
+        } else {
+          const VF w = weighted ? hn::LoadU(df, A.wt + j * N) : one;
+          const VF t = exact_term_of<kEN, kNK>(T, e, w, weighted);
+          acc[k][0] = hn::Add(acc[k][0], hn::PromoteTo(dd, hn::LowerHalf(dh, t)));
+          acc[k][1] = hn::Add(acc[k][1], hn::PromoteTo(dd, hn::UpperHalf(dh, t)));
+        }
+      };
+      // Whole rows of eight without exits (the sums stay in registers), each row stage
+      // by stage: its eight |r - x| first, then their terms and sums. Issued in that
+      // order, each term's input is ready or nearly so when it reaches the scheduler,
+      // instead of waiting behind the ~100-cycle chain of its own element (division,
+      // roundings, gather): ~10% on the Intel host of the thirteenth round
+      // (docs/PERFORMANCE.md).
       int64_t j = 0;
       for (; j + 8 <= A.n; j += 8)
         [&]<size_t... K>(std::index_sequence<K...>) HWY_ATTR {
-          (step(j, std::integral_constant<size_t, K>{}), ...);
+          VF e[8];
+          ((e[K] = abs_error(j + static_cast<int64_t>(K))), ...);
+          (add_term(j + static_cast<int64_t>(K), e[K], std::integral_constant<size_t, K>{}), ...);
         }(std::make_index_sequence<8>{});
+      // then the tail
       const int64_t rem = A.n - j;
       [&]<size_t... K>(std::index_sequence<K...>) HWY_ATTR {
-        ((static_cast<int64_t>(K) < rem ? step(j, std::integral_constant<size_t, K>{}) : void()), ...);
+        ((static_cast<int64_t>(K) < rem
+              ? add_term(j + static_cast<int64_t>(K), abs_error(j + static_cast<int64_t>(K)),
+                         std::integral_constant<size_t, K>{})
+              : void()),
+         ...);
       }(std::make_index_sequence<7>{});
     };
     bool split = false;
@@ -205,6 +240,38 @@ int64_t SplitNarrowingMismatches(uint32_t lo_bits, uint32_t hi_bits) {
   return bad;
 }
 
+/// How many (x, s) pairs divide_bf16_split (or, with !corrected, its first product
+/// x (1 / s) alone) divides differently from the f32 division: x every bf16 value of
+/// either sign with a biased exponent in [x_exp_lo, x_exp_hi], s every bf16 significand
+/// at each biased exponent of s_exps, where |x| <= 2^99 s (SplitGuard) and the quotient
+/// is normal (smaller quotients round to a zero code either way).
+int64_t SplitDivisionMismatches(int x_exp_lo, int x_exp_hi, const int* s_exps, int num_s_exps, bool corrected) {
+  const DF df;
+  const DU du;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto iota = hn::Iota(du, 0u);
+  const uint32_t lo = static_cast<uint32_t>(x_exp_lo) << 7, hi = (static_cast<uint32_t>(x_exp_hi) + 1) << 7;
+  int64_t bad = 0;
+  for (int e = 0; e < num_s_exps; ++e)
+    for (uint32_t sm = 0; sm < 128; ++sm) {
+      const VF s = hn::BitCast(df, hn::Set(du, ((static_cast<uint32_t>(s_exps[e]) << 7) | sm) << 16));
+      const VF inv = hn::Div(hn::Set(df, 1.0f), s);
+      for (uint32_t sign : {0u, 0x8000u})
+        for (uint32_t b = lo; b < hi; b += static_cast<uint32_t>(N)) {
+          const auto pattern = hn::Add(hn::Set(du, b), iota);
+          const VF x = hn::BitCast(df, hn::ShiftLeft<16>(hn::Or(pattern, hn::Set(du, sign))));
+          const VF q = hn::Div(x, s);
+          const VF fast = corrected ? divide_bf16_split(x, s, inv) : hn::Mul(x, inv);
+          const auto in_guard = hn::And(hn::Ge(hn::Abs(q), hn::Set(df, 0x1p-126f)),
+                                        hn::Le(hn::Abs(x), hn::Mul(s, hn::Set(df, 0x1p99f))));
+          const auto counted = hn::And(hn::Lt(pattern, hn::Set(du, hi)), hn::RebindMask(du, in_guard));
+          const auto ne = hn::Ne(hn::BitCast(du, fast), hn::BitCast(du, q));
+          bad += static_cast<int64_t>(hn::CountTrue(du, hn::And(ne, counted)));
+        }
+    }
+  return bad;
+}
+
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 }  // namespace HWY_NAMESPACE
 }  // namespace qobs::kernels::detail
@@ -218,6 +285,10 @@ namespace qobs::kernels::detail {
 int exact_batch_lanes(SimdLevel level) { QOBS_SIMD_DISPATCH(ExactBatchLanes()); }
 int64_t split_narrowing_mismatches(SimdLevel level, uint32_t lo_bits, uint32_t hi_bits) {
   QOBS_SIMD_DISPATCH(SplitNarrowingMismatches(lo_bits, hi_bits));
+}
+int64_t split_division_mismatches(SimdLevel level, int x_exp_lo, int x_exp_hi, const std::vector<int>& s_exps,
+                                  bool corrected) {
+  QOBS_SIMD_DISPATCH(SplitDivisionMismatches(x_exp_lo, x_exp_hi, s_exps.data(), static_cast<int>(s_exps.size()), corrected));
 }
 bool exact_batch_simd(SimdLevel level, const ExactBatchArgs& args) { QOBS_SIMD_DISPATCH(ExactBatch(args)); }
 

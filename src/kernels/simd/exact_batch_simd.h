@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/simd/block_errors_simd.h"
 #include "kernels/simd/simd_level.h"
@@ -46,6 +47,14 @@ struct ExactBatchArgs {
 /// the split bf16 rounding of the exact terms (narrow_bf16_split, exact_term-inl.h)
 /// differs from the integer RNE: 0 over the range the kernels use it in (the test).
 int64_t split_narrowing_mismatches(SimdLevel level, uint32_t lo_bits, uint32_t hi_bits);
+
+/// The (x, s) pairs on which divide_bf16_split (exact_term-inl.h), or with !corrected
+/// its first product x (1 / s) alone, differs from the f32 division where |x| <= 2^99 s
+/// (SplitGuard) and the quotient is normal: x every bf16 value of either sign with a biased exponent in [x_exp_lo,
+/// x_exp_hi], s every bf16 significand at each biased exponent in s_exps. 0 (corrected)
+/// over the range the kernels use it in (the test).
+int64_t split_division_mismatches(SimdLevel level, int x_exp_lo, int x_exp_hi, const std::vector<int>& s_exps,
+                                  bool corrected);
 
 /// Groups per batch at `level` (the float lanes; as poly_batch_lanes).
 int exact_batch_lanes(SimdLevel level);

@@ -93,8 +93,8 @@ HWY_NOINLINE void PolyBatchT(const PolyBatchArgs& A) {
   const VF slack_factor = hn::Set(df, 1.0f + 0x1p-17f);
   // poly_r_error's 2^-24 (1 + 2^-20), with room for its four f32 roundings
   const VF rho_unit = hn::Set(df, 0x1p-24f * (1.0f + 0x1p-19f));
-  const VF three_q = hn::Set(df, static_cast<float>(3.0 * A.q_abs_max) * (1.0f + 0x1p-22f));
-  const VF four = hn::Set(df, 4.0f), n_f = hn::Set(df, static_cast<float>(A.n));
+  const VF four_q = hn::Set(df, static_cast<float>(4.0 * A.q_abs_max) * (1.0f + 0x1p-22f));
+  const VF seven = hn::Set(df, 7.0f), ten = hn::Set(df, 10.0f), n_f = hn::Set(df, static_cast<float>(A.n));
   const VF y_factor = hn::Set(df, static_cast<float>(P.young_factor * P.p));
   const VF y_count = hn::Set(df, static_cast<float>(P.young_count));
   const VF y_sum = hn::Set(df, static_cast<float>(P.young_sum));
@@ -108,7 +108,13 @@ HWY_NOINLINE void PolyBatchT(const PolyBatchArgs& A) {
     const VF sp = hn::Mul(eval_poly<kDeg>(c, sm), exp_table16(P.rel_table, idx));
     const VF Aval = hn::Mul(tot, sp);
     // poly_r_error and poly_r_slack
-    const VF rho = hn::Mul(rho_unit, hn::MulAdd(four, hn::Add(hn::Div(xmax, s), hn::Abs(z)), three_q));
+    // poly_r_error's 4 X / s + 4 |z| + 3 Q holds for a kernel whose y is the
+    // reference's; this kernel's y = fl(fl(x (1 / s)) (+ z)) (element loop) adds
+    // |g(y) - g(y_ref)| <= |y - y_ref| <= 2^-24 (3 X / s + 2 (X / s + |z|)), g the
+    // distance to the nearest code (what |q - y| is, whichever code a tie takes), and
+    // the rounding of its own q - y, 2^-24 (X / s + |z| + Q): 10 X / s + 7 |z| + 4 Q
+    const VF rho =
+        hn::Mul(rho_unit, hn::MulAdd(ten, hn::Div(xmax, s), hn::MulAdd(seven, hn::Abs(z), four_q)));
     VF rho_pm1 = one;
     for (int k = 0; k < P.rho_exponent; ++k) rho_pm1 = hn::Mul(rho_pm1, rho);
     rho_pm1 = hn::IfThenElse(hn::Gt(rho, one), hn::Set(df, HUGE_VALF), rho_pm1);
@@ -192,16 +198,22 @@ HWY_NOINLINE void PolyBatchT(const PolyBatchArgs& A) {
   constexpr int kK = 2;
   hn::Vec<DU> words = hn::Zero(DU());  // the improvement bits of 32 candidates, per lane
   for (int64_t i0 = 0; i0 < A.num_candidates; i0 += kK) {
-    VF sk[kK], zk[kK], acck[kK], amaxk[kK];
+    VF sk[kK], zk[kK], inv_sk[kK], acck[kK], amaxk[kK];
     for (int k = 0; k < kK; ++k) {
       candidate_qparams(std::min<int64_t>(i0 + k, A.num_candidates - 1), sk[k], zk[k]);
+      inv_sk[k] = hn::Div(one, sk[k]);
       acck[k] = amaxk[k] = zero;
     }
     // the lane sums of the certified terms (PolySumsT's, one lane per group)
     for (int64_t j = 0; j < A.n; ++j) {
       const VF x = hn::LoadU(df, A.xt + j * static_cast<int64_t>(N));
       VF y[kK], q[kK], a[kK], m[kK], t[kK], v[kK];
-      for (int k = 0; k < kK; ++k) y[k] = hn::Div(x, sk[k]);
+      // y = x (1 / s), not x / s: a division issues once per ~16 cycles at 512 bits on
+      // the Intel host of the thirteenth round and bounded this loop. y is then within
+      // 3 2^-24 |x / s| of the reference's fl(x / s), its code may differ where the two
+      // straddle a rounding tie, and the term sees only |q - y|, the distance of y to
+      // the nearest code, which moves no more than y does: decide's rho counts it.
+      for (int k = 0; k < kK; ++k) y[k] = hn::Mul(x, inv_sk[k]);
       if constexpr (kFp4) {
         // x = |x|: q and y share the sign dropped
         for (int k = 0; k < kK; ++k) q[k] = fp4_round_nonneg(hn::Min(y[k], qmax));

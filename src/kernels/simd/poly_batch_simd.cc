@@ -93,8 +93,8 @@ HWY_NOINLINE void PolyBatchT(const PolyBatchArgs& A) {
   const VF slack_factor = hn::Set(df, 1.0f + 0x1p-17f);
   // poly_r_error's 2^-24 (1 + 2^-20), with room for its four f32 roundings
   const VF rho_unit = hn::Set(df, 0x1p-24f * (1.0f + 0x1p-19f));
-  const VF four_q = hn::Set(df, static_cast<float>(4.0 * A.q_abs_max) * (1.0f + 0x1p-22f));
-  const VF seven = hn::Set(df, 7.0f), ten = hn::Set(df, 10.0f), n_f = hn::Set(df, static_cast<float>(A.n));
+  const VF five_q = hn::Set(df, static_cast<float>(5.0 * A.q_abs_max) * (1.0f + 0x1p-22f));
+  const VF eight = hn::Set(df, 8.0f), eleven = hn::Set(df, 11.0f), n_f = hn::Set(df, static_cast<float>(A.n));
   const VF y_factor = hn::Set(df, static_cast<float>(P.young_factor * P.p));
   const VF y_count = hn::Set(df, static_cast<float>(P.young_count));
   const VF y_sum = hn::Set(df, static_cast<float>(P.young_sum));
@@ -108,13 +108,15 @@ HWY_NOINLINE void PolyBatchT(const PolyBatchArgs& A) {
     const VF sp = hn::Mul(eval_poly<kDeg>(c, sm), exp_table16(P.rel_table, idx));
     const VF Aval = hn::Mul(tot, sp);
     // poly_r_error and poly_r_slack
-    // poly_r_error's 4 X / s + 4 |z| + 3 Q holds for a kernel whose y is the
-    // reference's; this kernel's y = fl(fl(x (1 / s)) (+ z)) (element loop) adds
-    // |g(y) - g(y_ref)| <= |y - y_ref| <= 2^-24 (3 X / s + 2 (X / s + |z|)), g the
-    // distance to the nearest code (what |q - y| is, whichever code a tie takes), and
-    // the rounding of its own q - y, 2^-24 (X / s + |z| + Q): 10 X / s + 7 |z| + 4 Q
+    // poly_r_error's 4 X / s + 4 |z| + 3 Q bounds |r' - e / s| for r' = fl(q' - y'),
+    // y' the reference's own y and q' its code. This kernel's y = fl(fl(x (1 / s)) (+ z))
+    // (element loop) and r = fl(q - y) differ: ||r| - |r'|| <= |g(y) - g(y')| + the
+    // roundings of q - y and q' - y', g the distance to the nearest code (what |q - y|
+    // is, whichever code a tie takes), so |g(y) - g(y')| <= |y - y'| <= 2^-24 (3 X / s
+    // + 2 (X / s + |z|)), and each rounding <= 2^-24 (X / s + |z| + Q):
+    // 11 X / s + 8 |z| + 5 Q in all
     const VF rho =
-        hn::Mul(rho_unit, hn::MulAdd(ten, hn::Div(xmax, s), hn::MulAdd(seven, hn::Abs(z), four_q)));
+        hn::Mul(rho_unit, hn::MulAdd(eleven, hn::Div(xmax, s), hn::MulAdd(eight, hn::Abs(z), five_q)));
     VF rho_pm1 = one;
     for (int k = 0; k < P.rho_exponent; ++k) rho_pm1 = hn::Mul(rho_pm1, rho);
     rho_pm1 = hn::IfThenElse(hn::Gt(rho, one), hn::Set(df, HUGE_VALF), rho_pm1);

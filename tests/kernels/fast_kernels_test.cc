@@ -1092,6 +1092,38 @@ TEST(FastGridSearch, SplitDivisionEqualsDivisionOnBf16Operands) {
   }
 }
 
+TEST(FastGridSearch, ExactDiffSkipsOnlyIdentityRoundings) {
+  // Where exact_diff_ok holds, the exact batch kernel leaves out the rounding of r - x
+  // to bf16 (Sterbenz's lemma, exact_term-inl.h). For every bf16 x of the split
+  // guard's range and every bf16 significand of s at exponents across it, on the
+  // symmetric INT2 / INT4 / INT8 and the FP4 grids, |r - x| must equal the
+  // integer-rounding chain's wherever |x| <= 2 bf16(q_top s). Without that bound
+  // (clamped elements far above the top code) it does not: the check can fail.
+  const std::vector<int> s_exps = {127 - 100, 127 - 40, 127 - 3, 127, 127 + 1, 127 + 7, 127 + 40, 127 + 90};
+  struct GridCase {
+    const char* name;
+    qobs::detail::GridKind grid;
+    float q_min, q_max;
+  };
+  const GridCase grids[] = {{"int2", qobs::detail::GridKind::kInt, -2, 1},
+                            {"int4", qobs::detail::GridKind::kInt, -8, 7},
+                            {"int8", qobs::detail::GridKind::kInt, -128, 127},
+                            {"fp4", qobs::detail::GridKind::kFp4, -6, 6}};
+  for (SimdLevel level : available_simd_levels()) {
+    if (level == SimdLevel::kScalar) continue;
+    for (const GridCase& g : grids) {
+      detail::BlockKernelArgs A;
+      A.grid = g.grid;
+      A.q_min = g.q_min;
+      A.q_max = g.q_max;
+      EXPECT_EQ(detail::exact_diff_mismatches(level, A, 127 - 100, 127 + 100, s_exps, true), 0)
+          << to_string(level) << " " << g.name;
+      EXPECT_GT(detail::exact_diff_mismatches(level, A, 127 - 3, 127 + 12, {127}, false), 0)
+          << to_string(level) << " " << g.name;
+    }
+  }
+}
+
 TEST(FastGridSearch, ExactBatchKernelDecidesTiesAndOneUlpGaps) {
   // With bf16 errors (8 significant bits) candidates often tie, or differ by one ulp of
   // the sum. The data below must contain both at the reference's decisions (counted

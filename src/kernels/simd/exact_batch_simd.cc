@@ -96,6 +96,10 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
   // The split bf16 rounding where SplitGuard allows: the data once (one group per lane,
   // so the guard's max |x| is each lane's own), each candidate below
   constexpr bool kCanSplit = kDN == static_cast<int>(Narrow::kBF16) && kEN == static_cast<int>(Narrow::kBF16);
+  // |r - x| without its rounding where exact_diff_ok allows (per candidate, below)
+  constexpr bool kCanExactDiff = kCanSplit && kZp == 0 && kQExact &&
+                                 (kG == static_cast<int>(qobs::detail::GridKind::kInt) ||
+                                  kG == static_cast<int>(qobs::detail::GridKind::kFp4));
   // unweighted bf16 table terms: from the table's f64 copy (add_table_terms_f64)
   constexpr bool kTable64 = kEN == static_cast<int>(Narrow::kBF16) && kNK == static_cast<int>(NormKind::kTable16) && kW == 0;
   SplitGuard g = split_guard();
@@ -119,9 +123,10 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
     VD acc[8][2];
     for (auto& a : acc) a[0] = a[1] = hn::Zero(dd);
     const VF inv_s = hn::Div(one, s);  // divide_bf16_split's reciprocal
-    auto sums = [&]<bool kSplit>(std::bool_constant<kSplit>) HWY_ATTR {
+    auto sums = [&]<bool kSplit, bool kExactDiff>(std::bool_constant<kSplit>, std::bool_constant<kExactDiff>) HWY_ATTR {
       auto abs_error = [&](int64_t j) HWY_ATTR {
-        return exact_abs_error<kDN, kEN, kG, kQExact, kZp, kSplit>(T, hn::LoadU(df, A.xt + j * N), s, inv_s, z);
+        return exact_abs_error<kDN, kEN, kG, kQExact, kZp, kSplit, kExactDiff>(T, hn::LoadU(df, A.xt + j * N), s,
+                                                                                inv_s, z);
       };
       auto add_term = [&]<size_t k>(int64_t j, VF e, std::integral_constant<size_t, k>) HWY_ATTR {
         if constexpr (kTable64) {
@@ -156,10 +161,12 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
          ...);
       }(std::make_index_sequence<7>{});
     };
-    bool split = false;
+    bool split = false, exact_diff = false;
     if constexpr (kCanSplit) split = data_splits && split_candidate_ok(s, g.xmax);
-    if (kCanSplit && split) sums(std::true_type{});
-    else sums(std::false_type{});
+    if constexpr (kCanExactDiff) exact_diff = split && exact_diff_ok(T, s, g.xmax);
+    if (kCanExactDiff && exact_diff) sums(std::true_type{}, std::true_type{});
+    else if (kCanSplit && split) sums(std::true_type{}, std::false_type{});
+    else sums(std::false_type{}, std::false_type{});
     hn::Vec<DH> err[2];
     for (int h = 0; h < 2; ++h) {
       const VD blk = hn::Add(hn::Add(hn::Add(acc[0][h], acc[4][h]), hn::Add(acc[1][h], acc[5][h])),
@@ -272,6 +279,46 @@ int64_t SplitDivisionMismatches(int x_exp_lo, int x_exp_hi, const int* s_exps, i
   return bad;
 }
 
+/// How many elements exact_abs_error with kExactDiff (the split, no rounding of r - x)
+/// gives another |r - x| than the integer-rounding chain, for bf16 data and errors on
+/// the grid of A (INT or FP4, no zero point): x every bf16 value of either sign with a
+/// biased exponent in [x_exp_lo, x_exp_hi], s every bf16 significand at each biased
+/// exponent of s_exps, counting the elements that SplitGuard and (if `bounded`)
+/// exact_diff_ok's element bound admit (|x| <= 2^99 s, |x| <= 2 bf16(q_top s)).
+int64_t ExactDiffMismatches(const BlockKernelArgs& grid_args, int x_exp_lo, int x_exp_hi, const int* s_exps,
+                            int num_s_exps, bool bounded) {
+  const DF df;
+  const DU du;
+  BlockKernelArgs A = grid_args;
+  A.has_zp = false;
+  A.data_narrow = A.err_narrow = Narrow::kBF16;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto iota = hn::Iota(du, 0u);
+  const uint32_t lo = static_cast<uint32_t>(x_exp_lo) << 7, hi = (static_cast<uint32_t>(x_exp_hi) + 1) << 7;
+  const VF zero = hn::Zero(df);
+  int64_t bad = 0;
+  for (int e = 0; e < num_s_exps; ++e)
+    for (uint32_t sm = 0; sm < 128; ++sm) {
+      const VF s = hn::BitCast(df, hn::Set(du, ((static_cast<uint32_t>(s_exps[e]) << 7) | sm) << 16));
+      const VF inv = hn::Div(hn::Set(df, 1.0f), s);
+      const VF r_top = narrow_to(Narrow::kBF16, hn::Mul(hn::Min(hn::Set(df, A.q_max), hn::Set(df, -A.q_min)), s));
+      for (uint32_t sign : {0u, 0x8000u})
+        for (uint32_t b = lo; b < hi; b += static_cast<uint32_t>(N)) {
+          const auto pattern = hn::Add(hn::Set(du, b), iota);
+          const VF x = hn::BitCast(df, hn::ShiftLeft<16>(hn::Or(pattern, hn::Set(du, sign))));
+          const VF fast = exact_abs_error<-1, -1, -1, true, 0, true, true>(A, x, s, inv, zero);
+          const VF full = exact_abs_error<-1, -1, -1, true, 0, false, false>(A, x, s, inv, zero);
+          const auto admitted = hn::And(hn::Le(hn::Abs(x), hn::Mul(s, hn::Set(df, 0x1p99f))),
+                                        hn::Or(hn::Le(hn::Abs(x), hn::Add(r_top, r_top)),
+                                               hn::Gt(hn::Set(df, bounded ? 0.0f : 1.0f), zero)));
+          const auto counted = hn::And(hn::Lt(pattern, hn::Set(du, hi)), hn::RebindMask(du, admitted));
+          const auto ne = hn::Ne(hn::BitCast(du, fast), hn::BitCast(du, full));
+          bad += static_cast<int64_t>(hn::CountTrue(du, hn::And(ne, counted)));
+        }
+    }
+  return bad;
+}
+
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 }  // namespace HWY_NAMESPACE
 }  // namespace qobs::kernels::detail
@@ -289,6 +336,11 @@ int64_t split_narrowing_mismatches(SimdLevel level, uint32_t lo_bits, uint32_t h
 int64_t split_division_mismatches(SimdLevel level, int x_exp_lo, int x_exp_hi, const std::vector<int>& s_exps,
                                   bool corrected) {
   QOBS_SIMD_DISPATCH(SplitDivisionMismatches(x_exp_lo, x_exp_hi, s_exps.data(), static_cast<int>(s_exps.size()), corrected));
+}
+int64_t exact_diff_mismatches(SimdLevel level, const BlockKernelArgs& grid_args, int x_exp_lo, int x_exp_hi,
+                              const std::vector<int>& s_exps, bool bounded) {
+  QOBS_SIMD_DISPATCH(
+      ExactDiffMismatches(grid_args, x_exp_lo, x_exp_hi, s_exps.data(), static_cast<int>(s_exps.size()), bounded));
 }
 bool exact_batch_simd(SimdLevel level, const ExactBatchArgs& args) { QOBS_SIMD_DISPATCH(ExactBatch(args)); }
 

@@ -72,8 +72,9 @@ HWY_INLINE bool split_candidate_ok(VF s, VF xmax) {
 /// divide_bf16_split (inv_s = 1 / s; unused otherwise), for x, s and z that pass
 /// SplitGuard (the quotient may then fall below the normal range, where the split can
 /// differ, but it rounds to a zero code either way, and a zero code's sign does not
-/// reach |r - x|).
-template <int kDN, int kEN, int kG, bool kQExact = false, int kZp = -1, bool kSplit = false>
+/// reach |r - x|). kExactDiff: the caller knows r - x to be a bf16 value (ExactDiffGuard,
+/// below), so its rounding to the error dtype, the identity, is skipped.
+template <int kDN, int kEN, int kG, bool kQExact = false, int kZp = -1, bool kSplit = false, bool kExactDiff = false>
 HWY_INLINE VF exact_abs_error(const BlockKernelArgs& A, VF x, VF s, VF inv_s, VF z) {
   const DF df;
   const bool has_zp = kZp >= 0 ? kZp == 1 : A.has_zp;
@@ -98,7 +99,30 @@ HWY_INLINE VF exact_abs_error(const BlockKernelArgs& A, VF x, VF s, VF inv_s, VF
   if (has_zp) d = kQExact ? hn::Sub(d, z) : narrow_to(dn, hn::Sub(d, z));
   const VF r = narrow_data(hn::Mul(d, s));
   // R6.6.6 step 4 / R6.8.6: |r - x| in the error dtype
+  if constexpr (kExactDiff) return hn::Abs(hn::Sub(r, x));
   return hn::Abs(narrow_err(hn::Sub(r, x)));
+}
+
+/// When r - x needs no rounding to bf16 (exact_abs_error's kExactDiff), for bf16 data
+/// and errors without a zero point on the INT or FP4 grid, under SplitGuard. By
+/// Sterbenz's lemma (which holds at any precision) the difference of two bf16 values r
+/// and x with x / 2 <= r <= 2 x is itself a bf16 value, and r = 0 gives -x; the f32
+/// subtraction is then exact and bf16 rounding is the identity. Every element meets one
+/// of the two when, for the candidate, s is a bf16 value and max |x| <= 2 bf16(q_top s),
+/// q_top = min(q_max, -q_min):
+/// - a code q != 0 has x's sign, and needs |y| above the grid's smallest nonzero code
+///   c1 (INT 1, FP4 0.5) by half of it, y = bf16(x / s) rounded to nearest even: so
+///   |x / s| > c1 / 2 and r / x < 2, since r = c1 s exactly (a bf16 s times a power of
+///   two). Larger codes keep q / y in [2/3, 4/3] (INT) or [0.8, 1.2] (FP4), far inside
+///   [1/2, 2] after the two roundings (2^-8 each);
+/// - a clamped code has |x| <= max |x| <= 2 |r|, as r = bf16(q_top s) at the nearer end.
+/// Checked for every bf16 x against every bf16 significand of s over the guard's range
+/// by tests/kernels/fast_kernels_test.cc "ExactDiffSkipsOnlyIdentityRoundings".
+HWY_INLINE bool exact_diff_ok(const BlockKernelArgs& A, VF s, VF xmax) {
+  const DF df;
+  const VF q_top = hn::Min(hn::Set(df, A.q_max), hn::Set(df, -A.q_min));
+  const VF r_top = narrow_bf16_split(hn::Mul(q_top, s));
+  return hn::AllTrue(df, hn::And(hn::Eq(narrow_bf16_split(s), s), hn::Le(xmax, hn::Add(r_top, r_top))));
 }
 
 /// |e|^norm in the error dtype (Arith::pow_abs) for e = exact_abs_error(...).

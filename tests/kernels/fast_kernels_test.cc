@@ -1078,12 +1078,12 @@ TEST(FastGridSearch, SplitNarrowingEqualsIntegerRneOnEveryNormalFloat) {
   }
 }
 
-TEST(FastGridSearch, SplitDivisionEqualsDivisionOnBf16Operands) {
-  // Where the bf16 split guard holds, the exact kernels divide x / s by Markstein's
-  // correction of x (1 / s). For every bf16 x of the guard's range (2^-100..2^100, both
-  // signs) and every bf16 significand of s at exponents across the guard's range
-  // (2^-100..2^90), the quotient must equal the f32 division wherever it is normal.
-  // Without the correction it does not (the check can fail).
+TEST(FastGridSearch, SplitQuotientEqualsRoundedDivisionOnBf16Operands) {
+  // Where the bf16 split guard holds, the exact kernels round x / s to bf16 from the
+  // product x (1 / s). For every bf16 x of the guard's range (2^-100..2^100, both signs)
+  // and every bf16 significand of s at exponents across the guard's range
+  // (2^-100..2^90), it must round to the f32 division's bf16 value wherever the quotient
+  // is normal. The product itself is not the f32 division (the check can fail).
   const std::vector<int> s_exps = {127 - 100, 127 - 40, 127 - 3, 127, 127 + 1, 127 + 7, 127 + 40, 127 + 90};
   for (SimdLevel level : available_simd_levels()) {
     if (level == SimdLevel::kScalar) continue;

@@ -92,7 +92,7 @@ HWY_NOINLINE void BlockErrorsT(const BlockKernelArgs& A) {
   for (int64_t i = 0; i < A.num_candidates; ++i) {
     const VF s = hn::Set(df, A.scale[i]);
     const VF z = hn::Set(df, A.has_zp ? A.zp[i] : 0.0f);
-    const VF inv_s = hn::Div(hn::Set(df, 1.0f), s);  // divide_bf16_split's, once per candidate
+    const VF inv_s = hn::Div(hn::Set(df, 1.0f), s);  // quotient_bf16_split's, once per candidate
     LaneSums acc;
     acc.reset();
     // kPowApprox sums only need to stay inside the certified bound: f32 lane sums

@@ -122,7 +122,7 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
     // registers)
     VD acc[8][2];
     for (auto& a : acc) a[0] = a[1] = hn::Zero(dd);
-    const VF inv_s = hn::Div(one, s);  // divide_bf16_split's reciprocal
+    const VF inv_s = hn::Div(one, s);  // quotient_bf16_split's reciprocal
     auto sums = [&]<bool kSplit, bool kExactDiff>(std::bool_constant<kSplit>, std::bool_constant<kExactDiff>) HWY_ATTR {
       auto abs_error = [&](int64_t j) HWY_ATTR {
         return exact_abs_error<kDN, kEN, kG, kQExact, kZp, kSplit, kExactDiff>(T, hn::LoadU(df, A.xt + j * N), s,
@@ -247,12 +247,13 @@ int64_t SplitNarrowingMismatches(uint32_t lo_bits, uint32_t hi_bits) {
   return bad;
 }
 
-/// How many (x, s) pairs divide_bf16_split (or, with !corrected, its first product
-/// x (1 / s) alone) divides differently from the f32 division: x every bf16 value of
-/// either sign with a biased exponent in [x_exp_lo, x_exp_hi], s every bf16 significand
-/// at each biased exponent of s_exps, where |x| <= 2^99 s (SplitGuard) and the quotient
-/// is normal (smaller quotients round to a zero code either way).
-int64_t SplitDivisionMismatches(int x_exp_lo, int x_exp_hi, const int* s_exps, int num_s_exps, bool corrected) {
+/// How many (x, s) pairs quotient_bf16_split rounds differently from the f32 division
+/// rounded to bf16 (or, with !rounded, its product x (1 / s) differs from the f32
+/// division before any rounding): x every bf16 value of either sign with a biased
+/// exponent in [x_exp_lo, x_exp_hi], s every bf16 significand at each biased exponent of
+/// s_exps, where |x| <= 2^99 s (SplitGuard) and the quotient is normal (smaller
+/// quotients round to a zero code either way).
+int64_t SplitDivisionMismatches(int x_exp_lo, int x_exp_hi, const int* s_exps, int num_s_exps, bool rounded) {
   const DF df;
   const DU du;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -268,11 +269,12 @@ int64_t SplitDivisionMismatches(int x_exp_lo, int x_exp_hi, const int* s_exps, i
           const auto pattern = hn::Add(hn::Set(du, b), iota);
           const VF x = hn::BitCast(df, hn::ShiftLeft<16>(hn::Or(pattern, hn::Set(du, sign))));
           const VF q = hn::Div(x, s);
-          const VF fast = corrected ? divide_bf16_split(x, s, inv) : hn::Mul(x, inv);
+          const VF fast = rounded ? quotient_bf16_split(x, inv) : hn::Mul(x, inv);
+          const VF want = rounded ? narrow_to(Narrow::kBF16, q) : q;
           const auto in_guard = hn::And(hn::Ge(hn::Abs(q), hn::Set(df, 0x1p-126f)),
                                         hn::Le(hn::Abs(x), hn::Mul(s, hn::Set(df, 0x1p99f))));
           const auto counted = hn::And(hn::Lt(pattern, hn::Set(du, hi)), hn::RebindMask(du, in_guard));
-          const auto ne = hn::Ne(hn::BitCast(du, fast), hn::BitCast(du, q));
+          const auto ne = hn::Ne(hn::BitCast(du, fast), hn::BitCast(du, want));
           bad += static_cast<int64_t>(hn::CountTrue(du, hn::And(ne, counted)));
         }
     }
@@ -334,8 +336,8 @@ int64_t split_narrowing_mismatches(SimdLevel level, uint32_t lo_bits, uint32_t h
   QOBS_SIMD_DISPATCH(SplitNarrowingMismatches(lo_bits, hi_bits));
 }
 int64_t split_division_mismatches(SimdLevel level, int x_exp_lo, int x_exp_hi, const std::vector<int>& s_exps,
-                                  bool corrected) {
-  QOBS_SIMD_DISPATCH(SplitDivisionMismatches(x_exp_lo, x_exp_hi, s_exps.data(), static_cast<int>(s_exps.size()), corrected));
+                                  bool rounded) {
+  QOBS_SIMD_DISPATCH(SplitDivisionMismatches(x_exp_lo, x_exp_hi, s_exps.data(), static_cast<int>(s_exps.size()), rounded));
 }
 int64_t exact_diff_mismatches(SimdLevel level, const BlockKernelArgs& grid_args, int x_exp_lo, int x_exp_hi,
                               const std::vector<int>& s_exps, bool bounded) {

@@ -48,13 +48,14 @@ struct ExactBatchArgs {
 /// differs from the integer RNE: 0 over the range the kernels use it in (the test).
 int64_t split_narrowing_mismatches(SimdLevel level, uint32_t lo_bits, uint32_t hi_bits);
 
-/// The (x, s) pairs on which divide_bf16_split (exact_term-inl.h), or with !corrected
-/// its first product x (1 / s) alone, differs from the f32 division where |x| <= 2^99 s
-/// (SplitGuard) and the quotient is normal: x every bf16 value of either sign with a biased exponent in [x_exp_lo,
-/// x_exp_hi], s every bf16 significand at each biased exponent in s_exps. 0 (corrected)
-/// over the range the kernels use it in (the test).
+/// The (x, s) pairs on which quotient_bf16_split (exact_term-inl.h) differs from the
+/// f32 division rounded to bf16 (or, with !rounded, its product x (1 / s) from the f32
+/// division itself) where |x| <= 2^99 s (SplitGuard) and the quotient is normal: x every
+/// bf16 value of either sign with a biased exponent in [x_exp_lo, x_exp_hi], s every
+/// bf16 significand at each biased exponent in s_exps. 0 (rounded) over the range the
+/// kernels use it in (the test).
 int64_t split_division_mismatches(SimdLevel level, int x_exp_lo, int x_exp_hi, const std::vector<int>& s_exps,
-                                  bool corrected);
+                                  bool rounded);
 
 /// How many elements the exact kernels' |r - x| without its rounding to bf16
 /// (exact_abs_error's kExactDiff, taken where exact_diff_ok holds) differs from the

@@ -18,20 +18,23 @@ HWY_INLINE VF narrow_bf16_split(VF v) {
   return hn::Sub(c, hn::Sub(c, v));
 }
 
-/// x / s for bf16 x and s by Markstein's correction of x (1 / s): q0 = x inv, then
-/// q0 + (x - q0 s) inv with fused multiply-adds, inv = 1 / s rounded (once per
-/// candidate). Equal to the f32 division wherever the quotient is normal (the residual
-/// x - q0 s is then exact, and every step scales with powers of two, so the significands
-/// decide; checked for every pair of bf16 significands and over the guard's exponent
-/// range by tests/kernels/fast_kernels_test.cc
-/// "SplitDivisionEqualsDivisionOnBf16Operands"). Three pipelined ops in place of a
-/// division that issues once per ~16 cycles at 512 bits on the Intel host of the
-/// twelfth round. Callers hold SplitGuard's range; a quotient below the normal range may
-/// differ, but rounds to a zero code either way (as narrow_bf16_split's remark).
-HWY_INLINE VF divide_bf16_split(VF x, VF s, VF inv) {
-  const VF q0 = hn::Mul(x, inv);
-  return hn::MulAdd(hn::NegMulAdd(q0, s, x), inv, q0);
-}
+/// bf16(x / s) for bf16 x and s, as bf16(x (1 / s)): inv = 1 / s rounded once per
+/// candidate, then one product and the split rounding. The product is not the f32
+/// quotient (it can be one unit off), but it rounds to the same bf16 value. Write x = X
+/// 2^a and s = S 2^b with X, S in [128, 255], and a bf16 midpoint m = M 2^c with M odd in
+/// [257, 511]. x / s = m would need odd(X) = M odd(S) >= 257, so the exact quotient is
+/// never a midpoint; and x / s - m = (X 2^a - M S 2^(b+c)) / (S 2^b) is a nonzero
+/// multiple of 2^min(a, b+c) / (S 2^b), at least 1 / (M S) > 2^-17 of m. Both x inv and
+/// the f32 quotient lie within 2^-23 of x / s, on the same side of every midpoint, so
+/// bf16 rounding decides both as it decides x / s. Checked for every bf16 x against every
+/// bf16 significand of s over the guard's exponent range by
+/// tests/kernels/fast_kernels_test.cc "SplitQuotientEqualsRoundedDivisionOnBf16Operands".
+/// One multiply in place of a division that issues once per ~16 cycles at 512 bits on
+/// the Intel host of the twelfth round (and of the thirteenth round's Markstein
+/// correction, two more fused multiply-adds). Callers hold SplitGuard's range; a
+/// quotient below the normal range may differ, but rounds to a zero code either way
+/// (as narrow_bf16_split's remark).
+HWY_INLINE VF quotient_bf16_split(VF x, VF inv) { return narrow_bf16_split(hn::Mul(x, inv)); }
 
 /// The split rounding's range guard (narrow_bf16_split), shared by the exact kernels.
 /// Data: every |x| in {0} u [2^-100, 2^100] (split_data_add over the values, then
@@ -68,8 +71,8 @@ HWY_INLINE bool split_candidate_ok(VF s, VF xmax) {
 /// dtype holds exactly (an INT grid with an integer zero point in [q_min, q_max] and
 /// q_max - q_min at most 256 for bf16, 2048 for f16; FP4 / FP8 without a zero point),
 /// so their narrowing, the identity, is skipped. kZp: 0 / 1 fixes A.has_zp, -1 reads
-/// it. kSplit: the bf16 roundings by narrow_bf16_split and the quotient by
-/// divide_bf16_split (inv_s = 1 / s; unused otherwise), for x, s and z that pass
+/// it. kSplit: the bf16 roundings by narrow_bf16_split and the rounded quotient by
+/// quotient_bf16_split (inv_s = 1 / s; unused otherwise), for x, s and z that pass
 /// SplitGuard (the quotient may then fall below the normal range, where the split can
 /// differ, but it rounds to a zero code either way, and a zero code's sign does not
 /// reach |r - x|). kExactDiff: the caller knows r - x to be a bf16 value (ExactDiffGuard,
@@ -84,7 +87,7 @@ HWY_INLINE VF exact_abs_error(const BlockKernelArgs& A, VF x, VF s, VF inv_s, VF
   auto narrow_data = [&](VF v) HWY_ATTR { return kSplit && dn == Narrow::kBF16 ? narrow_bf16_split(v) : narrow_to(dn, v); };
   auto narrow_err = [&](VF v) HWY_ATTR { return kSplit && en == Narrow::kBF16 ? narrow_bf16_split(v) : narrow_to(en, v); };
   // R5.1.1: y = x / s (+ z), clamp, round to the grid, dequantize, * s
-  VF y = narrow_data(kSplit && dn == Narrow::kBF16 ? divide_bf16_split(x, s, inv_s) : hn::Div(x, s));
+  VF y = kSplit && dn == Narrow::kBF16 ? quotient_bf16_split(x, inv_s) : narrow_to(dn, hn::Div(x, s));
   if (has_zp) y = narrow_data(hn::Add(y, z));
   const VF c = hn::Min(hn::Max(y, hn::Set(df, A.q_min)), hn::Set(df, A.q_max));
   VF q;

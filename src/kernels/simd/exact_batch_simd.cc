@@ -95,9 +95,12 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
   const VF zero = hn::Zero(df), one = hn::Set(df, 1.0f), inf = hn::Set(df, HUGE_VALF);
   // The split bf16 rounding where SplitGuard allows: the data once (one group per lane,
   // so the guard's max |x| is each lane's own), each candidate below
-  constexpr bool kCanSplit = kDN == static_cast<int>(Narrow::kBF16) && kEN == static_cast<int>(Narrow::kBF16);
+  // (bf16 data: the split rounds its values; the error terms take it too when bf16,
+  // f32 error terms (imatrix_mse's weighted cubes) are not rounded)
+  constexpr bool kCanSplit = kDN == static_cast<int>(Narrow::kBF16) &&
+                            (kEN == static_cast<int>(Narrow::kBF16) || kEN == static_cast<int>(Narrow::kNone));
   // |r - x| without its rounding where exact_diff_ok allows (per candidate, below)
-  constexpr bool kCanExactDiff = kCanSplit && kZp == 0 && kQExact &&
+  constexpr bool kCanExactDiff = kCanSplit && kEN == static_cast<int>(Narrow::kBF16) && kZp == 0 && kQExact &&
                                  (kG == static_cast<int>(qobs::detail::GridKind::kInt) ||
                                   kG == static_cast<int>(qobs::detail::GridKind::kFp4));
   // unweighted bf16 table terms: from the table's f64 copy (add_table_terms_f64)

@@ -78,10 +78,7 @@ HWY_NOINLINE void BlockErrorsT(const BlockKernelArgs& A) {
   const int64_t n_main = A.n - A.n % static_cast<int64_t>(N);
   // The split bf16 rounding where SplitGuard allows: the block's values once (a masked
   // tail reads zeros), each candidate below
-  // (bf16 data: the split rounds its values; the error terms take it too when bf16,
-  // f32 error terms (imatrix_mse's weighted cubes) are not rounded)
-  constexpr bool kCanSplit = kDN == static_cast<int>(Narrow::kBF16) &&
-                            (kEN == static_cast<int>(Narrow::kBF16) || kEN == static_cast<int>(Narrow::kNone));
+  constexpr bool kCanSplit = split_instantiation(kDN, kEN);
   bool data_splits = false;
   VF xmax = hn::Zero(df);
   if constexpr (kCanSplit) {

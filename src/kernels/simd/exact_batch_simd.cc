@@ -95,10 +95,7 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
   const VF zero = hn::Zero(df), one = hn::Set(df, 1.0f), inf = hn::Set(df, HUGE_VALF);
   // The split bf16 rounding where SplitGuard allows: the data once (one group per lane,
   // so the guard's max |x| is each lane's own), each candidate below
-  // (bf16 data: the split rounds its values; the error terms take it too when bf16,
-  // f32 error terms (imatrix_mse's weighted cubes) are not rounded)
-  constexpr bool kCanSplit = kDN == static_cast<int>(Narrow::kBF16) &&
-                            (kEN == static_cast<int>(Narrow::kBF16) || kEN == static_cast<int>(Narrow::kNone));
+  constexpr bool kCanSplit = split_instantiation(kDN, kEN);
   // |r - x| without its rounding where exact_diff_ok allows (per candidate, below)
   constexpr bool kCanExactDiff = kCanSplit && kEN == static_cast<int>(Narrow::kBF16) && kZp == 0 && kQExact &&
                                  (kG == static_cast<int>(qobs::detail::GridKind::kInt) ||
@@ -313,9 +310,8 @@ int64_t ExactDiffMismatches(const BlockKernelArgs& grid_args, int x_exp_lo, int 
           const VF x = hn::BitCast(df, hn::ShiftLeft<16>(hn::Or(pattern, hn::Set(du, sign))));
           const VF fast = exact_abs_error<-1, -1, -1, true, 0, true, true>(A, x, s, inv, zero);
           const VF full = exact_abs_error<-1, -1, -1, true, 0, false, false>(A, x, s, inv, zero);
-          const auto admitted = hn::And(hn::Le(hn::Abs(x), hn::Mul(s, hn::Set(df, 0x1p99f))),
-                                        hn::Or(hn::Le(hn::Abs(x), hn::Add(r_top, r_top)),
-                                               hn::Gt(hn::Set(df, bounded ? 0.0f : 1.0f), zero)));
+          const auto within_bound = bounded ? hn::Le(hn::Abs(x), hn::Add(r_top, r_top)) : hn::FirstN(df, static_cast<size_t>(N));
+          const auto admitted = hn::And(hn::Le(hn::Abs(x), hn::Mul(s, hn::Set(df, 0x1p99f))), within_bound);
           const auto counted = hn::And(hn::Lt(pattern, hn::Set(du, hi)), hn::RebindMask(du, admitted));
           const auto ne = hn::Ne(hn::BitCast(du, fast), hn::BitCast(du, full));
           bad += static_cast<int64_t>(hn::CountTrue(du, hn::And(ne, counted)));

@@ -36,6 +36,15 @@ HWY_INLINE VF narrow_bf16_split(VF v) {
 /// (as narrow_bf16_split's remark).
 HWY_INLINE VF quotient_bf16_split(VF x, VF inv) { return narrow_bf16_split(hn::Mul(x, inv)); }
 
+/// Whether an exact kernel instantiated for data / error Narrow values kDN / kEN (-1:
+/// read at run time) may take the split roundings: bf16 data, whose values the split
+/// rounds, with bf16 error terms (split too) or f32 ones (imatrix_mse's weighted cubes,
+/// not rounded). The range guard below is about the data alone.
+constexpr bool split_instantiation(int kDN, int kEN) {
+  return kDN == static_cast<int>(Narrow::kBF16) &&
+         (kEN == static_cast<int>(Narrow::kBF16) || kEN == static_cast<int>(Narrow::kNone));
+}
+
 /// The split rounding's range guard (narrow_bf16_split), shared by the exact kernels.
 /// Data: every |x| in {0} u [2^-100, 2^100] (split_data_add over the values, then
 /// split_data_ok); per candidate: s in [2^-100, 2^90] and max |x| <= 2^99 s
@@ -75,7 +84,7 @@ HWY_INLINE bool split_candidate_ok(VF s, VF xmax) {
 /// quotient_bf16_split (inv_s = 1 / s; unused otherwise), for x, s and z that pass
 /// SplitGuard (the quotient may then fall below the normal range, where the split can
 /// differ, but it rounds to a zero code either way, and a zero code's sign does not
-/// reach |r - x|). kExactDiff: the caller knows r - x to be a bf16 value (ExactDiffGuard,
+/// reach |r - x|). kExactDiff: the caller knows r - x to be a bf16 value (exact_diff_ok,
 /// below), so its rounding to the error dtype, the identity, is skipped.
 template <int kDN, int kEN, int kG, bool kQExact = false, int kZp = -1, bool kSplit = false, bool kExactDiff = false>
 HWY_INLINE VF exact_abs_error(const BlockKernelArgs& A, VF x, VF s, VF inv_s, VF z) {

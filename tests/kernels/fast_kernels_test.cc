@@ -1092,14 +1092,10 @@ TEST(FastGridSearch, SplitQuotientEqualsRoundedDivisionOnBf16Operands) {
   }
 }
 
-TEST(FastGridSearch, ExactDiffSkipsOnlyIdentityRoundings) {
-  // Where exact_diff_ok holds, the exact batch kernel leaves out the rounding of r - x
-  // to bf16 (Sterbenz's lemma, exact_term-inl.h). For every bf16 x of the split
-  // guard's range and every bf16 significand of s at exponents across it, on the
-  // symmetric INT2 / INT4 / INT8 and the FP4 grids, |r - x| must equal the
-  // integer-rounding chain's wherever |x| <= 2 bf16(q_top s). Without that bound
-  // (clamped elements far above the top code) it does not: the check can fail.
-  const std::vector<int> s_exps = {127 - 100, 127 - 40, 127 - 3, 127, 127 + 1, 127 + 7, 127 + 40, 127 + 90};
+/// The exact batch kernel's shortened chains on every symmetric grid it takes them on:
+/// `expect(level, args, name)` for INT2 / INT4 / INT8 / FP4 at each SIMD level.
+template <typename Expect>
+void for_each_exact_diff_grid(Expect expect) {
   struct GridCase {
     const char* name;
     qobs::detail::GridKind grid;
@@ -1116,12 +1112,51 @@ TEST(FastGridSearch, ExactDiffSkipsOnlyIdentityRoundings) {
       A.grid = g.grid;
       A.q_min = g.q_min;
       A.q_max = g.q_max;
-      EXPECT_EQ(detail::exact_diff_mismatches(level, A, 127 - 100, 127 + 100, s_exps, true), 0)
-          << to_string(level) << " " << g.name;
-      EXPECT_GT(detail::exact_diff_mismatches(level, A, 127 - 3, 127 + 12, {127}, false), 0)
-          << to_string(level) << " " << g.name;
+      expect(level, A, std::string(to_string(level)) + " " + g.name);
     }
   }
+}
+
+// s across the split guard's exponent range
+const std::vector<int> kExactDiffScaleExps = {127 - 100, 127 - 40, 127 - 3, 127, 127 + 1, 127 + 7, 127 + 40, 127 + 90};
+
+TEST(FastGridSearch, ExactDiffSkipsOnlyIdentityRoundings) {
+  // Where exact_diff_ok holds, the exact batch kernel leaves out the rounding of r - x
+  // to bf16 (Sterbenz's lemma, exact_term-inl.h). For every bf16 x of the split
+  // guard's range and every bf16 significand of s at exponents across it, on the
+  // symmetric INT2 / INT4 / INT8 and the FP4 grids, |r - x| must equal the
+  // integer-rounding chain's wherever |x| <= 2 bf16(q_top s). Without that bound
+  // (clamped elements far above the top code) it does not: the check can fail.
+  for_each_exact_diff_grid([](SimdLevel level, const detail::BlockKernelArgs& A, const std::string& what) {
+    EXPECT_EQ(detail::exact_diff_mismatches(level, A, 127 - 100, 127 + 100, kExactDiffScaleExps,
+                                            detail::ExactDiffChain::kSkipRounding),
+              0)
+        << what;
+    EXPECT_GT(detail::exact_diff_mismatches(level, A, 127 - 3, 127 + 12, {127},
+                                            detail::ExactDiffChain::kSkipRoundingUnbounded),
+              0)
+        << what;
+  });
+}
+
+TEST(FastGridSearch, MagnitudeChainEqualsExactDiffChain) {
+  // Where the exact batch kernel skips r - x's rounding and looks its terms up in the
+  // table's f64 copy, it runs the chain on |x| (exact_diff_of_magnitude,
+  // exact_term-inl.h): |r' - |x|| must equal the integer-rounding chain's |r - x| for
+  // every bf16 x of the split guard's range and every bf16 significand of s at exponents
+  // across it, on the symmetric INT2 / INT4 / INT8 and FP4 grids. Clamping both signs at
+  // q_max (forgetting that INT grids reach one code further below zero) must fail.
+  for_each_exact_diff_grid([](SimdLevel level, const detail::BlockKernelArgs& A, const std::string& what) {
+    EXPECT_EQ(detail::exact_diff_mismatches(level, A, 127 - 100, 127 + 100, kExactDiffScaleExps,
+                                            detail::ExactDiffChain::kMagnitudes),
+              0)
+        << what;
+    if (A.grid == qobs::detail::GridKind::kInt)
+      EXPECT_GT(detail::exact_diff_mismatches(level, A, 127 - 3, 127 + 12, {127},
+                                              detail::ExactDiffChain::kMagnitudesOneBound),
+                0)
+          << what;
+  });
 }
 
 TEST(FastGridSearch, ExactBatchKernelDecidesTiesAndOneUlpGaps) {

@@ -51,8 +51,13 @@ VectorPlan vector_plan(const GridSearchConfig& cfg, DType dt, const qobs::detail
                                                  : f16_to_float(static_cast<uint16_t>(b));
       v.pow_table[b] = static_cast<float>(ae.pow_abs(e, cfg.norm));
     }
-    // only the exact batch kernel's bf16 instantiations gather from the f64 copy
-    if (em.elem_dt == DType::kBF16) v.pow_table64.assign(v.pow_table.begin(), v.pow_table.end());
+    // only the exact batch kernel's bf16 instantiations gather from the f64 copy, by
+    // all 16 bits of e: the sign's half repeats the terms (it looks up r' - |x|, whose
+    // sign is arbitrary, exact_diff_of_magnitude)
+    if (em.elem_dt == DType::kBF16) {
+      v.pow_table64.assign(v.pow_table.begin(), v.pow_table.end());
+      v.pow_table64.insert(v.pow_table64.end(), v.pow_table.begin(), v.pow_table.end());
+    }
     k.norm_kind = NormKind::kTable16;
   } else if (powf_matches(k.norm)) {
     k.norm_kind = NormKind::kPowReplay;

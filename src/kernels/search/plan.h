@@ -21,7 +21,9 @@ struct VectorPlan {
   bool simd = false;               ///< the vector kernel applies to this dtype / error dtype
   detail::BlockKernelArgs proto;   ///< per-call constants of the block kernel
   std::vector<float> pow_table;    ///< kTable16: the terms of all 2^15 16-bit |e| (see vector_sums)
-  std::vector<double> pow_table64;  ///< bf16 pow_table widened to f64 (the exact batch kernel's gathers); empty for f16
+  /// bf16 pow_table widened to f64 for both signs (65536 entries, the exact batch
+  /// kernel's gathers); empty for f16
+  std::vector<double> pow_table64;
 };
 
 /// The certified path (certified.h): approximate sums with a rigorous interval decide

@@ -42,7 +42,7 @@ struct BlockKernelArgs {
   float norm = 2.0f;
   const PowfTables* tables = nullptr;  ///< kPowReplay only
   const float* pow_table = nullptr;    ///< kTable16: 32768 terms indexed by the 16-bit pattern of |e|
-  const double* pow_table64 = nullptr;  ///< the same terms widened to f64 (the batch kernel's sums)
+  const double* pow_table64 = nullptr;  ///< the same terms widened to f64, for both signs (the batch kernel's sums)
   double* sums = nullptr;              ///< out: num_candidates canonical block sums
 };
 

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "kernels/simd/exact_batch_simd.h"
+#include "kernels/simd/poly_batch_simd.h"  // kPolyBatchMaxLen
 #include "qobs/formats.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -60,10 +61,11 @@ HWY_INLINE VD round_sums(VD v, double tiny, double max_finite, DType dt) {
   return r;
 }
 
-/// Adds the terms of a vector of bf16 |e| (kTable16, unweighted) to a row's two f64
-/// lane sums (groups of the lower and upper half of the vector), gathered from the
-/// table's f64 copy: two gathers of half width in place of one gather, two widenings
-/// and a lane extraction. The values added are the same (f32 terms widen exactly).
+/// Adds the terms of a vector of bf16 e (kTable16, unweighted; either sign: the f64
+/// copy holds the terms of both) to a row's two f64 lane sums (groups of the lower and
+/// upper half of the vector), gathered from the table's f64 copy: two gathers of half
+/// width in place of one gather, two widenings and a lane extraction. The values added
+/// are the same (f32 terms widen exactly).
 HWY_INLINE void add_table_terms_f64(VD& lower, VD& upper, VF e, const double* table64) {
   const auto idx = hn::ShiftRight<16>(hn::BitCast(DU(), e)).raw;
 #if HWY_TARGET == HWY_AVX3
@@ -102,10 +104,26 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
                                   kG == static_cast<int>(qobs::detail::GridKind::kFp4));
   // unweighted bf16 table terms: from the table's f64 copy (add_table_terms_f64)
   constexpr bool kTable64 = kEN == static_cast<int>(Narrow::kBF16) && kNK == static_cast<int>(NormKind::kTable16) && kW == 0;
+  // and then on magnitudes (exact_diff_of_magnitude) where the terms come from the
+  // table's f64 copy, which holds both signs
+  constexpr bool kMagnitude = kCanExactDiff && kTable64;
   SplitGuard g = split_guard();
   if constexpr (kCanSplit)
     for (int64_t j = 0; j < A.n; ++j) split_data_add(g, hn::LoadU(df, A.xt + j * N));
   const bool data_splits = kCanSplit && split_data_ok(g);
+  // |x| and the clamp's bound on x's side, once per batch (only read when kMagnitude)
+  alignas(64) float abs_x[kMagnitude ? kPolyBatchMaxLen * N : 1];
+  alignas(64) float top[kMagnitude ? kPolyBatchMaxLen * N : 1];
+  if constexpr (kMagnitude) {
+    if (data_splits) {
+      const VF upper = hn::Set(df, T.q_max), lower = hn::Set(df, -T.q_min);
+      for (int64_t j = 0; j < A.n; ++j) {
+        const VF x = hn::LoadU(df, A.xt + j * N);
+        hn::Store(hn::Abs(x), df, abs_x + j * N);
+        hn::Store(hn::IfThenElse(hn::Lt(x, zero), lower, upper), df, top + j * N);
+      }
+    }
+  }
   VF best = hn::Set(df, A.initial_best);
   hn::Vec<DU> words = hn::Zero(DU());  // the improvement bits of 32 candidates, per lane
   for (int64_t i = 0; i < A.num_candidates; ++i) {
@@ -118,15 +136,21 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
     else shrunk_qparams_lanes<false>(A.qparams, cm, cM, s, z);
     if (HWY_UNLIKELY(!hn::AllTrue(df, hn::And(hn::Gt(s, zero), hn::Lt(s, inf))))) return false;
     // ErrorSum's eight f64 lane sums of each group: acc[k][h] holds lane sum k of the
-    // groups in half h of the vector (indexed by constants only, so they stay in
-    // registers)
+    // groups in half h of the vector. Every access is by constant indices, the zeroing
+    // and the reduction below too, so they stay in registers: one variable index kept
+    // the whole array in memory, and GCC stored each sum after each add.
     VD acc[8][2];
-    for (auto& a : acc) a[0] = a[1] = hn::Zero(dd);
+    [&]<size_t... K>(std::index_sequence<K...>) HWY_ATTR { ((acc[K / 2][K % 2] = hn::Zero(dd)), ...); }(
+        std::make_index_sequence<16>{});
     const VF inv_s = hn::Div(one, s);  // quotient_bf16_split's reciprocal
     auto sums = [&]<bool kSplit, bool kExactDiff>(std::bool_constant<kSplit>, std::bool_constant<kExactDiff>) HWY_ATTR {
+      // (on magnitudes: r' - |x|, which the table turns into the term of |r - x|)
       auto abs_error = [&](int64_t j) HWY_ATTR {
-        return exact_abs_error<kDN, kEN, kG, kQExact, kZp, kSplit, kExactDiff>(T, hn::LoadU(df, A.xt + j * N), s,
-                                                                                inv_s, z);
+        if constexpr (kMagnitude && kExactDiff)
+          return exact_diff_of_magnitude<kG>(T, hn::Load(df, abs_x + j * N), hn::Load(df, top + j * N), s, inv_s);
+        else
+          return exact_abs_error<kDN, kEN, kG, kQExact, kZp, kSplit, kExactDiff>(T, hn::LoadU(df, A.xt + j * N), s,
+                                                                                  inv_s, z);
       };
       auto add_term = [&]<size_t k>(int64_t j, VF e, std::integral_constant<size_t, k>) HWY_ATTR {
         if constexpr (kTable64) {
@@ -168,7 +192,7 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
     else if (kCanSplit && split) sums(std::true_type{}, std::false_type{});
     else sums(std::false_type{}, std::false_type{});
     hn::Vec<DH> err[2];
-    for (int h = 0; h < 2; ++h) {
+    auto half_error = [&]<size_t h>(std::integral_constant<size_t, h>) HWY_ATTR {
       const VD blk = hn::Add(hn::Add(hn::Add(acc[0][h], acc[4][h]), hn::Add(acc[1][h], acc[5][h])),
                              hn::Add(hn::Add(acc[2][h], acc[6][h]), hn::Add(acc[3][h], acc[7][h])));
       const VD tot = hn::Add(hn::Zero(dd), blk);
@@ -179,7 +203,9 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
         default: r = tot; break;  // f32: the conversion below rounds it
       }
       err[h] = hn::DemoteTo(dh, r);
-    }
+    };
+    half_error(std::integral_constant<size_t, 0>{});
+    half_error(std::integral_constant<size_t, 1>{});
     const VF e = hn::Combine(df, err[1], err[0]);
     // the reference's rule: strict <, NaN never improves
     const auto imp = hn::Lt(e, best);
@@ -281,14 +307,16 @@ int64_t SplitDivisionMismatches(int x_exp_lo, int x_exp_hi, const int* s_exps, i
   return bad;
 }
 
-/// How many elements exact_abs_error with kExactDiff (the split, no rounding of r - x)
-/// gives another |r - x| than the integer-rounding chain, for bf16 data and errors on
-/// the grid of A (INT or FP4, no zero point): x every bf16 value of either sign with a
-/// biased exponent in [x_exp_lo, x_exp_hi], s every bf16 significand at each biased
-/// exponent of s_exps, counting the elements that SplitGuard and (if `bounded`)
-/// exact_diff_ok's element bound admit (|x| <= 2^99 s, |x| <= 2 bf16(q_top s)).
+/// How many elements a shortened chain of the exact batch kernel gives another |r - x|
+/// than the integer-rounding chain, for bf16 data and errors on the grid of A (INT or
+/// FP4, no zero point): x every bf16 value of either sign with a biased exponent in
+/// [x_exp_lo, x_exp_hi], s every bf16 significand at each biased exponent of s_exps,
+/// counting the elements that SplitGuard and (but for kSkipRoundingUnbounded)
+/// exact_diff_ok's element bound admit (|x| <= 2^99 s, |x| <= 2 bf16(q_top s)). The
+/// chains: exact_abs_error with kExactDiff, or exact_diff_of_magnitude on |x| (with the
+/// clamp's bound of x's side, or q_max for both: the negative control).
 int64_t ExactDiffMismatches(const BlockKernelArgs& grid_args, int x_exp_lo, int x_exp_hi, const int* s_exps,
-                            int num_s_exps, bool bounded) {
+                            int num_s_exps, ExactDiffChain chain) {
   const DF df;
   const DU du;
   BlockKernelArgs A = grid_args;
@@ -298,6 +326,9 @@ int64_t ExactDiffMismatches(const BlockKernelArgs& grid_args, int x_exp_lo, int 
   const auto iota = hn::Iota(du, 0u);
   const uint32_t lo = static_cast<uint32_t>(x_exp_lo) << 7, hi = (static_cast<uint32_t>(x_exp_hi) + 1) << 7;
   const VF zero = hn::Zero(df);
+  const bool bounded = chain != ExactDiffChain::kSkipRoundingUnbounded;
+  const VF upper = hn::Set(df, A.q_max);
+  const VF lower = hn::Set(df, chain == ExactDiffChain::kMagnitudesOneBound ? A.q_max : -A.q_min);
   int64_t bad = 0;
   for (int e = 0; e < num_s_exps; ++e)
     for (uint32_t sm = 0; sm < 128; ++sm) {
@@ -308,7 +339,10 @@ int64_t ExactDiffMismatches(const BlockKernelArgs& grid_args, int x_exp_lo, int 
         for (uint32_t b = lo; b < hi; b += static_cast<uint32_t>(N)) {
           const auto pattern = hn::Add(hn::Set(du, b), iota);
           const VF x = hn::BitCast(df, hn::ShiftLeft<16>(hn::Or(pattern, hn::Set(du, sign))));
-          const VF fast = exact_abs_error<-1, -1, -1, true, 0, true, true>(A, x, s, inv, zero);
+          const VF top = hn::IfThenElse(hn::Lt(x, zero), lower, upper);
+          const VF fast = chain == ExactDiffChain::kMagnitudes || chain == ExactDiffChain::kMagnitudesOneBound
+                              ? hn::Abs(exact_diff_of_magnitude<-1>(A, hn::Abs(x), top, s, inv))
+                              : exact_abs_error<-1, -1, -1, true, 0, true, true>(A, x, s, inv, zero);
           const VF full = exact_abs_error<-1, -1, -1, true, 0, false, false>(A, x, s, inv, zero);
           const auto within_bound = bounded ? hn::Le(hn::Abs(x), hn::Add(r_top, r_top)) : hn::FirstN(df, static_cast<size_t>(N));
           const auto admitted = hn::And(hn::Le(hn::Abs(x), hn::Mul(s, hn::Set(df, 0x1p99f))), within_bound);
@@ -339,9 +373,9 @@ int64_t split_division_mismatches(SimdLevel level, int x_exp_lo, int x_exp_hi, c
   QOBS_SIMD_DISPATCH(SplitDivisionMismatches(x_exp_lo, x_exp_hi, s_exps.data(), static_cast<int>(s_exps.size()), rounded));
 }
 int64_t exact_diff_mismatches(SimdLevel level, const BlockKernelArgs& grid_args, int x_exp_lo, int x_exp_hi,
-                              const std::vector<int>& s_exps, bool bounded) {
+                              const std::vector<int>& s_exps, ExactDiffChain chain) {
   QOBS_SIMD_DISPATCH(
-      ExactDiffMismatches(grid_args, x_exp_lo, x_exp_hi, s_exps.data(), static_cast<int>(s_exps.size()), bounded));
+      ExactDiffMismatches(grid_args, x_exp_lo, x_exp_hi, s_exps.data(), static_cast<int>(s_exps.size()), chain));
 }
 bool exact_batch_simd(SimdLevel level, const ExactBatchArgs& args) { QOBS_SIMD_DISPATCH(ExactBatch(args)); }
 

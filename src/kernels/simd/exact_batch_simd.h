@@ -57,15 +57,23 @@ int64_t split_narrowing_mismatches(SimdLevel level, uint32_t lo_bits, uint32_t h
 int64_t split_division_mismatches(SimdLevel level, int x_exp_lo, int x_exp_hi, const std::vector<int>& s_exps,
                                   bool rounded);
 
-/// How many elements the exact kernels' |r - x| without its rounding to bf16
-/// (exact_abs_error's kExactDiff, taken where exact_diff_ok holds) differs from the
-/// integer-rounding chain, on the grid of grid_args (grid, q_min, q_max; INT or FP4, no
-/// zero point): x every bf16 value of either sign with a biased exponent in [x_exp_lo,
-/// x_exp_hi], s every bf16 significand at each biased exponent in s_exps, counting the
-/// elements SplitGuard and (if `bounded`) exact_diff_ok's bound on max |x| admit. 0
-/// when bounded (the test).
+/// The shortened chains of the exact batch kernel that exact_diff_mismatches checks.
+enum class ExactDiffChain {
+  kSkipRounding,           ///< exact_abs_error with kExactDiff (r - x not rounded)
+  kSkipRoundingUnbounded,  ///< the same, without exact_diff_ok's bound (the negative control)
+  kMagnitudes,             ///< exact_diff_of_magnitude on |x| (the clamp's bound of x's side)
+  kMagnitudesOneBound,     ///< the same, clamping both signs at q_max (the negative control)
+};
+
+/// How many elements the chain (exact_term-inl.h, where exact_diff_ok holds) gives
+/// another |r - x| than exact_abs_error's integer-rounding chain, on the grid of
+/// grid_args (grid, q_min, q_max; INT or FP4, no zero point): x every bf16 value of
+/// either sign with a biased exponent in [x_exp_lo, x_exp_hi], s every bf16
+/// significand at each biased exponent in s_exps, counting the elements SplitGuard and
+/// (but for kSkipRoundingUnbounded) exact_diff_ok's bound on max |x| admit. 0 for
+/// kSkipRounding and kMagnitudes (the tests).
 int64_t exact_diff_mismatches(SimdLevel level, const BlockKernelArgs& grid_args, int x_exp_lo, int x_exp_hi,
-                              const std::vector<int>& s_exps, bool bounded);
+                              const std::vector<int>& s_exps, ExactDiffChain chain);
 
 /// Groups per batch at `level` (the float lanes; as poly_batch_lanes).
 int exact_batch_lanes(SimdLevel level);

@@ -137,6 +137,27 @@ HWY_INLINE bool exact_diff_ok(const BlockKernelArgs& A, VF s, VF xmax) {
   return hn::AllTrue(df, hn::And(hn::Eq(narrow_bf16_split(s), s), hn::Le(xmax, hn::Add(r_top, r_top))));
 }
 
+/// exact_abs_error's kExactDiff chain (symmetric INT or FP4 grid, bf16 data, under
+/// SplitGuard and exact_diff_ok) run on |x|: returns r' - |x|, whose magnitude is
+/// |r - x| and whose sign says nothing. Every step of the chain is odd in x: the split
+/// roundings and the product with 1 / s > 0 are sign-symmetric (RNE), the grid roundings
+/// are too, and y = bf16(x / s) has x's sign (or is a zero, whose code 0 gives |r - x| =
+/// |x| either way). The clamp is not symmetric on INT grids ([q_min, q_max] = [-8, 7]
+/// for INT4), so it takes the bound of x's side, `top` = -q_min for x < 0 and q_max
+/// otherwise (the caller's per-element copy). Then |q| = round(min(|y|, top)), |r| =
+/// bf16(|q| s), and r - x = sign(x) (|r| - |x|). Two to four vector ops fewer than
+/// exact_abs_error (the lower clamp, FP4's |c| and sign copy, the final |.|), for a
+/// caller that only looks |r - x| up in a table that holds both signs. Checked against
+/// exact_abs_error for every bf16 x and s of the guard's range by
+/// tests/kernels/fast_kernels_test.cc "MagnitudeChainEqualsExactDiffChain".
+template <int kG>
+HWY_INLINE VF exact_diff_of_magnitude(const BlockKernelArgs& A, VF ax, VF top, VF s, VF inv_s) {
+  const VF c = hn::Min(quotient_bf16_split(ax, inv_s), top);
+  const auto grid = kG >= 0 ? static_cast<qobs::detail::GridKind>(kG) : A.grid;
+  const VF q = grid == qobs::detail::GridKind::kInt ? hn::Round(c) : fp4_round_nonneg(c);
+  return hn::Sub(narrow_bf16_split(hn::Mul(q, s)), ax);
+}
+
 /// |e|^norm in the error dtype (Arith::pow_abs) for e = exact_abs_error(...).
 template <int kEN, int kNK>
 HWY_INLINE VF exact_pow(const BlockKernelArgs& A, VF e) {

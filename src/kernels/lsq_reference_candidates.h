@@ -70,9 +70,16 @@ inline int e4m3_code_of(float v, const double* code_scale) {
 struct E4m3CodeSet {
   uint64_t bits[2] = {0, 0};
   void add(int c) { bits[c >> 6] |= uint64_t{1} << (c & 63); }
-  /// every code lo..hi
+  /// every code lo..hi (0 <= lo, hi <= 127; none if lo > hi), a word at a time: a
+  /// run of the nvfp4 lists spans ~10 codes per group, and this is per group
   void add_range(int lo, int hi) {
-    for (int c = lo; c <= hi; ++c) add(c);
+    for (int h = 0; h < 2; ++h) {
+      const int a = std::max(lo, h * 64), b = std::min(hi, h * 64 + 63);
+      if (a > b) continue;
+      const int n = b - a + 1;  // 1..64
+      const uint64_t run = n == 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
+      bits[h] |= run << (a - h * 64);
+    }
   }
   /// f(code) for every code of the set, ascending.
   template <class F>

@@ -373,6 +373,25 @@ TEST(LsqKernels, IdealErrorsAreTheNearestCodeError) {
 // (docs/LSQ.md#L4): every positive E4M3 value maps to its code, anything else (between
 // codes, 0, eps, NaN, beyond 448) to none; over random ranges from the subnormal codes
 // to saturation, f32 / bf16 / f16 statistics.
+TEST(LsqKernels, E4m3CodeSetRangeEqualsCodeByCode) {
+  // add_range sets a run of codes a word at a time: every range of 0..127 (and empty
+  // ones), over an empty set and over one that already holds codes, must give the bits
+  // that adding its codes one by one gives.
+  for (int lo = 0; lo <= 127; ++lo)
+    for (int hi = lo - 1; hi <= 127; ++hi)
+      for (int seed : {-1, 5, 64, 100}) {
+        detail::E4m3CodeSet by_range, by_code;
+        if (seed >= 0) {
+          by_range.add(seed);
+          by_code.add(seed);
+        }
+        by_range.add_range(lo, hi);
+        for (int c = lo; c <= hi; ++c) by_code.add(c);
+        ASSERT_EQ(by_range.bits[0], by_code.bits[0]) << lo << ".." << hi << " seed " << seed;
+        ASSERT_EQ(by_range.bits[1], by_code.bits[1]) << lo << ".." << hi << " seed " << seed;
+      }
+}
+
 TEST(LsqKernels, E4m3CodeSetEqualsSortedCandidates) {
   std::vector<double> code_scale(127);
   for (int c = 0; c <= 126; ++c) code_scale[static_cast<std::size_t>(c)] = fp8_e4m3_to_float(static_cast<uint8_t>(c));

@@ -368,11 +368,6 @@ TEST(LsqKernels, IdealErrorsAreTheNearestCodeError) {
   }
 }
 
-// NVFP4: the reference candidates' stored scales as a set of E4M3 codes, iterated
-// ascending, are exactly the sorted unique list the search sorted before
-// (docs/LSQ.md#L4): every positive E4M3 value maps to its code, anything else (between
-// codes, 0, eps, NaN, beyond 448) to none; over random ranges from the subnormal codes
-// to saturation, f32 / bf16 / f16 statistics.
 TEST(LsqKernels, E4m3CodeSetRangeEqualsCodeByCode) {
   // add_range sets a run of codes a word at a time: every range of 0..127 (and empty
   // ones), over an empty set and over one that already holds codes, must give the bits
@@ -392,6 +387,11 @@ TEST(LsqKernels, E4m3CodeSetRangeEqualsCodeByCode) {
       }
 }
 
+// NVFP4: the reference candidates' stored scales as a set of E4M3 codes, iterated
+// ascending, are exactly the sorted unique list the search sorted before
+// (docs/LSQ.md#L4): every positive E4M3 value maps to its code, anything else (between
+// codes, 0, eps, NaN, beyond 448) to none; over random ranges from the subnormal codes
+// to saturation, f32 / bf16 / f16 statistics.
 TEST(LsqKernels, E4m3CodeSetEqualsSortedCandidates) {
   std::vector<double> code_scale(127);
   for (int c = 0; c <= 126; ++c) code_scale[static_cast<std::size_t>(c)] = fp8_e4m3_to_float(static_cast<uint8_t>(c));

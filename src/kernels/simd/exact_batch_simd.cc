@@ -107,23 +107,22 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
   // and then on magnitudes (exact_diff_of_magnitude) where the terms come from the
   // table's f64 copy, which holds both signs
   constexpr bool kMagnitude = kCanExactDiff && kTable64;
+  // The data once per batch: the split guard, and with kMagnitude |x| and the clamp's
+  // bound on x's side (read only on the exact-diff branch, which needs the guard)
   SplitGuard g = split_guard();
-  if constexpr (kCanSplit)
-    for (int64_t j = 0; j < A.n; ++j) split_data_add(g, hn::LoadU(df, A.xt + j * N));
-  const bool data_splits = kCanSplit && split_data_ok(g);
-  // |x| and the clamp's bound on x's side, once per batch (only read when kMagnitude)
   alignas(64) float abs_x[kMagnitude ? kPolyBatchMaxLen * N : 1];
   alignas(64) float top[kMagnitude ? kPolyBatchMaxLen * N : 1];
-  if constexpr (kMagnitude) {
-    if (data_splits) {
-      const VF upper = hn::Set(df, T.q_max), lower = hn::Set(df, -T.q_min);
-      for (int64_t j = 0; j < A.n; ++j) {
-        const VF x = hn::LoadU(df, A.xt + j * N);
+  if constexpr (kCanSplit) {
+    for (int64_t j = 0; j < A.n; ++j) {
+      const VF x = hn::LoadU(df, A.xt + j * N);
+      split_data_add(g, x);
+      if constexpr (kMagnitude) {
         hn::Store(hn::Abs(x), df, abs_x + j * N);
-        hn::Store(hn::IfThenElse(hn::Lt(x, zero), lower, upper), df, top + j * N);
+        hn::Store(hn::IfThenElse(hn::Lt(x, zero), hn::Set(df, -T.q_min), hn::Set(df, T.q_max)), df, top + j * N);
       }
     }
   }
+  const bool data_splits = kCanSplit && split_data_ok(g);
   VF best = hn::Set(df, A.initial_best);
   hn::Vec<DU> words = hn::Zero(DU());  // the improvement bits of 32 candidates, per lane
   for (int64_t i = 0; i < A.num_candidates; ++i) {

@@ -957,6 +957,10 @@ TEST(FastGridSearch, VectorTermsEqualTheReferenceTermsBitForBit) {
   // ErrorModel::term, one candidate at a time: a single term off shows in the sum.
   // Regression: with bf16 errors and norm 3 the kernel cubed in f32 where
   // Arith::pow_abs rounds the square to bf16 first (about 1 |e| in 5 differed).
+  // The scales include bf16 values near amax / q_top and below it (some elements
+  // clamped at either end), where bf16 data on a symmetric INT / FP4 grid takes the
+  // magnitude chain (exact_diff_of_magnitude), and the lengths give tails of every size
+  // and a second summation block.
   struct Case {
     std::string name;
     QuantizationArgs args;
@@ -964,48 +968,55 @@ TEST(FastGridSearch, VectorTermsEqualTheReferenceTermsBitForBit) {
   const std::vector<Case> cases = {
       {"int4_asym", make_args(4, QuantType::kInt, false, Strategy::kChannel)},
       {"int8_sym", make_args(8, QuantType::kInt, true, Strategy::kChannel)},
+      {"int4_sym", make_args(4, QuantType::kInt, true, Strategy::kChannel)},
       {"fp8", make_args(8, QuantType::kFloat, true, Strategy::kChannel)},
       {"fp4", make_args(4, QuantType::kFloat, true, Strategy::kChannel)},
   };
-  const int64_t n = 203;
-  std::vector<float> wv(static_cast<std::size_t>(n));
-  std::mt19937 rng(17);
-  std::uniform_real_distribution<float> u(0.0f, 3.0f);
-  for (float& v : wv) v = u(rng);
-  const Tensor wt = Tensor::from_floats(DType::kF32, {1, n}, wv);
-  for (SimdLevel level : available_simd_levels()) {
-    if (level == SimdLevel::kScalar) continue;
-    for (DType dt : {DType::kBF16, DType::kF16, DType::kF32})
-      for (const Case& c : cases) {
-        const Tensor t = Tensor::from_floats(dt, {1, n}, make_data(n, Pattern::kNormal, 23));
-        const FlatView flat = flatten_for_calibration(t.view(), "weight", c.args);
-        const FlatView wf = flatten_for_calibration(wt.view(), "weight", c.args);
-        std::vector<float> x(static_cast<std::size_t>(n));
-        flat.gather(0, x.data());
-        for (double norm : {2.0, 3.0, 2.4, 1.7})
-          for (bool weighted : {false, true}) {
-            GridSearchConfig cfg = weighted ? imatrix_cfg() : mse_cfg();
-            cfg.norm = norm;
-            const fast::Plan P = fast::make_plan(flat, c.args, cfg, weighted ? &wf : nullptr, level);
-            if (!P.vec.simd) continue;
-            fast::Scratch sc;
-            for (float scale : {0.001f, 0.0123f, 0.031f, 0.2f}) {
-              const float zp = c.args.symmetric ? 0.0f : 3.0f;
-              double fast_sum;
-              fast::vector_sums(P, P.vec.proto.norm_kind, x.data(), weighted ? wv.data() : nullptr, &scale, &zp, 1,
-                                true, sc, &fast_sum);
-              qobs::detail::ErrorSum ref_sum;
-              for (int64_t j = 0; j < n; ++j) {
-                const float xj = x[static_cast<std::size_t>(j)];
-                ref_sum.add(P.em.term(qobs::detail::qdq_elem(xj, scale, zp, P.dplan), xj,
-                                      weighted ? wv[static_cast<std::size_t>(j)] : 1.0f));
+  for (int64_t n : {int64_t{203}, int64_t{7}, int64_t{16}, int64_t{4099}}) {
+    std::vector<float> wv(static_cast<std::size_t>(n));
+    std::mt19937 rng(17);
+    std::uniform_real_distribution<float> u(0.0f, 3.0f);
+    for (float& v : wv) v = u(rng);
+    const Tensor wt = Tensor::from_floats(DType::kF32, {1, n}, wv);
+    for (SimdLevel level : available_simd_levels()) {
+      if (level == SimdLevel::kScalar) continue;
+      for (DType dt : {DType::kBF16, DType::kF16, DType::kF32})
+        for (const Case& c : cases) {
+          const Tensor t = Tensor::from_floats(dt, {1, n}, make_data(n, Pattern::kNormal, 23));
+          const FlatView flat = flatten_for_calibration(t.view(), "weight", c.args);
+          const FlatView wf = flatten_for_calibration(wt.view(), "weight", c.args);
+          std::vector<float> x(static_cast<std::size_t>(n));
+          flat.gather(0, x.data());
+          float amax = 0;
+          for (float v : x) amax = std::max(amax, std::fabs(v));
+          for (double norm : {2.0, 3.0, 2.4, 1.7})
+            for (bool weighted : {false, true}) {
+              GridSearchConfig cfg = weighted ? imatrix_cfg() : mse_cfg();
+              cfg.norm = norm;
+              const fast::Plan P = fast::make_plan(flat, c.args, cfg, weighted ? &wf : nullptr, level);
+              if (!P.vec.simd) continue;
+              fast::Scratch sc;
+              const float q_top = std::min(P.vec.proto.q_max, -P.vec.proto.q_min);
+              std::vector<float> scales = {0.001f, 0.0123f, 0.031f, 0.2f};
+              for (float f : {1.0f, 0.93f, 0.81f, 0.6f}) scales.push_back(bf16_to_float(float_to_bf16(amax * f / q_top)));
+              for (float scale : scales) {
+                const float zp = c.args.symmetric ? 0.0f : 3.0f;
+                double fast_sum;
+                fast::vector_sums(P, P.vec.proto.norm_kind, x.data(), weighted ? wv.data() : nullptr, &scale, &zp, 1,
+                                  true, sc, &fast_sum);
+                qobs::detail::ErrorSum ref_sum;
+                for (int64_t j = 0; j < n; ++j) {
+                  const float xj = x[static_cast<std::size_t>(j)];
+                  ref_sum.add(P.em.term(qobs::detail::qdq_elem(xj, scale, zp, P.dplan), xj,
+                                        weighted ? wv[static_cast<std::size_t>(j)] : 1.0f));
+                }
+                ASSERT_EQ(fast_sum, ref_sum.total())
+                    << c.name << " " << dtype_name(dt) << " n=" << n << " norm=" << norm << " weighted=" << weighted
+                    << " scale=" << scale << " level=" << to_string(level);
               }
-              ASSERT_EQ(fast_sum, ref_sum.total())
-                  << c.name << " " << dtype_name(dt) << " norm=" << norm << " weighted=" << weighted
-                  << " scale=" << scale << " level=" << to_string(level);
             }
-          }
-      }
+        }
+    }
   }
 }
 

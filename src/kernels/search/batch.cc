@@ -115,14 +115,8 @@ bool exact_batch_improvements(const Plan& P, int64_t q0, int64_t count, Scratch&
   // kTable16: taken from the plan here, so that no copy of a Plan points into another's
   k.term.pow_table = P.vec.pow_table.data();
   k.term.pow_table64 = P.vec.pow_table64.data();
-  // ShrunkQParams-usable plans have integer zero points clamped to [q_min, q_max]: q
-  // and q - z are integers of magnitude <= q_max - q_min, exact in bf16 up to 256 and
-  // in f16 up to 2048. FP4 and FP8 values (2 and 4 significant bits, 2^-9 to 448) are
-  // exact in both; with a zero point q - z need not be.
-  const double q_span = P.dplan.q_max - P.dplan.q_min;
-  const bool f16 = k.term.data_narrow == Narrow::kF16;
-  k.q_exact = k.term.data_narrow == Narrow::kNone ||
-              (k.term.grid == qobs::detail::GridKind::kInt ? q_span <= (f16 ? 2048.0 : 256.0) : !k.term.has_zp);
+  // ShrunkQParams-usable plans have integer zero points clamped to [q_min, q_max]
+  k.q_exact = codes_exact_in_data_dtype(k.term, true);
   k.err_dt = P.em.err_dt;
   k.initial_best = static_cast<float>(P.em.initial_best());
   k.improved = s.lane_improved.data();

@@ -25,6 +25,7 @@ void vector_sums(const Plan& P, NormKind nk, const float* x, const float* w, con
   k.norm_kind = nk;
   // kTable16: taken from the plan here, so that no copy of a Plan points into another's
   k.pow_table = P.vec.pow_table.data();
+  k.pow_table64 = P.vec.pow_table64.empty() ? nullptr : P.vec.pow_table64.data();
   k.num_candidates = count;
   k.scale = scale;
   k.zp = zp;

@@ -72,27 +72,51 @@ template <int kDN, int kEN, int kG, int kNK>
 HWY_NOINLINE void BlockErrorsT(const BlockKernelArgs& A) {
   static_assert(HWY_LANES(float) == 8 || HWY_LANES(float) == 16, "lane layout assumes AVX2 or AVX-512");
   const DF df;
-  const size_t N = hn::Lanes(df);
+  constexpr int64_t N = HWY_LANES(float);
   const bool weighted = A.w != nullptr;
   // full vectors without masks, then one masked tail whose dead lanes are zeroed
-  const int64_t n_main = A.n - A.n % static_cast<int64_t>(N);
+  const int64_t n_main = A.n - A.n % N;
   // The split bf16 rounding where SplitGuard allows: the block's values once (a masked
   // tail reads zeros), each candidate below
   constexpr bool kCanSplit = split_instantiation(kDN, kEN);
+  // Unweighted bf16 table terms on a symmetric INT or FP4 grid: where exact_diff_ok
+  // allows (per candidate, below), r - x needs no rounding, the chain runs on |x|
+  // (exact_diff_of_magnitude) and the terms come from the table's f64 copy
+  // (add_table_terms_f64), as in the exact batch kernel
+  constexpr bool kCanMagnitude = kCanSplit && kEN == static_cast<int>(Narrow::kBF16) &&
+                                 kNK == static_cast<int>(NormKind::kTable16) &&
+                                 (kG == static_cast<int>(qobs::detail::GridKind::kInt) ||
+                                  kG == static_cast<int>(qobs::detail::GridKind::kFp4));
+  const bool magnitude_data = kCanMagnitude && !weighted && !A.has_zp && A.pow_table64 != nullptr &&
+                              codes_exact_in_data_dtype(A, false);
+  // |x| and the clamp's bound on x's side, read by every candidate that takes the
+  // magnitude chain; the last vector is padded with zeros, whose term is 0
+  alignas(64) float abs_x[kCanMagnitude ? kSumBlock : 1];
+  alignas(64) float top[kCanMagnitude ? kSumBlock : 1];
   bool data_splits = false;
   VF xmax = hn::Zero(df);
   if constexpr (kCanSplit) {
     SplitGuard g = split_guard();
-    for (int64_t j = 0; j < n_main; j += static_cast<int64_t>(N)) split_data_add(g, hn::LoadU(df, A.x + j));
-    if (n_main < A.n)
-      split_data_add(g, hn::MaskedLoad(hn::FirstN(df, static_cast<size_t>(A.n - n_main)), df, A.x + n_main));
+    auto add = [&](int64_t j, VF x) HWY_ATTR {
+      split_data_add(g, x);
+      if constexpr (kCanMagnitude) {
+        if (magnitude_data) {
+          hn::Store(hn::Abs(x), df, abs_x + j);
+          hn::Store(clamp_bound_of_side(A, x), df, top + j);
+        }
+      }
+    };
+    for (int64_t j = 0; j < n_main; j += N) add(j, hn::LoadU(df, A.x + j));
+    if (n_main < A.n) add(n_main, hn::MaskedLoad(hn::FirstN(df, static_cast<size_t>(A.n - n_main)), df, A.x + n_main));
     data_splits = split_data_ok(g);
     xmax = hn::MaxOfLanes(df, g.xmax);  // the block's max |x| in every lane
   }
+  const VF one = hn::Set(df, 1.0f);
   for (int64_t i = 0; i < A.num_candidates; ++i) {
     const VF s = hn::Set(df, A.scale[i]);
     const VF z = hn::Set(df, A.has_zp ? A.zp[i] : 0.0f);
-    const VF inv_s = hn::Div(hn::Set(df, 1.0f), s);  // quotient_bf16_split's, once per candidate
+    // quotient_bf16_split's reciprocal, once per candidate (unused without the split)
+    const VF inv_s = kCanSplit ? hn::Div(one, s) : s;
     LaneSums acc;
     acc.reset();
     // kPowApprox sums only need to stay inside the certified bound: f32 lane sums
@@ -108,8 +132,7 @@ HWY_NOINLINE void BlockErrorsT(const BlockKernelArgs& A) {
         if constexpr (kF32Sum) acc32 = hn::Add(acc32, t);
         else acc.add(t);
       };
-      const VF one = hn::Set(df, 1.0f);
-      for (int64_t j = 0; j < n_main; j += static_cast<int64_t>(N))
+      for (int64_t j = 0; j < n_main; j += N)
         accumulate(term(hn::LoadU(df, A.x + j), A.w ? hn::LoadU(df, A.w + j) : one));
       if (n_main < A.n) {
         const auto m = hn::FirstN(df, static_cast<size_t>(A.n - n_main));
@@ -119,8 +142,21 @@ HWY_NOINLINE void BlockErrorsT(const BlockKernelArgs& A) {
     };
     bool split = false;
     if constexpr (kCanSplit) split = data_splits && split_candidate_ok(s, xmax);
-    if (kCanSplit && split) sums(std::true_type{});
-    else sums(std::false_type{});
+    bool magnitude = false;
+    if constexpr (kCanMagnitude) magnitude = magnitude_data && split && exact_diff_ok(A, s, xmax);
+    if (kCanMagnitude && magnitude) {
+      // At 16 lanes both halves of a vector go to lane sums 0-7 (lower half first), at
+      // 8 lanes the lower half to lanes 0-3 and the upper to 4-7: LaneSums::add's order
+      VD& upper = N == 16 ? acc.a0 : acc.a1;
+      for (int64_t j = 0; j < A.n; j += N)
+        add_table_terms_f64(acc.a0, upper,
+                            exact_diff_of_magnitude<kG>(A, hn::Load(df, abs_x + j), hn::Load(df, top + j), s, inv_s),
+                            A.pow_table64);
+    } else if (kCanSplit && split) {
+      sums(std::true_type{});
+    } else {
+      sums(std::false_type{});
+    }
     if constexpr (kF32Sum) acc.add(acc32);
     A.sums[i] = acc.total();
   }

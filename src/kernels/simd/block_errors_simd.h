@@ -42,9 +42,23 @@ struct BlockKernelArgs {
   float norm = 2.0f;
   const PowfTables* tables = nullptr;  ///< kPowReplay only
   const float* pow_table = nullptr;    ///< kTable16: 32768 terms indexed by the 16-bit pattern of |e|
-  const double* pow_table64 = nullptr;  ///< the same terms widened to f64, for both signs (the batch kernel's sums)
+  const double* pow_table64 = nullptr;  ///< bf16 errors: the same terms widened to f64, for both signs
   double* sums = nullptr;              ///< out: num_candidates canonical block sums
 };
+
+/// Whether every code q, and q - z, that exact_abs_error meets is a value the data dtype
+/// holds exactly, so that their narrowing (the identity) may be skipped (kQExact). INT
+/// codes are integers of magnitude <= q_max - q_min, exact in bf16 up to 256 and in f16
+/// up to 2048, provided the zero points are integers in [q_min, q_max]
+/// (`integral_zero_points`: the ShrunkQParams candidates of R6.6.6 steps 1-2 are). FP4 and
+/// FP8 values (2 and 4 significant bits, 2^-9 to 448) are exact in both; with a zero
+/// point q - z need not be.
+inline bool codes_exact_in_data_dtype(const BlockKernelArgs& k, bool integral_zero_points) {
+  if (k.data_narrow == Narrow::kNone) return true;
+  if (k.grid != qobs::detail::GridKind::kInt) return !k.has_zp;
+  if (k.has_zp && !integral_zero_points) return false;
+  return k.q_max - k.q_min <= (k.data_narrow == Narrow::kF16 ? 2048.0f : 256.0f);
+}
 
 /// Vectorized block kernel at `level` (kAvx2 or kAvx512).
 void block_errors_simd(SimdLevel level, const BlockKernelArgs& args);

@@ -61,22 +61,6 @@ HWY_INLINE VD round_sums(VD v, double tiny, double max_finite, DType dt) {
   return r;
 }
 
-/// Adds the terms of a vector of bf16 e (kTable16, unweighted; either sign: the f64
-/// copy holds the terms of both) to a row's two f64 lane sums (groups of the lower and
-/// upper half of the vector), gathered from the table's f64 copy: two gathers of half
-/// width in place of one gather, two widenings and a lane extraction. The values added
-/// are the same (f32 terms widen exactly).
-HWY_INLINE void add_table_terms_f64(VD& lower, VD& upper, VF e, const double* table64) {
-  const auto idx = hn::ShiftRight<16>(hn::BitCast(DU(), e)).raw;
-#if HWY_TARGET == HWY_AVX3
-  lower = hn::Add(lower, VD{_mm512_i32gather_pd(_mm512_castsi512_si256(idx), table64, 8)});
-  upper = hn::Add(upper, VD{_mm512_i32gather_pd(_mm512_extracti64x4_epi64(idx, 1), table64, 8)});
-#else
-  lower = hn::Add(lower, VD{_mm256_i32gather_pd(table64, _mm256_castsi256_si128(idx), 8)});
-  upper = hn::Add(upper, VD{_mm256_i32gather_pd(table64, _mm256_extracti128_si256(idx, 1), 8)});
-#endif
-}
-
 /// The kernel. Template arguments: fixed Narrow / GridKind / NormKind values or -1
 /// (read A) as in the block kernel; kQExact as exact_abs_error's; kZp and kW fix
 /// whether there is a zero point and weights (0 / 1) or read them (-1).
@@ -118,7 +102,7 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
       split_data_add(g, x);
       if constexpr (kMagnitude) {
         hn::Store(hn::Abs(x), df, abs_x + j * N);
-        hn::Store(hn::IfThenElse(hn::Lt(x, zero), hn::Set(df, -T.q_min), hn::Set(df, T.q_max)), df, top + j * N);
+        hn::Store(clamp_bound_of_side(T, x), df, top + j * N);
       }
     }
   }

@@ -158,6 +158,31 @@ HWY_INLINE VF exact_diff_of_magnitude(const BlockKernelArgs& A, VF ax, VF top, V
   return hn::Sub(narrow_bf16_split(hn::Mul(q, s)), ax);
 }
 
+/// The clamp's bound on x's side for exact_diff_of_magnitude: -q_min for x < 0, q_max
+/// otherwise (x = -0 takes q_max; its code is 0 either way).
+HWY_INLINE VF clamp_bound_of_side(const BlockKernelArgs& A, VF x) {
+  const DF df;
+  return hn::IfThenElse(hn::Lt(x, hn::Zero(df)), hn::Set(df, -A.q_min), hn::Set(df, A.q_max));
+}
+
+/// Adds the terms of a vector of bf16 e (kTable16, unweighted; either sign: the f64
+/// copy holds the terms of both) to two f64 sums, those of the lower half of the vector
+/// to `lower` and then those of the upper half to `upper` (the batch kernel: a row's
+/// sums of the two halves' groups; the block kernel: lane sums j % 8, the same vector
+/// twice at 16 lanes), gathered from the table's f64 copy: two gathers of half width in
+/// place of one gather, two widenings and a lane extraction. The values added are the
+/// same (f32 terms widen exactly).
+HWY_INLINE void add_table_terms_f64(VD& lower, VD& upper, VF e, const double* table64) {
+  const auto idx = hn::ShiftRight<16>(hn::BitCast(DU(), e)).raw;
+#if HWY_TARGET == HWY_AVX3
+  lower = hn::Add(lower, VD{_mm512_i32gather_pd(_mm512_castsi512_si256(idx), table64, 8)});
+  upper = hn::Add(upper, VD{_mm512_i32gather_pd(_mm512_extracti64x4_epi64(idx, 1), table64, 8)});
+#else
+  lower = hn::Add(lower, VD{_mm256_i32gather_pd(table64, _mm256_castsi256_si128(idx), 8)});
+  upper = hn::Add(upper, VD{_mm256_i32gather_pd(table64, _mm256_extracti128_si256(idx, 1), 8)});
+#endif
+}
+
 /// |e|^norm in the error dtype (Arith::pow_abs) for e = exact_abs_error(...).
 template <int kEN, int kNK>
 HWY_INLINE VF exact_pow(const BlockKernelArgs& A, VF e) {

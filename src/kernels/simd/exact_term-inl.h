@@ -169,17 +169,24 @@ HWY_INLINE VF clamp_bound_of_side(const BlockKernelArgs& A, VF x) {
 /// copy holds the terms of both) to two f64 sums, those of the lower half of the vector
 /// to `lower` and then those of the upper half to `upper` (the batch kernel: a row's
 /// sums of the two halves' groups; the block kernel: lane sums j % 8, the same vector
-/// twice at 16 lanes), gathered from the table's f64 copy: two gathers of half width in
-/// place of one gather, two widenings and a lane extraction. The values added are the
-/// same (f32 terms widen exactly).
+/// twice at 16 lanes), read from the table's f64 copy: two gathers of half width (AVX2:
+/// eight scalar loads) in place of one gather, two widenings and a lane extraction. The
+/// values added are the same (f32 terms widen exactly).
 HWY_INLINE void add_table_terms_f64(VD& lower, VD& upper, VF e, const double* table64) {
   const auto idx = hn::ShiftRight<16>(hn::BitCast(DU(), e)).raw;
 #if HWY_TARGET == HWY_AVX3
   lower = hn::Add(lower, VD{_mm512_i32gather_pd(_mm512_castsi512_si256(idx), table64, 8)});
   upper = hn::Add(upper, VD{_mm512_i32gather_pd(_mm512_extracti64x4_epi64(idx, 1), table64, 8)});
 #else
-  lower = hn::Add(lower, VD{_mm256_i32gather_pd(table64, _mm256_castsi256_si128(idx), 8)});
-  upper = hn::Add(upper, VD{_mm256_i32gather_pd(table64, _mm256_extracti128_si256(idx, 1), 8)});
+  // AVX2: the eight terms by scalar loads (store the indices, two loads per 128-bit
+  // pair) in place of two vgatherdpd. On the AMD Zen 3 host of the sixteenth round the
+  // gathers took most of the exact kernels' samples, and this cut the bf16 batch
+  // searches by ~20% at one thread (docs/PERFORMANCE.md); the values are the same.
+  alignas(32) uint32_t ix[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(ix), idx);
+  auto pair = [&](int k) HWY_ATTR { return _mm_loadh_pd(_mm_load_sd(table64 + ix[k]), table64 + ix[k + 1]); };
+  lower = hn::Add(lower, VD{_mm256_set_m128d(pair(2), pair(0))});
+  upper = hn::Add(upper, VD{_mm256_set_m128d(pair(6), pair(4))});
 #endif
 }
 

@@ -83,10 +83,7 @@ HWY_NOINLINE void BlockErrorsT(const BlockKernelArgs& A) {
   // allows (per candidate, below), r - x needs no rounding, the chain runs on |x|
   // (exact_diff_of_magnitude) and the terms come from the table's f64 copy
   // (add_table_terms_f64), as in the exact batch kernel
-  constexpr bool kCanMagnitude = kCanSplit && kEN == static_cast<int>(Narrow::kBF16) &&
-                                 kNK == static_cast<int>(NormKind::kTable16) &&
-                                 (kG == static_cast<int>(qobs::detail::GridKind::kInt) ||
-                                  kG == static_cast<int>(qobs::detail::GridKind::kFp4));
+  constexpr bool kCanMagnitude = magnitude_instantiation(kDN, kEN, kG, kNK);
   const bool magnitude_data = kCanMagnitude && !weighted && !A.has_zp && A.pow_table64 != nullptr &&
                               codes_exact_in_data_dtype(A, false);
   // |x| and the clamp's bound on x's side, read by every candidate that takes the

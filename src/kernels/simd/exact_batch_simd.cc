@@ -90,7 +90,7 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
   constexpr bool kTable64 = kEN == static_cast<int>(Narrow::kBF16) && kNK == static_cast<int>(NormKind::kTable16) && kW == 0;
   // and then on magnitudes (exact_diff_of_magnitude) where the terms come from the
   // table's f64 copy, which holds both signs
-  constexpr bool kMagnitude = kCanExactDiff && kTable64;
+  constexpr bool kMagnitude = magnitude_instantiation(kDN, kEN, kG, kNK) && kZp == 0 && kQExact && kW == 0;
   // The data once per batch: the split guard, and with kMagnitude |x| and the clamp's
   // bound on x's side (read only on the exact-diff branch, which needs the guard)
   SplitGuard g = split_guard();

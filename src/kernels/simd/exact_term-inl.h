@@ -45,6 +45,18 @@ constexpr bool split_instantiation(int kDN, int kEN) {
          (kEN == static_cast<int>(Narrow::kBF16) || kEN == static_cast<int>(Narrow::kNone));
 }
 
+/// Whether an exact kernel instantiated for data / error Narrow, grid and NormKind values
+/// kDN / kEN / kG / kNK (-1: read at run time) may take exact_diff_of_magnitude (below)
+/// with its terms from the table's f64 copy (add_table_terms_f64): bf16 data and bf16
+/// table terms on an INT or FP4 grid. The rest is the caller's to fix or check: no zero
+/// point, no weights, exact codes (codes_exact_in_data_dtype), and per candidate the
+/// split guard and exact_diff_ok.
+constexpr bool magnitude_instantiation(int kDN, int kEN, int kG, int kNK) {
+  return split_instantiation(kDN, kEN) && kEN == static_cast<int>(Narrow::kBF16) &&
+         kNK == static_cast<int>(NormKind::kTable16) &&
+         (kG == static_cast<int>(qobs::detail::GridKind::kInt) || kG == static_cast<int>(qobs::detail::GridKind::kFp4));
+}
+
 /// The split rounding's range guard (narrow_bf16_split), shared by the exact kernels.
 /// Data: every |x| in {0} u [2^-100, 2^100] (split_data_add over the values, then
 /// split_data_ok); per candidate: s in [2^-100, 2^90] and max |x| <= 2^99 s

@@ -177,18 +177,34 @@ HWY_INLINE VF clamp_bound_of_side(const BlockKernelArgs& A, VF x) {
   return hn::IfThenElse(hn::Lt(x, hn::Zero(df)), hn::Set(df, -A.q_min), hn::Set(df, A.q_max));
 }
 
+/// The f64 table entries at ix[0..3] by scalar loads, two per 128-bit pair (in place of
+/// a gather: add_table_terms_f64).
+HWY_INLINE __m256d table_quad_f64(const double* table64, const uint32_t* ix) {
+  const __m128d lo = _mm_loadh_pd(_mm_load_sd(table64 + ix[0]), table64 + ix[1]);
+  const __m128d hi = _mm_loadh_pd(_mm_load_sd(table64 + ix[2]), table64 + ix[3]);
+  return _mm256_set_m128d(hi, lo);
+}
+
 /// Adds the terms of a vector of bf16 e (kTable16, unweighted; either sign: the f64
 /// copy holds the terms of both) to two f64 sums, those of the lower half of the vector
 /// to `lower` and then those of the upper half to `upper` (the batch kernel: a row's
 /// sums of the two halves' groups; the block kernel: lane sums j % 8, the same vector
-/// twice at 16 lanes), read from the table's f64 copy: two gathers of half width (AVX2:
-/// eight scalar loads) in place of one gather, two widenings and a lane extraction. The
-/// values added are the same (f32 terms widen exactly).
+/// twice at 16 lanes), read from the table's f64 copy (AVX-512: a gather and eight
+/// scalar loads; AVX2: eight scalar loads) in place of one f32 gather, two widenings and
+/// a lane extraction. The values added are the same (f32 terms widen exactly).
 HWY_INLINE void add_table_terms_f64(VD& lower, VD& upper, VF e, const double* table64) {
   const auto idx = hn::ShiftRight<16>(hn::BitCast(DU(), e)).raw;
 #if HWY_TARGET == HWY_AVX3
+  // The lower half by vgatherdpd, the upper half by scalar loads: on the AMD Zen 4 host
+  // of the seventeenth round the gathers held most of the exact kernels' samples, and
+  // splitting the lookups between the gather and the load ports cut the bf16 batch
+  // searches by ~10% at one thread; sixteen scalar loads were ~40% slower than two
+  // gathers (docs/PERFORMANCE.md).
   lower = hn::Add(lower, VD{_mm512_i32gather_pd(_mm512_castsi512_si256(idx), table64, 8)});
-  upper = hn::Add(upper, VD{_mm512_i32gather_pd(_mm512_extracti64x4_epi64(idx, 1), table64, 8)});
+  alignas(32) uint32_t ix[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(ix), _mm512_extracti64x4_epi64(idx, 1));
+  upper = hn::Add(upper, VD{_mm512_insertf64x4(_mm512_castpd256_pd512(table_quad_f64(table64, ix)),
+                                                table_quad_f64(table64, ix + 4), 1)});
 #else
   // AVX2: the eight terms by scalar loads (store the indices, two loads per 128-bit
   // pair) in place of two vgatherdpd. On the AMD Zen 3 host of the sixteenth round the
@@ -196,9 +212,8 @@ HWY_INLINE void add_table_terms_f64(VD& lower, VD& upper, VF e, const double* ta
   // searches by ~20% at one thread (docs/PERFORMANCE.md); the values are the same.
   alignas(32) uint32_t ix[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(ix), idx);
-  auto pair = [&](int k) HWY_ATTR { return _mm_loadh_pd(_mm_load_sd(table64 + ix[k]), table64 + ix[k + 1]); };
-  lower = hn::Add(lower, VD{_mm256_set_m128d(pair(2), pair(0))});
-  upper = hn::Add(upper, VD{_mm256_set_m128d(pair(6), pair(4))});
+  lower = hn::Add(lower, VD{table_quad_f64(table64, ix)});
+  upper = hn::Add(upper, VD{table_quad_f64(table64, ix + 4)});
 #endif
 }
 

@@ -25,6 +25,7 @@ import numpy as np
 
 SCHEMES = {  # must agree with bench/bench_schemes.h
     "int4_g128": dict(num_bits=4, type="int", strategy="group", group_size=128, symmetric=True),
+    "int4_g128_asym": dict(num_bits=4, type="int", strategy="group", group_size=128, symmetric=False),
     "nvfp4": dict(num_bits=4, type="float", strategy="tensor_group", group_size=16, symmetric=True,
                   scale_dtype="float8_e4m3fn"),
     "int8_channel": dict(num_bits=8, type="int", strategy="channel", symmetric=True),

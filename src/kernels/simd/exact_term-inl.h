@@ -198,7 +198,7 @@ HWY_INLINE void add_table_terms_f64(VD& lower, VD& upper, VF e, const double* ta
   // The lower half by vgatherdpd, the upper half by scalar loads: on the AMD Zen 4 host
   // of the seventeenth round the gathers held most of the exact kernels' samples, and
   // splitting the lookups between the gather and the load ports cut the bf16 batch
-  // searches by ~10% at one thread; sixteen scalar loads were ~40% slower than two
+  // searches by ~8% at one thread; sixteen scalar loads were ~40% slower than two
   // gathers (docs/PERFORMANCE.md).
   lower = hn::Add(lower, VD{_mm512_i32gather_pd(_mm512_castsi512_si256(idx), table64, 8)});
   alignas(32) uint32_t ix[8];

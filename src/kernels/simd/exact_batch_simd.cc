@@ -93,16 +93,20 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
   constexpr bool kMagnitude = magnitude_instantiation(kDN, kEN, kG, kNK) && kZp == 0 && kQExact && kW == 0;
   // The data once per batch: the split guard, and with kMagnitude |x| and the clamp's
   // bound on x's side (read only on the exact-diff branch, which needs the guard)
+  // FP4 clamps at -q_max and q_max (ExactBatch instantiates kFp4 only then): one bound
+  // for both signs, a constant in place of the per-element copy and its load
+  constexpr bool kOneBound = kMagnitude && kG == static_cast<int>(qobs::detail::GridKind::kFp4);
+  const VF one_bound = hn::Set(df, T.q_max);
   SplitGuard g = split_guard();
   alignas(64) float abs_x[kMagnitude ? kPolyBatchMaxLen * N : 1];
-  alignas(64) float top[kMagnitude ? kPolyBatchMaxLen * N : 1];
+  alignas(64) float top[kMagnitude && !kOneBound ? kPolyBatchMaxLen * N : 1];
   if constexpr (kCanSplit) {
     for (int64_t j = 0; j < A.n; ++j) {
       const VF x = hn::LoadU(df, A.xt + j * N);
       split_data_add(g, x);
       if constexpr (kMagnitude) {
         hn::Store(hn::Abs(x), df, abs_x + j * N);
-        hn::Store(clamp_bound_of_side(T, x), df, top + j * N);
+        if constexpr (!kOneBound) hn::Store(clamp_bound_of_side(T, x), df, top + j * N);
       }
     }
   }
@@ -129,7 +133,9 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
     auto sums = [&]<bool kSplit, bool kExactDiff>(std::bool_constant<kSplit>, std::bool_constant<kExactDiff>) HWY_ATTR {
       // (on magnitudes: r' - |x|, which the table turns into the term of |r - x|)
       auto abs_error = [&](int64_t j) HWY_ATTR {
-        if constexpr (kMagnitude && kExactDiff)
+        if constexpr (kMagnitude && kExactDiff && kOneBound)
+          return exact_diff_of_magnitude<kG>(T, hn::Load(df, abs_x + j * N), one_bound, s, inv_s);
+        else if constexpr (kMagnitude && kExactDiff)
           return exact_diff_of_magnitude<kG>(T, hn::Load(df, abs_x + j * N), hn::Load(df, top + j * N), s, inv_s);
         else
           return exact_abs_error<kDN, kEN, kG, kQExact, kZp, kSplit, kExactDiff>(T, hn::LoadU(df, A.xt + j * N), s,
@@ -225,7 +231,7 @@ bool ExactBatch(const ExactBatchArgs& A) {
   if (T.data_narrow == Narrow::kBF16 && T.err_narrow == Narrow::kBF16 && T.norm_kind == NormKind::kTable16 &&
       !weighted) {
     if (T.grid == qobs::detail::GridKind::kInt && A.q_exact) return ExactBatchZp<kBF16, kBF16, kInt, kTable, true, 0>(A);
-    if (T.grid == qobs::detail::GridKind::kFp4 && !T.has_zp && A.q_exact)
+    if (T.grid == qobs::detail::GridKind::kFp4 && !T.has_zp && A.q_exact && T.q_min == -T.q_max)
       return ExactBatchT<kBF16, kBF16, kFp4, kTable, true, 0, 0>(A);
   }
   if (T.data_narrow == Narrow::kBF16 && T.err_narrow == Narrow::kNone && T.norm_kind == NormKind::kThree &&

@@ -91,12 +91,13 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
   // and then on magnitudes (exact_diff_of_magnitude) where the terms come from the
   // table's f64 copy, which holds both signs
   constexpr bool kMagnitude = magnitude_instantiation(kDN, kEN, kG, kNK) && kZp == 0 && kQExact && kW == 0;
-  // The data once per batch: the split guard, and with kMagnitude |x| and the clamp's
-  // bound on x's side (read only on the exact-diff branch, which needs the guard)
   // FP4 clamps at -q_max and q_max (ExactBatch instantiates kFp4 only then): one bound
   // for both signs, a constant in place of the per-element copy and its load
   constexpr bool kOneBound = kMagnitude && kG == static_cast<int>(qobs::detail::GridKind::kFp4);
   const VF one_bound = hn::Set(df, T.q_max);
+  // The data once per batch: the split guard, and with kMagnitude |x| and (unless
+  // kOneBound) the clamp's bound on x's side (read only on the exact-diff branch, which
+  // needs the guard)
   SplitGuard g = split_guard();
   alignas(64) float abs_x[kMagnitude ? kPolyBatchMaxLen * N : 1];
   alignas(64) float top[kMagnitude && !kOneBound ? kPolyBatchMaxLen * N : 1];
@@ -133,11 +134,11 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
     auto sums = [&]<bool kSplit, bool kExactDiff>(std::bool_constant<kSplit>, std::bool_constant<kExactDiff>) HWY_ATTR {
       // (on magnitudes: r' - |x|, which the table turns into the term of |r - x|)
       auto abs_error = [&](int64_t j) HWY_ATTR {
-        if constexpr (kMagnitude && kExactDiff && kOneBound)
-          return exact_diff_of_magnitude<kG>(T, hn::Load(df, abs_x + j * N), one_bound, s, inv_s);
-        else if constexpr (kMagnitude && kExactDiff)
-          return exact_diff_of_magnitude<kG>(T, hn::Load(df, abs_x + j * N), hn::Load(df, top + j * N), s, inv_s);
-        else
+        if constexpr (kMagnitude && kExactDiff) {
+          VF bound = one_bound;
+          if constexpr (!kOneBound) bound = hn::Load(df, top + j * N);
+          return exact_diff_of_magnitude<kG>(T, hn::Load(df, abs_x + j * N), bound, s, inv_s);
+        } else
           return exact_abs_error<kDN, kEN, kG, kQExact, kZp, kSplit, kExactDiff>(T, hn::LoadU(df, A.xt + j * N), s,
                                                                                   inv_s, z);
       };

@@ -32,6 +32,7 @@
 #include "kernels/simd/poly_batch_simd.h"  // kPolyBatchMaxLen, fp4_round_nonneg_simd
 #include "kernels/simd/pow_simd.h"
 #include "kernels/simd/simd_level.h"
+#include "kernels/simd/stream_store.h"
 #include "qobs/qobs.h"
 #include "test_util.h"
 
@@ -406,26 +407,32 @@ TEST(FastMinMax, StatisticsTensorsEqualFromFloatsOfReference) {
               want_hi = std::max(want_hi, emax.get(i));
             }
             const bool nvfp4 = c.args.get_strategy() == Strategy::kTensorGroup;
+            // stream_min 0: every 16-bit pass writes by streaming stores and hands over
+            // its key ranges from registers (stream_store.h), as large tensors do
+            const int64_t stream_default = kernels::stream_store_min_bytes.load();
             for (SimdLevel level : available_simd_levels())
-              for (int threads : {1, 2, 3}) {
-                Tensor gmin(dt, flat.layout.qparam_shape), gmax(dt, flat.layout.qparam_shape);
-                std::optional<kernels::StatisticsExtremes> ext;
-                fast::minmax_stats(flat, gmin.data(), gmax.data(), level, threads, &ext);
-                const std::string at = std::string(dtype_name(dt)) + " cols=" + std::to_string(c.cols) +
-                                       " rows=" + std::to_string(rows) + " poison=" + std::to_string(poison) + " " +
-                                       std::string(to_string(level)) + " t" + std::to_string(threads);
-                ASSERT_EQ(0, std::memcmp(gmin.data(), emin.data(), emin.nbytes())) << at;
-                ASSERT_EQ(0, std::memcmp(gmax.data(), emax.data(), emax.nbytes())) << at;
-                // NVFP4's groups of 16 end to end: read back at every vector level
-                if (nvfp4 && level != SimdLevel::kScalar) ASSERT_TRUE(ext.has_value()) << at;
-                if (!ext) continue;
-                if (any_nan) {
-                  EXPECT_TRUE(std::isnan(ext->first) && std::isnan(ext->second)) << at;
-                } else {
-                  EXPECT_EQ(ext->first, want_lo) << at;  // == : a zero's sign is unspecified
-                  EXPECT_EQ(ext->second, want_hi) << at;
+              for (int threads : {1, 2, 3})
+                for (int64_t stream_min : {stream_default, int64_t{0}}) {
+                  const kernels::ScopedStreamStoreMinBytes streaming(stream_min);
+                  Tensor gmin(dt, flat.layout.qparam_shape), gmax(dt, flat.layout.qparam_shape);
+                  std::optional<kernels::StatisticsExtremes> ext;
+                  fast::minmax_stats(flat, gmin.data(), gmax.data(), level, threads, &ext);
+                  const std::string at = std::string(dtype_name(dt)) + " cols=" + std::to_string(c.cols) +
+                                         " rows=" + std::to_string(rows) + " poison=" + std::to_string(poison) + " " +
+                                         std::string(to_string(level)) + " t" + std::to_string(threads) +
+                                         " stream_min=" + std::to_string(stream_min);
+                  ASSERT_EQ(0, std::memcmp(gmin.data(), emin.data(), emin.nbytes())) << at;
+                  ASSERT_EQ(0, std::memcmp(gmax.data(), emax.data(), emax.nbytes())) << at;
+                  // NVFP4's groups of 16 end to end: read back at every vector level
+                  if (nvfp4 && level != SimdLevel::kScalar) ASSERT_TRUE(ext.has_value()) << at;
+                  if (!ext) continue;
+                  if (any_nan) {
+                    EXPECT_TRUE(std::isnan(ext->first) && std::isnan(ext->second)) << at;
+                  } else {
+                    EXPECT_EQ(ext->first, want_lo) << at;  // == : a zero's sign is unspecified
+                    EXPECT_EQ(ext->second, want_hi) << at;
+                  }
                 }
-              }
           }
 }
 

@@ -9,6 +9,7 @@
 #include "kernels/search/group_data.h"
 #include "kernels/search/search.h"
 #include "kernels/simd/minmax_simd.h"
+#include "kernels/simd/stream_store.h"
 #include "qobs/formats.h"
 #include "qparams/qparam_math.h"
 
@@ -80,17 +81,20 @@ void minmax_range(const FlatView& flat, bool contiguous, bool eight_at_once, int
 }
 
 /// Groups [q, q + count) (count a multiple of 32, laid end to end) of a bf16 / f16 tensor
-/// into 16-bit statistics of the same dtype with minmax_groups_to16_simd, the sign of a
-/// zero result settled on the patterns as settle_zero_signs does on floats (the last
-/// zero of the group). Returns the groups done: count, or 0 when the level or shape has
-/// no such pass or a NaN needs the per-group loop.
-int64_t minmax_to16(const FlatView& flat, int64_t q, int64_t count, int64_t len, SimdLevel level, uint16_t* mins,
-                    uint16_t* maxs) {
+/// into 16-bit statistics of the same dtype with minmax_groups_to16_simd (by streaming
+/// stores if `stream`), the sign of a zero result settled on the patterns as
+/// settle_zero_signs does on floats (the last zero of the group). Returns the groups
+/// done: count, with *ranges the StoredKeyRanges of the statistics written; or 0 when the
+/// level or shape has no such pass or a NaN needs the per-group loop.
+int64_t minmax_to16(const FlatView& flat, int64_t q, int64_t count, int64_t len, SimdLevel level, bool stream,
+                    uint16_t* mins, uint16_t* maxs, StoredKeyRanges* ranges) {
   const auto* x = static_cast<const uint16_t*>(flat.data) + flat.group_offset(q);
   bool zero_result = false;
-  if (minmax_groups_to16_simd(level, x, flat.dtype == DType::kBF16, count, len, mins + q, maxs + q, &zero_result) != 1)
+  if (minmax_groups_to16_simd(level, x, flat.dtype == DType::kBF16, count, len, mins + q, maxs + q, &zero_result,
+                              stream, ranges) != 1)
     return 0;
-  for (int64_t g = 0; zero_result && g < count; ++g) {
+  if (!zero_result) return count;
+  for (int64_t g = 0; g < count; ++g) {
     uint16_t& lo = mins[q + g];
     uint16_t& hi = maxs[q + g];
     if ((lo & 0x7FFFu) != 0 && (hi & 0x7FFFu) != 0) continue;
@@ -101,6 +105,9 @@ int64_t minmax_to16(const FlatView& flat, int64_t q, int64_t count, int64_t len,
     if ((lo & 0x7FFFu) == 0) lo = v[j];
     if ((hi & 0x7FFFu) == 0) hi = v[j];
   }
+  // a settled zero's key moved between those of +0 and -0: the ranges from the patterns
+  // as they now are (rare: a group's min or max exactly zero)
+  *ranges = stored_key_ranges16(level, mins + q, maxs + q, count);
   return count;
 }
 
@@ -108,12 +115,13 @@ int64_t minmax_to16(const FlatView& flat, int64_t q, int64_t count, int64_t len,
 /// max (int16 keys of 16-bit statistics, or floats), NaN shown as minmax_keys16_simd /
 /// minmax_simd show it.
 struct TaskExtremes {
-  int16_t mins_lo = INT16_MAX, mins_hi = INT16_MIN, maxs_lo = INT16_MAX, maxs_hi = INT16_MIN;
+  StoredKeyRanges keys;
   float fmins_lo = INFINITY, fmaxs_hi = -INFINITY;
   bool fnan = false;
 };
 
-/// The task's statistics [q, q_end) in out_dt, read while they are in its cache.
+/// The task's statistics [q, q_end) in out_dt, read while they are in its cache (f32:
+/// the task's whole range once; 16-bit: merged into what the task has).
 void read_back(DType out_dt, const void* out_mins, const void* out_maxs, int64_t q, int64_t q_end, SimdLevel level,
                TaskExtremes& t) {
   const int64_t n = q_end - q;
@@ -127,8 +135,8 @@ void read_back(DType out_dt, const void* out_mins, const void* out_maxs, int64_t
     t.fmaxs_hi = hi2;
     return;
   }
-  minmax_keys16_simd(level, static_cast<const uint16_t*>(out_mins) + q, n, &t.mins_lo, &t.mins_hi);
-  minmax_keys16_simd(level, static_cast<const uint16_t*>(out_maxs) + q, n, &t.maxs_lo, &t.maxs_hi);
+  t.keys.merge(stored_key_ranges16(level, static_cast<const uint16_t*>(out_mins) + q,
+                                   static_cast<const uint16_t*>(out_maxs) + q, n));
 }
 
 /// The tasks' read-backs combined: StatisticsExtremes of all the statistics.
@@ -142,13 +150,8 @@ StatisticsExtremes combine_extremes(DType out_dt, const std::vector<TaskExtremes
     }
     return {lo, hi};
   }
-  TaskExtremes all;
-  for (const TaskExtremes& t : tasks) {
-    all.mins_lo = std::min(all.mins_lo, t.mins_lo);
-    all.mins_hi = std::max(all.mins_hi, t.mins_hi);
-    all.maxs_lo = std::min(all.maxs_lo, t.maxs_lo);
-    all.maxs_hi = std::max(all.maxs_hi, t.maxs_hi);
-  }
+  StoredKeyRanges all;
+  for (const TaskExtremes& t : tasks) all.merge(t.keys);
   const bool bf16 = out_dt == DType::kBF16;
   const KeyExtremes m = key_extremes16(all.mins_lo, all.mins_hi, bf16), x = key_extremes16(all.maxs_lo, all.maxs_hi, bf16);
   if (m.nan || x.nan) return {NAN, NAN};
@@ -230,10 +233,14 @@ void minmax_impl(const FlatView& flat, DType out_dt, void* out_mins, void* out_m
   const int64_t per_task = (std::max<int64_t>(1, (nq + target_tasks - 1) / target_tasks) + unit - 1) / unit * unit;
   const int64_t num_tasks = (nq + per_task - 1) / per_task;
   std::vector<std::vector<float>> bufs(static_cast<std::size_t>(threads));
-  // the read-back costs a pass over the task's statistics while they are in its cache,
-  // instead of the callers' passes over all of them later
+  // the extremes: f32 statistics read back while they are in the task's cache; 16-bit
+  // ones from the kernel's registers (the rest read back block by block): no pass of
+  // the callers over all of them later
   const bool read_extremes = extremes && eight_at_once;
   std::vector<TaskExtremes> task_extremes(read_extremes ? static_cast<std::size_t>(num_tasks) : 0);
+  // 16-bit statistics beyond the caches (NVFP4's groups of 16): streamed, with their
+  // key ranges taken from the kernel's registers instead of read back (stream_store.h)
+  const bool stream = out_dt != DType::kF32 && stream_output(2 * nq * static_cast<int64_t>(dtype_size(out_dt)));
   parallel_for(num_tasks, threads, [&](int64_t task, int worker) {
     const int64_t q_begin = task * per_task, q_end = std::min(nq, (task + 1) * per_task);
     std::vector<float>& buf = bufs[static_cast<std::size_t>(worker)];
@@ -249,16 +256,18 @@ void minmax_impl(const FlatView& flat, DType out_dt, void* out_mins, void* out_m
     for (int64_t q = q_begin; q < q_end; q += kBlock) {
       const int64_t e = std::min(q_end, q + kBlock);
       int64_t done = 0;  // groups [q, q + done) stored as 16-bit patterns directly
+      StoredKeyRanges ranges;
       if (eight_at_once && flat.dtype == out_dt && (e - q) >= 32)
-        done = minmax_to16(flat, q, (e - q) / 32 * 32, len, level, static_cast<uint16_t*>(out_mins),
-                           static_cast<uint16_t*>(out_maxs));
+        done = minmax_to16(flat, q, (e - q) / 32 * 32, len, level, stream, static_cast<uint16_t*>(out_mins),
+                           static_cast<uint16_t*>(out_maxs), &ranges);
+      if (read_extremes && done > 0) task_extremes[static_cast<std::size_t>(task)].keys.merge(ranges);
       if (q + done == e) continue;
       minmax_range(flat, contiguous, eight_at_once, q + done, e, len, level, buf, lo, hi);
       store_results(out_dt, lo, e - q - done, out_mins, q + done, level);
       store_results(out_dt, hi, e - q - done, out_maxs, q + done, level);
+      if (read_extremes)
+        read_back(out_dt, out_mins, out_maxs, q + done, e, level, task_extremes[static_cast<std::size_t>(task)]);
     }
-    if (read_extremes)
-      read_back(out_dt, out_mins, out_maxs, q_begin, q_end, level, task_extremes[static_cast<std::size_t>(task)]);
   });
   if (read_extremes) *extremes = combine_extremes(out_dt, task_extremes);
 }

@@ -26,6 +26,22 @@ namespace hn = hwy::HWY_NAMESPACE;
 #include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, DH, DD, VF, VD, ...
 #include "kernels/simd/transpose8-inl.h"  // D8, V8, load8, transpose8x8
 
+/// Whether both output pointers are aligned for streaming stores of `bytes`.
+HWY_INLINE bool aligned_pair(const void* a, const void* b, uintptr_t bytes) {
+  return ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) & (bytes - 1)) == 0;
+}
+
+/// The running key vectors of a 16-bit pass (least / greatest key of the mins and of
+/// the maxs stored) reduced into *ranges.
+template <class V16>
+HWY_INLINE void reduce_key_ranges(V16 mins_lo, V16 mins_hi, V16 maxs_lo, V16 maxs_hi, StoredKeyRanges* ranges) {
+  const hn::DFromV<V16> d;
+  ranges->mins_lo = hn::GetLane(hn::MinOfLanes(d, mins_lo));
+  ranges->mins_hi = hn::GetLane(hn::MaxOfLanes(d, mins_hi));
+  ranges->maxs_lo = hn::GetLane(hn::MinOfLanes(d, maxs_lo));
+  ranges->maxs_hi = hn::GetLane(hn::MaxOfLanes(d, maxs_hi));
+}
+
 /// MinMaxGroups: num_groups (a multiple of 8) consecutive groups of len (a multiple of
 /// 8) values; per group min and max, eight groups per pass, reduced by a transpose.
 /// store(g0, mins, maxs) takes the eight groups' results as floats.
@@ -312,8 +328,11 @@ struct TreeSlots16 {
 /// num_groups (a multiple of 16) groups of len (a multiple of 16) bf16 / f16 values:
 /// 16-bit results; 1 done, 0 some value NaN (keys beyond +-inf's).
 int MinMaxGroupsKeys16(const uint16_t* x, bool bf16, int64_t num_groups, int64_t len, uint16_t* mins, uint16_t* maxs,
-                       bool* zero_result) {
+                       bool* zero_result, bool stream, StoredKeyRanges* ranges) {
   static const TreeSlots16 slots;
+  const bool nt = stream && aligned_pair(mins, maxs, 32);
+  __m256i mins_lo = _mm256_set1_epi16(INT16_MAX), mins_hi = _mm256_set1_epi16(INT16_MIN), maxs_lo = mins_lo,
+          maxs_hi = mins_hi;
   const int16_t inf = bf16 ? 0x7F80 : 0x7C00;
   const __m256i pos_inf_key = _mm256_set1_epi16(inf);
   const __m256i neg_inf_key = _mm256_set1_epi16(static_cast<int16_t>((0x8000 | inf) ^ 0x7FFF));
@@ -334,42 +353,80 @@ int MinMaxGroupsKeys16(const uint16_t* x, bool bf16, int64_t num_groups, int64_t
     const __m256i lo_key = tree16_avx2<false>(lo), hi_key = tree16_avx2<true>(hi);
     nan = _mm256_or_si256(nan, _mm256_or_si256(_mm256_cmpgt_epi16(hi_key, pos_inf_key),
                                                _mm256_cmpgt_epi16(neg_inf_key, lo_key)));
+    mins_lo = _mm256_min_epi16(mins_lo, lo_key);
+    mins_hi = _mm256_max_epi16(mins_hi, lo_key);
+    maxs_lo = _mm256_min_epi16(maxs_lo, hi_key);
+    maxs_hi = _mm256_max_epi16(maxs_hi, hi_key);
     const __m256i lo_b = key16_avx2(lo_key), hi_b = key16_avx2(hi_key);  // the map is an involution
     zeros = _mm256_or_si256(zeros, _mm256_or_si256(_mm256_cmpeq_epi16(_mm256_and_si256(lo_b, magnitude), zero),
                                                    _mm256_cmpeq_epi16(_mm256_and_si256(hi_b, magnitude), zero)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(mins + g0), lo_b);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(maxs + g0), hi_b);
+    if (nt) {
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(mins + g0), lo_b);
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(maxs + g0), hi_b);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(mins + g0), lo_b);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(maxs + g0), hi_b);
+    }
   }
+  if (nt) _mm_sfence();  // the streamed stores before whatever tells another thread they are done
   if (!_mm256_testz_si256(zeros, zeros)) *zero_result = true;
-  return _mm256_testz_si256(nan, nan) ? 1 : 0;
+  if (!_mm256_testz_si256(nan, nan)) return 0;
+  reduce_key_ranges(hn::Vec256<int16_t>{mins_lo}, hn::Vec256<int16_t>{mins_hi}, hn::Vec256<int16_t>{maxs_lo},
+                    hn::Vec256<int16_t>{maxs_hi}, ranges);
+  return 1;
 }
 #endif  // HWY_TARGET == HWY_AVX2
 
+void MinMaxKeys16(const uint16_t* x, int64_t n, int16_t* lo_out, int16_t* hi_out);  // below
+
 /// The results as 16-bit patterns of the data's own dtype (exact: they are elements),
 /// with no float statistics in between: AVX-512's 32-group passes where the length
-/// allows, else the eight-group passes with their results narrowed back in registers;
-/// 1 done, 0 a NaN, -1 not a shape these passes take.
+/// allows, AVX2's 16-group passes, else the eight-group passes with their results
+/// narrowed back in registers; 1 done, 0 a NaN, -1 not a shape these passes take. The
+/// stored results' key ranges come from the registers of the 32- and 16-group passes.
 int MinMaxGroupsTo16(const uint16_t* x, bool bf16, int64_t num_groups, int64_t len, uint16_t* mins, uint16_t* maxs,
-                     bool* zero_result) {
+                     bool* zero_result, bool stream, StoredKeyRanges* ranges) {
 #if HWY_TARGET == HWY_AVX3
-  if (num_groups % 32 == 0 && (len == 16 || len % 32 == 0))
-    return MinMaxPasses16(x, bf16, num_groups, len, zero_result, [&](int64_t g, __m512i lo, __m512i hi) HWY_ATTR {
-             _mm512_storeu_si512(mins + g, key16(lo));  // the key map is its own inverse
-             _mm512_storeu_si512(maxs + g, key16(hi));
-           })
-               ? 1
-               : 0;
+  if (num_groups % 32 == 0 && (len == 16 || len % 32 == 0)) {
+    const bool nt = stream && aligned_pair(mins, maxs, 64);
+    __m512i mins_lo = _mm512_set1_epi16(INT16_MAX), mins_hi = _mm512_set1_epi16(INT16_MIN), maxs_lo = mins_lo,
+            maxs_hi = mins_hi;
+    const bool done =
+        MinMaxPasses16(x, bf16, num_groups, len, zero_result, [&](int64_t g, __m512i lo, __m512i hi) HWY_ATTR {
+          mins_lo = _mm512_min_epi16(mins_lo, lo);
+          mins_hi = _mm512_max_epi16(mins_hi, lo);
+          maxs_lo = _mm512_min_epi16(maxs_lo, hi);
+          maxs_hi = _mm512_max_epi16(maxs_hi, hi);
+          if (nt) {  // the key map is its own inverse
+            _mm512_stream_si512(reinterpret_cast<__m512i*>(mins + g), key16(lo));
+            _mm512_stream_si512(reinterpret_cast<__m512i*>(maxs + g), key16(hi));
+          } else {
+            _mm512_storeu_si512(mins + g, key16(lo));
+            _mm512_storeu_si512(maxs + g, key16(hi));
+          }
+        });
+    if (nt) _mm_sfence();  // the streamed stores before whatever tells another thread they are done
+    if (!done) return 0;
+    reduce_key_ranges(hn::Vec512<int16_t>{mins_lo}, hn::Vec512<int16_t>{mins_hi}, hn::Vec512<int16_t>{maxs_lo},
+                      hn::Vec512<int16_t>{maxs_hi}, ranges);
+    return 1;
+  }
 #endif
 #if HWY_TARGET == HWY_AVX2
-  if (num_groups % 16 == 0 && len % 16 == 0) return MinMaxGroupsKeys16(x, bf16, num_groups, len, mins, maxs, zero_result);
+  if (num_groups % 16 == 0 && len % 16 == 0)
+    return MinMaxGroupsKeys16(x, bf16, num_groups, len, mins, maxs, zero_result, stream, ranges);
 #endif
   if (num_groups % 8 != 0 || len % 8 != 0) return -1;
-  return MinMaxGroupsT(x, bf16, num_groups, len, zero_result, [&](int64_t g0, V8 lo, V8 hi) HWY_ATTR {
-           StorePatterns16(lo, bf16, mins + g0);
-           StorePatterns16(hi, bf16, maxs + g0);
-         })
-             ? 1
-             : 0;
+  // the rare shapes: ordinary stores, the ranges read back while in cache
+  if (!MinMaxGroupsT(x, bf16, num_groups, len, zero_result, [&](int64_t g0, V8 lo, V8 hi) HWY_ATTR {
+        StorePatterns16(lo, bf16, mins + g0);
+        StorePatterns16(hi, bf16, maxs + g0);
+      }))
+    return 0;
+  *ranges = {};
+  MinMaxKeys16(mins, num_groups, &ranges->mins_lo, &ranges->mins_hi);
+  MinMaxKeys16(maxs, num_groups, &ranges->maxs_lo, &ranges->maxs_hi);
+  return 1;
 }
 
 bool MinMaxGroups(const void* x, DType dt, int64_t num_groups, int64_t len, float* mins, float* maxs,
@@ -513,10 +570,16 @@ bool minmax_groups_simd(SimdLevel level, const void* x, DType dt, int64_t num_gr
   QOBS_SIMD_DISPATCH(MinMaxGroups(x, dt, num_groups, len, mins, maxs, zero_result));
 }
 int minmax_groups_to16_simd(SimdLevel level, const uint16_t* x, bool bf16, int64_t num_groups, int64_t len,
-                            uint16_t* mins, uint16_t* maxs, bool* zero_result) {
+                            uint16_t* mins, uint16_t* maxs, bool* zero_result, bool stream, StoredKeyRanges* ranges) {
   *zero_result = false;
   if (level == SimdLevel::kScalar) return -1;
-  QOBS_SIMD_DISPATCH(MinMaxGroupsTo16(x, bf16, num_groups, len, mins, maxs, zero_result));
+  QOBS_SIMD_DISPATCH(MinMaxGroupsTo16(x, bf16, num_groups, len, mins, maxs, zero_result, stream, ranges));
+}
+StoredKeyRanges stored_key_ranges16(SimdLevel level, const uint16_t* mins, const uint16_t* maxs, int64_t n) {
+  StoredKeyRanges r;
+  minmax_keys16_simd(level, mins, n, &r.mins_lo, &r.mins_hi);
+  minmax_keys16_simd(level, maxs, n, &r.maxs_lo, &r.maxs_hi);
+  return r;
 }
 void minmax_keys16_simd(SimdLevel level, const uint16_t* x, int64_t n, int16_t* lo, int16_t* hi) {
   QOBS_SIMD_DISPATCH(MinMaxKeys16(x, n, lo, hi));

@@ -5,6 +5,7 @@
 // and Tensor::from_floats' stores.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/simd/simd_level.h"
@@ -41,13 +42,30 @@ struct KeyExtremes {
 KeyExtremes key_extremes16(int16_t lo, int16_t hi, bool is_bf16);
 /// minmax_keys16_simd over [0, n) split into `parts` ranges on up to `threads` threads.
 KeyExtremes minmax16_threaded(SimdLevel level, const uint16_t* x, int64_t n, bool is_bf16, int64_t parts, int threads);
+/// The least and greatest keys (minmax_keys16_simd's map) of stored 16-bit mins and of
+/// stored 16-bit maxs.
+struct StoredKeyRanges {
+  int16_t mins_lo = INT16_MAX, mins_hi = INT16_MIN, maxs_lo = INT16_MAX, maxs_hi = INT16_MIN;
+  void merge(const StoredKeyRanges& o) {
+    mins_lo = std::min(mins_lo, o.mins_lo);
+    mins_hi = std::max(mins_hi, o.mins_hi);
+    maxs_lo = std::min(maxs_lo, o.maxs_lo);
+    maxs_hi = std::max(maxs_hi, o.maxs_hi);
+  }
+};
+/// StoredKeyRanges of n >= 1 stored mins and maxs, read back.
+StoredKeyRanges stored_key_ranges16(SimdLevel level, const uint16_t* mins, const uint16_t* maxs, int64_t n);
 /// minmax_groups_simd with the results stored as the data's own 16-bit patterns (no
 /// float statistics in between): AVX-512's 32-group passes (num_groups a multiple of
-/// 32, len 16 or a multiple of 32), else the eight-group passes (num_groups and len
-/// multiples of 8). Returns 1 when done, 0 when some value is NaN, -1 when the level or
-/// the shape has no such pass (the caller takes minmax_groups_simd). Zero signs as there.
+/// 32, len 16 or a multiple of 32), AVX2's 16-group passes (multiples of 16), else the
+/// eight-group passes (num_groups and len multiples of 8). Returns 1 when done, 0 when
+/// some value is NaN, -1 when the level or the shape has no such pass (the caller takes
+/// minmax_groups_simd). Zero signs as there. On 1, *ranges holds the StoredKeyRanges of
+/// what was stored (taken from the registers by the 32- and 16-group passes, so the
+/// caller need not read the statistics back). `stream`: write the results by streaming
+/// stores where the passes and the alignment allow (stream_store.h); the same bytes.
 int minmax_groups_to16_simd(SimdLevel level, const uint16_t* x, bool bf16, int64_t num_groups, int64_t len,
-                            uint16_t* mins, uint16_t* maxs, bool* zero_result);
+                            uint16_t* mins, uint16_t* maxs, bool* zero_result, bool stream, StoredKeyRanges* ranges);
 /// Exact widening of n bf16 (is_bf16) or f16 bit patterns to float (at kScalar by the
 /// scalar twin itself).
 void widen_simd(SimdLevel level, const uint16_t* src, int64_t n, bool is_bf16, float* dst);

@@ -32,9 +32,9 @@ void minmax(const FlatView& flat, float* mins, float* maxs, int num_threads = 0)
 using StatisticsExtremes = std::pair<double, double>;
 /// minmax of an f32 / bf16 / f16 view as statistics tensors of its dtype and qparam
 /// shape: the values Tensor::from_floats makes of minmax's floats, written once. With
-/// `extremes`, also their StatisticsExtremes, read by each thread from its own part of
-/// the statistics just after writing it (no second pass), where the path can; left
-/// nullopt otherwise.
+/// `extremes`, also their StatisticsExtremes, which each thread takes from the kernel's
+/// registers as it writes its part of the statistics, or reads back just after writing
+/// it (no second pass), where the path can; left nullopt otherwise.
 std::pair<Tensor, Tensor> minmax_stats(const FlatView& flat, int num_threads = 0,
                                        std::optional<StatisticsExtremes>* extremes = nullptr);
 

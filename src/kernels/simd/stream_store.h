@@ -1,12 +1,13 @@
 // When a kernel writes its output by non-temporal (streaming) stores. A store that
 // misses the cache first reads the line it writes to; an output much larger than the
 // caches gains nothing from that read, and the caller's next pass reads it from memory
-// either way. NVFP4's min-max statistics of a 4096x4096 weight are 4 MiB, its scales 4
-// MiB more: written by ordinary stores the observer ran at ~50% of a plain read of the
-// weight on the AMD Zen 4 host of docs/PERFORMANCE.md's eighteenth round, streamed at
-// ~57%. Outputs below the threshold (INT4 g128's 0.5 MiB of statistics) stay in the
-// cache for the pass that reads them next. Streaming changes no value: the results are
-// the same bytes.
+// either way. NVFP4's min-max statistics of a 4096x4096 bf16 weight are 4 MiB: written
+// by ordinary stores (and read back for the extremes) the observer ran at a median 57%
+// of a plain read of the weight on the AMD Zen 4 host of docs/PERFORMANCE.md's
+// eighteenth round, streamed (extremes from the registers) at 73%. Outputs below the
+// threshold (INT4 g128's 0.5 MiB of statistics) stay in the cache for the pass that
+// reads them next. Streaming the f32 scales as well measured slower there. Streaming
+// changes no value: the results are the same bytes.
 #pragma once
 
 #include <atomic>

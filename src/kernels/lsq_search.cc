@@ -279,6 +279,12 @@ struct ErrorBounds {
   double clipped(double s) const {
     return bound(lanes::LsqBound::kClipped, g.P->qplan.q_max * g.applied(s) * (1.0 + 0x1p-7));
   }
+  /// clipped() for grids whose negative end is larger (INT: q_min = -q_max - 1): the
+  /// larger end for both signs, as no code's dequantized value is beyond it
+  double clipped_either_side(double s) const {
+    const double top = std::max(g.P->qplan.q_max, -g.P->qplan.q_min);
+    return bound(lanes::LsqBound::kClipped, top * g.applied(s) * (1.0 + 0x1p-7));
+  }
   double zeroed(double s) const { return bound(lanes::LsqBound::kZeroed, 0.48 * g.P->grid_min * g.applied(s)); }
   double bound(lanes::LsqBound kind, double t) const {
 #if QOBS_HAVE_FAST_KERNELS
@@ -451,6 +457,9 @@ std::vector<std::pair<double, double>> ideal_best_asym(const Group& g, std::vect
 /// FP block scales: the candidates on either side of the min-max scale scored before
 /// the rest, whose lower bounds are then compared with the best of them.
 constexpr std::size_t kSeedEachSide = 3;
+/// INT symmetric: the largest reference scales scored before the others are pruned
+/// (at least the refits' kRefits).
+constexpr std::size_t kIntSeeds = 8;
 
 /// One qparam element: the search of docs/LSQ.md#L1.
 ElemQParams search_group(Group& g, const LsqPlan& P) {
@@ -627,7 +636,38 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     }
     return {best.scale, best.zp};
   }
-  g.errors(cands.data(), cands.size(), errs);
+  constexpr std::size_t kRefits = 6;
+  if (P.symmetric && P.cfg.prune_reference_candidates && cands.size() > kIntSeeds) {
+    // INT symmetric: the reference's scales ascend to the min-max one. The kIntSeeds
+    // largest are scored first; below them, a scale whose clipped elements alone cost
+    // more than the kRefits-th least seed error is worse than kRefits scored candidates,
+    // so it can be neither the minimum nor a refit's start (top(), below). The bound
+    // rises as the scale falls: the first such scale from the top leaves out every one
+    // beneath it, with the same result as scoring them all
+    // (docs/LSQ.md#L4; LsqObservers.PruningKeepsEveryResult).
+    const std::size_t seed_lo = cands.size() - kIntSeeds;
+    g.errors(cands.data() + seed_lo, kIntSeeds, errs + seed_lo);
+    std::array<double, kIntSeeds> seed_errs;
+    std::copy(errs + seed_lo, errs + cands.size(), seed_errs.begin());
+    for (double& e : seed_errs)
+      if (std::isnan(e)) e = INFINITY;
+    std::nth_element(seed_errs.begin(), seed_errs.begin() + (kRefits - 1), seed_errs.end());
+    const double threshold = seed_errs[kRefits - 1];
+    const ErrorBounds bounds{g};
+    // the bound is monotone in f64 too (each rounded step is): the boundary by bisection
+    std::size_t kept = 0, above = seed_lo;  // [0, kept) pruned so far, [above, seed_lo) kept
+    while (kept < above) {
+      const std::size_t mid = kept + (above - kept) / 2;
+      if (bounds.clipped_either_side(cands[mid].first) * kBoundSafety > threshold)
+        kept = mid + 1;
+      else
+        above = mid;
+    }
+    std::fill(errs, errs + kept, INFINITY);  // pruned: never chosen, never refit
+    if (seed_lo > kept) g.errors(cands.data() + kept, seed_lo - kept, errs + kept);
+  } else {
+    g.errors(cands.data(), cands.size(), errs);
+  }
   for (std::size_t i = 0; i < cands.size(); ++i) best.offer(errs[i], cands[i].first, cands[i].second);
 
   // (3) integer grids: (weighted) a log grid of scales far below the max; asymmetric
@@ -667,7 +707,6 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     }
   };
   score(extra);
-  constexpr std::size_t kRefits = 6;
   auto top = [&] {
     // the pairs are unique, so without NaN the first kRefits of the order are the same
     // values however the rest lies; with a NaN (no strict weak order) the full sort as before

@@ -102,7 +102,7 @@ inline void lsq_ideal_errors_asym_scalar(const float* x, const float* w, int64_t
   }
 }
 
-/// Lower bounds of an FP block scale's error for one group (docs/LSQ.md#L4), in f64
+/// Lower bounds of a stored scale's error for one group (docs/LSQ.md#L4), in f64
 /// and in the canonical order of the error (w = 1 unweighted):
 ///   kClipped: sum over |x_j| > t of (w_j o_j) o_j, o_j = |x_j| - t (t: the level above
 ///             which an element is clipped to the top code);

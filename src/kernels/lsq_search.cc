@@ -454,6 +454,55 @@ std::vector<std::pair<double, double>> ideal_best_asym(const Group& g, std::vect
   return out;
 }
 
+/// A group's two largest and two smallest elements with their weights (1 unweighted):
+/// for INT asymmetric candidates, a lower bound of the error from the elements each
+/// must clip, O(1) per candidate (search_group's pruning, docs/LSQ.md#L4).
+struct GroupExtremes {
+  std::array<double, 2> top{-INFINITY, -INFINITY}, top_w{0, 0};     ///< descending
+  std::array<double, 2> bottom{INFINITY, INFINITY}, bottom_w{0, 0};  ///< ascending
+  /// Stored (s, z): codes q in [q_min, q_max] dequantize to (q - z) s, rounded in the
+  /// data dtype by at most 2^-8 relative (bf16), so nothing lies above (q_max - z) s
+  /// (1 + 2^-7) or below (q_min - z) s (1 + 2^-7); an element beyond costs at least
+  /// w times its squared distance to that level.
+  double clipped_bound(double s, double z, const LsqPlan& P) const {
+    const double hi = (P.qplan.q_max - z) * s * (1.0 + 0x1p-7), lo = (P.qplan.q_min - z) * s * (1.0 + 0x1p-7);
+    double b = 0;
+    for (int k = 0; k < 2; ++k) {
+      if (top[k] > hi) b += (top_w[k] * (top[k] - hi)) * (top[k] - hi);
+      if (bottom[k] < lo) b += (bottom_w[k] * (lo - bottom[k])) * (lo - bottom[k]);
+    }
+    return b;
+  }
+};
+
+/// The extremes of a group without NaN / Inf (search_group returns before scoring
+/// those); with fewer than two elements the missing ones add nothing.
+GroupExtremes group_extremes(const Group& g) {
+  GroupExtremes e;
+  for (int64_t j = 0; j < g.n; ++j) {
+    const double x = g.x[j], w = g.w ? g.w[j] : 1.0;
+    if (x > e.top[1]) {
+      if (x > e.top[0]) {
+        e.top = {x, e.top[0]};
+        e.top_w = {w, e.top_w[0]};
+      } else {
+        e.top[1] = x;
+        e.top_w[1] = w;
+      }
+    }
+    if (x < e.bottom[1]) {
+      if (x < e.bottom[0]) {
+        e.bottom = {x, e.bottom[0]};
+        e.bottom_w = {w, e.bottom_w[0]};
+      } else {
+        e.bottom[1] = x;
+        e.bottom_w[1] = w;
+      }
+    }
+  }
+  return e;
+}
+
 /// FP block scales: the candidates on either side of the min-max scale scored before
 /// the rest, whose lower bounds are then compared with the best of them.
 constexpr std::size_t kSeedEachSide = 3;
@@ -637,13 +686,11 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     return {best.scale, best.zp};
   }
   constexpr std::size_t kRefits = 6;
-  if (P.symmetric && P.cfg.prune_reference_candidates && cands.size() > kIntSeeds) {
-    // INT symmetric: the reference's scales ascend to the min-max one. The kIntSeeds
-    // largest are scored first; below them, a scale whose clipped elements alone cost
-    // more than the kRefits-th least seed error is worse than kRefits scored candidates,
-    // so it can be neither the minimum nor a refit's start (top(), below). The bound
-    // rises as the scale falls: the first such scale from the top leaves out every one
-    // beneath it, with the same result as scoring them all
+  if (P.cfg.prune_reference_candidates && cands.size() > kIntSeeds) {
+    // INT: the kIntSeeds largest reference scales are scored first. A candidate whose
+    // clipped elements alone cost more than the kRefits-th least seed error is worse
+    // than kRefits scored candidates, so it can be neither the minimum nor a refit's
+    // start (top(), below): leaving it out gives the same result as scoring it
     // (docs/LSQ.md#L4; LsqObservers.PruningKeepsEveryResult).
     const std::size_t seed_lo = cands.size() - kIntSeeds;
     g.errors(cands.data() + seed_lo, kIntSeeds, errs + seed_lo);
@@ -653,18 +700,43 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
       if (std::isnan(e)) e = INFINITY;
     std::nth_element(seed_errs.begin(), seed_errs.begin() + (kRefits - 1), seed_errs.end());
     const double threshold = seed_errs[kRefits - 1];
-    const ErrorBounds bounds{g};
-    // the bound is monotone in f64 too (each rounded step is): the boundary by bisection
-    std::size_t kept = 0, above = seed_lo;  // [0, kept) pruned so far, [above, seed_lo) kept
-    while (kept < above) {
-      const std::size_t mid = kept + (above - kept) / 2;
-      if (bounds.clipped_either_side(cands[mid].first) * kBoundSafety > threshold)
-        kept = mid + 1;
-      else
-        above = mid;
+    if (P.symmetric) {
+      // The reference's scales ascend to the min-max one, and the bound rises as the
+      // scale falls, in f64 too (each rounded step is): the first scale from the top
+      // that it prunes, found by bisection, leaves out every one beneath it.
+      const ErrorBounds bounds{g};
+      std::size_t kept = 0, above = seed_lo;  // [0, kept) pruned so far, [above, seed_lo) kept
+      while (kept < above) {
+        const std::size_t mid = kept + (above - kept) / 2;
+        if (bounds.clipped_either_side(cands[mid].first) * kBoundSafety > threshold)
+          kept = mid + 1;
+        else
+          above = mid;
+      }
+      std::fill(errs, errs + kept, INFINITY);  // pruned: never chosen, never refit
+      if (seed_lo > kept) g.errors(cands.data() + kept, seed_lo - kept, errs + kept);
+    } else {
+      // With a zero point the two clipping levels need not move monotonically along
+      // the list: each candidate's bound from the group's two largest and two smallest
+      // elements (a subset of its clipped ones, O(1) per candidate).
+      const GroupExtremes ends = group_extremes(g);
+      thread_local std::vector<std::pair<double, double>> todo_tl;
+      thread_local std::vector<std::size_t> at_tl;
+      thread_local std::vector<double> todo_errs_tl;
+      todo_tl.clear();
+      at_tl.clear();
+      for (std::size_t i = 0; i < seed_lo; ++i) {
+        if (ends.clipped_bound(cands[i].first, cands[i].second, P) * kBoundSafety > threshold) {
+          errs[i] = INFINITY;  // pruned: never chosen, never refit
+        } else {
+          todo_tl.push_back(cands[i]);
+          at_tl.push_back(i);
+        }
+      }
+      double* const todo_errs = scratch(todo_errs_tl, todo_tl.size());
+      if (!todo_tl.empty()) g.errors(todo_tl.data(), todo_tl.size(), todo_errs);
+      for (std::size_t k = 0; k < at_tl.size(); ++k) errs[at_tl[k]] = todo_errs[k];
     }
-    std::fill(errs, errs + kept, INFINITY);  // pruned: never chosen, never refit
-    if (seed_lo > kept) g.errors(cands.data() + kept, seed_lo - kept, errs + kept);
   } else {
     g.errors(cands.data(), cands.size(), errs);
   }

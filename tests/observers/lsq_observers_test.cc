@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 
 #include "kernels/kernels.h"
@@ -341,43 +342,47 @@ TEST(LsqObservers, ThreadedEqualsScalarReference) {
   }
 }
 
-// L4: leaving out the INT symmetric reference candidates that the clipped elements'
-// bound shows to be worse than kRefits others changes no result, weighted or not, for
-// every bit width and data dtype; and it does leave some out.
+// L4: leaving out the INT reference candidates that the clipped elements' bound shows
+// to be worse than kRefits others changes no result, symmetric or not, weighted or not,
+// for every bit width and data dtype; and it does leave some out.
 TEST(LsqObservers, PruningKeepsEveryResult) {
   std::mt19937 rng(23);
   std::gamma_distribution<float> gd(0.3f, 1.0f);
-  int64_t pruned_evals = 0, full_evals = 0;
-  for (int bits : {2, 3, 4, 8})
-    for (DType dt : {DType::kBF16, DType::kF16, DType::kF32})
-      for (int64_t group : {16, 128})
-        for (bool weighted : {false, true}) {
-          QuantizationArgs args = weights_of("W4A16");
-          args.num_bits = bits;
-          args.group_size = group;
-          args = args.validated();
-          const Tensor w = random_weight(rng, 16, 256, dt);
-          const FlatView flat = flatten_for_calibration(w.view(), "weight", args);
-          std::vector<double> imp(static_cast<std::size_t>(w.numel()));
-          for (double& v : imp) v = gd(rng);
-          const Tensor wt = Tensor::from_values(DType::kF32, w.shape(), imp);
-          const FlatView wflat = flatten_for_calibration(wt.view(), "weight", args);
-          kernels::LsqSearchConfig cfg;
-          cfg.weighted = weighted;
-          cfg.num_threads = 2;
-          const auto pruned = kernels::lsq_search(flat, args, cfg, weighted ? &wflat : nullptr);
-          const auto pruned_ref = kernels::ref::lsq_search(flat, args, cfg, weighted ? &wflat : nullptr);
-          cfg.prune_reference_candidates = false;
-          const auto full = kernels::lsq_search(flat, args, cfg, weighted ? &wflat : nullptr);
-          const std::string what = "bits " + std::to_string(bits) + " " + std::string(dtype_name(dt)) + " group " +
-                                   std::to_string(group) + (weighted ? " weighted" : "");
-          EXPECT_EQ(pruned.scale, full.scale) << what;
-          EXPECT_EQ(pruned.zero_point, full.zero_point) << what;
-          EXPECT_EQ(pruned_ref.scale, full.scale) << what;
-          pruned_evals += pruned.candidates_evaluated;
-          full_evals += full.candidates_evaluated;
-        }
-  EXPECT_LT(pruned_evals, full_evals * 9 / 10) << pruned_evals << " of " << full_evals << " candidates scored";
+  std::map<bool, int64_t> pruned_evals, full_evals;
+  for (bool sym : {true, false})
+    for (int bits : {2, 3, 4, 8})
+      for (DType dt : {DType::kBF16, DType::kF16, DType::kF32})
+        for (int64_t group : {16, 128})
+          for (bool weighted : {false, true}) {
+            QuantizationArgs args = weights_of(sym ? "W4A16" : "W4A16_ASYM");
+            args.num_bits = bits;
+            args.group_size = group;
+            args = args.validated();
+            const Tensor w = random_weight(rng, 16, 256, dt);
+            const FlatView flat = flatten_for_calibration(w.view(), "weight", args);
+            std::vector<double> imp(static_cast<std::size_t>(w.numel()));
+            for (double& v : imp) v = gd(rng);
+            const Tensor wt = Tensor::from_values(DType::kF32, w.shape(), imp);
+            const FlatView wflat = flatten_for_calibration(wt.view(), "weight", args);
+            kernels::LsqSearchConfig cfg;
+            cfg.weighted = weighted;
+            cfg.num_threads = 2;
+            const auto pruned = kernels::lsq_search(flat, args, cfg, weighted ? &wflat : nullptr);
+            const auto pruned_ref = kernels::ref::lsq_search(flat, args, cfg, weighted ? &wflat : nullptr);
+            cfg.prune_reference_candidates = false;
+            const auto full = kernels::lsq_search(flat, args, cfg, weighted ? &wflat : nullptr);
+            const std::string what = std::string(sym ? "sym" : "asym") + " bits " + std::to_string(bits) + " " +
+                                     std::string(dtype_name(dt)) + " group " + std::to_string(group) +
+                                     (weighted ? " weighted" : "");
+            EXPECT_EQ(pruned.scale, full.scale) << what;
+            EXPECT_EQ(pruned.zero_point, full.zero_point) << what;
+            EXPECT_EQ(pruned_ref.scale, full.scale) << what;
+            pruned_evals[sym] += pruned.candidates_evaluated;
+            full_evals[sym] += full.candidates_evaluated;
+          }
+  for (bool sym : {true, false})
+    EXPECT_LT(pruned_evals[sym], full_evals[sym] * 9 / 10)
+        << (sym ? "sym: " : "asym: ") << pruned_evals[sym] << " of " << full_evals[sym] << " candidates scored";
 }
 
 // num_threads = 0 is "the budget" (QOBS_NUM_THREADS, the pool, the hardware), as for

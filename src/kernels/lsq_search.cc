@@ -376,9 +376,37 @@ std::vector<double> ideal_grid_scales(const Group& g, double base, double f_lo, 
   for (std::size_t i = 0; i < count; ++i) s_tl[i] = value(first + static_cast<uint32_t>(i));
   const auto cnt = static_cast<int64_t>(count);
 #if QOBS_HAVE_FAST_KERNELS
-  if (g.level != SimdLevel::kScalar)
-    lanes::lsq_ideal_errors_simd(g.level, ax_tl.data(), lim_tl.data(), g.w, g.n, s_tl.data(), cnt, err_tl.data());
-  else
+  if (g.level != SimdLevel::kScalar) {
+    // Chunks of scales from the one nearest 0.9 x base outwards, each with the
+    // kIdealBest-th least error so far as its bound: a chunk whose sums all pass it
+    // partway holds none of the kIdealBest least (its errors read +inf), so the
+    // selection below is the one over every full sum (the scalar path's).
+    constexpr int64_t kChunk = 64;
+    const int64_t chunks = (cnt + kChunk - 1) / kChunk;
+    int64_t centre = 0;
+    for (int64_t i = 1; i < cnt; ++i)
+      if (std::fabs(s_tl[static_cast<std::size_t>(i)] - 0.9 * base) <
+          std::fabs(s_tl[static_cast<std::size_t>(centre)] - 0.9 * base))
+        centre = i;
+    centre /= kChunk;
+    std::array<float, kIdealBest> least;
+    least.fill(INFINITY);
+    for (int64_t k = 0; k < 2 * chunks; ++k) {
+      // centre, centre - 1, centre + 1, centre - 2, ...
+      const int64_t c = k % 2 == 0 ? centre + k / 2 : centre - (k + 1) / 2;
+      if (c < 0 || c >= chunks) continue;
+      const int64_t from = c * kChunk, num = std::min(kChunk, cnt - from);
+      lanes::lsq_ideal_errors_simd(g.level, ax_tl.data(), lim_tl.data(), g.w, g.n, s_tl.data() + from, num,
+                                   err_tl.data() + from, least.back());
+      for (int64_t i = from; i < from + num; ++i) {
+        const float e = err_tl[static_cast<std::size_t>(i)];
+        if (!(e < least.back())) continue;
+        std::size_t at = least.size() - 1;
+        for (; at > 0 && e < least[at - 1]; --at) least[at] = least[at - 1];
+        least[at] = e;
+      }
+    }
+  } else
 #endif
     lanes::lsq_ideal_errors_scalar(ax_tl.data(), lim_tl.data(), g.w, g.n, s_tl.data(), cnt, err_tl.data());
   // the kIdealBest least (error, scale) pairs, ascending

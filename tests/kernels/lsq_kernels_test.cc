@@ -229,10 +229,12 @@ TEST(LsqKernels, CandidatesEqualShrunkQParams) {
 // symmetric and asymmetric) in lanes == the scalar steps, bit for bit: lengths and candidate
 // counts around both vector widths and the block of four vectors, weighted or not,
 // zeros, equal groups, subnormal values, outliers, scales that clip everything or
-// nothing, and sums that overflow to infinity.
+// nothing, and sums that overflow to infinity. With a bound (the symmetric proxy's
+// pruning), each error is the full sum or +inf for a sum above the bound.
 TEST(LsqKernels, IdealErrorsEqualScalarStepsBitForBit) {
   std::mt19937 rng(43);
   int checked = 0;
+  int64_t ideal_pruned = 0;
   for (SimdLevel level : available_simd_levels()) {
     if (level == SimdLevel::kScalar) continue;
     for (int64_t n : {1, 2, 7, 8, 9, 16, 17, 33, 128, 131})
@@ -262,6 +264,23 @@ TEST(LsqKernels, IdealErrorsEqualScalarStepsBitForBit) {
               ASSERT_EQ(float_bits(got[static_cast<std::size_t>(c)]), float_bits(want[static_cast<std::size_t>(c)]))
                   << to_string(level) << " n=" << n << " count=" << count << " kind=" << static_cast<int>(kind)
                   << " weighted=" << weighted << " candidate " << c;
+            // with a bound (the median sum): each error the full sum, or +inf where the
+            // full sum exceeds the bound
+            std::vector<float> sorted = want;
+            std::sort(sorted.begin(), sorted.end());
+            const float bound = sorted[sorted.size() / 2];
+            std::vector<float> got_p(static_cast<std::size_t>(count), -1.0f);
+            detail::lsq_ideal_errors_simd(level, ax.data(), lim.data(), wp, n, s.data(), count, got_p.data(), bound);
+            for (int64_t c = 0; c < count; ++c) {
+              const float p = got_p[static_cast<std::size_t>(c)], full = want[static_cast<std::size_t>(c)];
+              if (float_bits(p) != float_bits(full)) {
+                ASSERT_TRUE(std::isinf(p) && full > bound)
+                    << "pruned " << to_string(level) << " n=" << n << " count=" << count
+                    << " kind=" << static_cast<int>(kind) << " weighted=" << weighted << " candidate " << c << ": "
+                    << p << " for " << full << ", bound " << bound;
+                ++ideal_pruned;
+              }
+            }
             // the asymmetric proxy: signed values, zero points across (and beyond) the
             // code range of INT4 asymmetric (0..15), so some clamp every element
             std::vector<float> z;
@@ -278,6 +297,7 @@ TEST(LsqKernels, IdealErrorsEqualScalarStepsBitForBit) {
           }
   }
   if (checked == 0) GTEST_SKIP() << "no SIMD level on this machine";
+  EXPECT_GT(ideal_pruned, 0) << "no block stopped at its bound";
 }
 
 // The FP pruning's lower bounds in lanes == their scalar twin, bit for bit, and the

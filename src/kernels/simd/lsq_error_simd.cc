@@ -209,9 +209,13 @@ double LsqBoundOf(LsqBound kind, const float* x, const float* w, int64_t n, doub
 /// a time, so each element's broadcasts serve all of them and the sums stay in registers.
 /// Symmetric: x holds |x| and lim each element's code limit. Asymmetric: x is signed and
 /// the codes are clamped to [q_min, q_max] around each candidate's zero point z.
+/// prune_above (symmetric callers; +inf: never): every eighth element, a block whose
+/// sums all exceed it stops, its errors +inf (the sums never fall: each fused add of
+/// a non-negative term rounds to at least the previous sum).
 template <bool kWeighted, bool kAsym>
 HWY_NOINLINE void LsqIdealErrorsT(const float* x, const float* lim, const float* w, int64_t n, const float* s,
-                                  const float* z, int64_t count, float q_min, float q_max, float* err) {
+                                  const float* z, int64_t count, float q_min, float q_max, float* err,
+                                  float prune_above = HUGE_VALF) {
   const DF df;
   constexpr int kBlock = 4;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df)), per = kBlock * N;
@@ -231,7 +235,18 @@ HWY_NOINLINE void LsqIdealErrorsT(const float* x, const float* lim, const float*
       inv[k] = hn::Div(one, sv[k]);
       acc[k] = hn::Zero(df);
     }
+    const bool may_prune = prune_above < HUGE_VALF;
+    const VF bound = hn::Set(df, prune_above);
+    bool pruned = false;
     for (int64_t j = 0; j < n; ++j) {
+      if (may_prune && j % 8 == 7) {
+        const auto over = hn::And(hn::And(hn::Gt(acc[0], bound), hn::Gt(acc[1], bound)),
+                                  hn::And(hn::Gt(acc[2], bound), hn::Gt(acc[3], bound)));
+        if (hn::AllTrue(df, over)) {
+          pruned = true;
+          break;
+        }
+      }
       const VF a = hn::Set(df, x[j]);
       for (int k = 0; k < kBlock; ++k) {
         VF d;
@@ -245,7 +260,8 @@ HWY_NOINLINE void LsqIdealErrorsT(const float* x, const float* lim, const float*
         acc[k] = hn::MulAdd(kWeighted ? hn::Mul(hn::Set(df, w[j]), d) : d, d, acc[k]);
       }
     }
-    for (int k = 0; k < kBlock; ++k) hn::Store(acc[k], df, eb + k * N);
+    static_assert(kBlock == 4, "the pruning test reads four sums");
+    for (int k = 0; k < kBlock; ++k) hn::Store(pruned ? hn::Set(df, HUGE_VALF) : acc[k], df, eb + k * N);
     for (int64_t i = 0; i < std::min(per, count - c0); ++i) err[c0 + i] = eb[i];
   }
 }
@@ -257,9 +273,9 @@ void LsqIdealErrorsAsym(const float* x, const float* w, int64_t n, const float* 
 }
 
 void LsqIdealErrors(const float* ax, const float* lim, const float* w, int64_t n, const float* s, int64_t count,
-                    float* err) {
-  if (w) LsqIdealErrorsT<true, false>(ax, lim, w, n, s, nullptr, count, 0.0f, 0.0f, err);
-  else LsqIdealErrorsT<false, false>(ax, lim, w, n, s, nullptr, count, 0.0f, 0.0f, err);
+                    float* err, float prune_above) {
+  if (w) LsqIdealErrorsT<true, false>(ax, lim, w, n, s, nullptr, count, 0.0f, 0.0f, err, prune_above);
+  else LsqIdealErrorsT<false, false>(ax, lim, w, n, s, nullptr, count, 0.0f, 0.0f, err, prune_above);
 }
 
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
@@ -286,8 +302,8 @@ double lsq_bound_simd(SimdLevel level, LsqBound kind, const float* x, const floa
 }
 
 void lsq_ideal_errors_simd(SimdLevel level, const float* ax, const float* lim, const float* w, int64_t n,
-                           const float* s, int64_t count, float* err) {
-  QOBS_SIMD_DISPATCH(LsqIdealErrors(ax, lim, w, n, s, count, err));
+                           const float* s, int64_t count, float* err, float prune_above) {
+  QOBS_SIMD_DISPATCH(LsqIdealErrors(ax, lim, w, n, s, count, err, prune_above));
 }
 
 void lsq_ideal_errors_asym_simd(SimdLevel level, const float* x, const float* w, int64_t n, const float* s,

@@ -62,8 +62,12 @@ bool lsq_refit_sums_simd(SimdLevel level, const LsqGroupArgs& g, float s, float 
 /// lim_j), d = fma(-q, s_c, ax_j), then acc = fma(d, d, acc) (weighted: fma(w_j d, d,
 /// acc)) for j = 0, 1, ..., n - 1. The lanes hold candidates, so each lane runs exactly
 /// this sequence. s_c: positive normal floats whose reciprocal is finite.
+/// prune_above < +inf lets a block of candidates stop once each of its partial sums
+/// exceeds it, its err then +inf: every err is either the sum above or +inf for a
+/// candidate whose sum exceeds prune_above (the sums never fall; a caller that keeps the
+/// least few, with prune_above the largest of those so far, keeps the same ones).
 void lsq_ideal_errors_simd(SimdLevel level, const float* ax, const float* lim, const float* w, int64_t n,
-                           const float* s, int64_t count, float* err);
+                           const float* s, int64_t count, float* err, float prune_above = HUGE_VALF);
 inline void lsq_ideal_errors_scalar(const float* ax, const float* lim, const float* w, int64_t n, const float* s,
                                     int64_t count, float* err) {
   for (int64_t c = 0; c < count; ++c) {

@@ -383,12 +383,10 @@ std::vector<double> ideal_grid_scales(const Group& g, double base, double f_lo, 
     // selection below is the one over every full sum (the scalar path's).
     constexpr int64_t kChunk = 64;
     const int64_t chunks = (cnt + kChunk - 1) / kChunk;
-    int64_t centre = 0;
-    for (int64_t i = 1; i < cnt; ++i)
-      if (std::fabs(s_tl[static_cast<std::size_t>(i)] - 0.9 * base) <
-          std::fabs(s_tl[static_cast<std::size_t>(centre)] - 0.9 * base))
-        centre = i;
-    centre /= kChunk;
+    // (the grid is every bf16 pattern from `first`: 0.9 x base's pattern gives its index)
+    const int64_t centre =
+        std::clamp<int64_t>(static_cast<int64_t>(pattern_of(0.9 * base)) - static_cast<int64_t>(first), 0, cnt - 1) /
+        kChunk;
     std::array<float, kIdealBest> least;
     least.fill(INFINITY);
     for (int64_t k = 0; k < 2 * chunks; ++k) {

@@ -139,9 +139,9 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
 struct LsqSearchConfig {
   /// imatrix_lsq: importance-weighted error, the wide scale grid (docs/LSQ.md#L3).
   bool weighted = false;
-  /// INT symmetric: leave out the reference candidates that a lower bound shows to be
-  /// worse than kRefits others (docs/LSQ.md#L4); the same result either way, false
-  /// only for the test that shows it.
+  /// INT: leave out the reference candidates that a lower bound shows to be worse than
+  /// kRefits others (docs/LSQ.md#L4); the same result either way, false only for the
+  /// test that shows it.
   bool prune_reference_candidates = true;
   NumericMode mode = NumericMode::kParity;
   int num_threads = 0;  ///< 0 = QOBS_NUM_THREADS or the hardware concurrency

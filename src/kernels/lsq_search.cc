@@ -268,20 +268,16 @@ void refit(Group& g, double s, double z, double e, Best& best) {
 }
 
 /// Lower bounds of a stored scale's error from the elements it must clip or round to 0
-/// (docs/LSQ.md#L4). Above qmax x applied scale x (1 + 2^-7) an element is clipped to
-/// the top code (the 2^-7 covers the dequantization's rounding in the data dtype, bf16's
-/// half ulp being 2^-8) and costs at least w (|x| - top)^2; under 0.48 x the smallest
+/// (docs/LSQ.md#L4). Above max(q_max, -q_min) x applied scale x (1 + 2^-7) (FP grids:
+/// q_max; INT, whose negative end is one larger, -q_min) no code's dequantized value
+/// lies (the 2^-7 covers the dequantization's rounding in the data dtype, bf16's half
+/// ulp being 2^-8), so an element beyond costs at least w (|x| - top)^2; under 0.48 x the smallest
 /// positive grid value x the applied scale it rounds to 0 even after x / s is rounded
 /// (by at most 2^-8), costing w x^2. The first bound falls as the scale grows, the
 /// second rises.
 struct ErrorBounds {
   const Group& g;
   double clipped(double s) const {
-    return bound(lanes::LsqBound::kClipped, g.P->qplan.q_max * g.applied(s) * (1.0 + 0x1p-7));
-  }
-  /// clipped() for grids whose negative end is larger (INT: q_min = -q_max - 1): the
-  /// larger end for both signs, as no code's dequantized value is beyond it
-  double clipped_either_side(double s) const {
     const double top = std::max(g.P->qplan.q_max, -g.P->qplan.q_min);
     return bound(lanes::LsqBound::kClipped, top * g.applied(s) * (1.0 + 0x1p-7));
   }
@@ -375,53 +371,51 @@ std::vector<double> ideal_grid_scales(const Group& g, double base, double f_lo, 
   }
   for (std::size_t i = 0; i < count; ++i) s_tl[i] = value(first + static_cast<uint32_t>(i));
   const auto cnt = static_cast<int64_t>(count);
+  // the kIdealBest least (error, scale) pairs, ascending; the scales are distinct (and
+  // the errors never NaN), so the same pairs whatever order the ranges are offered in
+  std::array<std::pair<float, float>, kIdealBest> top;
+  std::array<std::size_t, kIdealBest> at{};
+  std::size_t kept = 0;
+  auto select = [&](std::size_t from, std::size_t to) {
+    for (std::size_t i = from; i < to; ++i) {
+      const std::pair<float, float> m{err_tl[i], s_tl[i]};
+      if (kept == top.size() && !(m < top.back())) continue;
+      std::size_t k = std::min(kept, top.size() - 1);
+      for (; k > 0 && m < top[k - 1]; --k) {
+        top[k] = top[k - 1];
+        at[k] = at[k - 1];
+      }
+      top[k] = m;
+      at[k] = i;
+      kept = std::min(kept + 1, top.size());
+    }
+  };
 #if QOBS_HAVE_FAST_KERNELS
   if (g.level != SimdLevel::kScalar) {
     // Chunks of scales from the one nearest 0.9 x base outwards, each with the
     // kIdealBest-th least error so far as its bound: a chunk whose sums all pass it
     // partway holds none of the kIdealBest least (its errors read +inf), so the
-    // selection below is the one over every full sum (the scalar path's).
+    // selection is the one over every full sum (the scalar path's).
     constexpr int64_t kChunk = 64;
     const int64_t chunks = (cnt + kChunk - 1) / kChunk;
     // (the grid is every bf16 pattern from `first`: 0.9 x base's pattern gives its index)
     const int64_t centre =
         std::clamp<int64_t>(static_cast<int64_t>(pattern_of(0.9 * base)) - static_cast<int64_t>(first), 0, cnt - 1) /
         kChunk;
-    std::array<float, kIdealBest> least;
-    least.fill(INFINITY);
     for (int64_t k = 0; k < 2 * chunks; ++k) {
       // centre, centre - 1, centre + 1, centre - 2, ...
       const int64_t c = k % 2 == 0 ? centre + k / 2 : centre - (k + 1) / 2;
       if (c < 0 || c >= chunks) continue;
       const int64_t from = c * kChunk, num = std::min(kChunk, cnt - from);
       lanes::lsq_ideal_errors_simd(g.level, ax_tl.data(), lim_tl.data(), g.w, g.n, s_tl.data() + from, num,
-                                   err_tl.data() + from, least.back());
-      for (int64_t i = from; i < from + num; ++i) {
-        const float e = err_tl[static_cast<std::size_t>(i)];
-        if (!(e < least.back())) continue;
-        std::size_t at = least.size() - 1;
-        for (; at > 0 && e < least[at - 1]; --at) least[at] = least[at - 1];
-        least[at] = e;
-      }
+                                   err_tl.data() + from, kept == top.size() ? top.back().first : HUGE_VALF);
+      select(static_cast<std::size_t>(from), static_cast<std::size_t>(from + num));
     }
   } else
 #endif
+  {
     lanes::lsq_ideal_errors_scalar(ax_tl.data(), lim_tl.data(), g.w, g.n, s_tl.data(), cnt, err_tl.data());
-  // the kIdealBest least (error, scale) pairs, ascending
-  std::array<std::pair<float, float>, kIdealBest> top;
-  std::array<std::size_t, kIdealBest> at{};
-  std::size_t kept = 0;
-  for (std::size_t i = 0; i < count; ++i) {
-    const std::pair<float, float> m{err_tl[i], s_tl[i]};
-    if (kept == top.size() && !(m < top.back())) continue;
-    std::size_t k = std::min(kept, top.size() - 1);
-    for (; k > 0 && m < top[k - 1]; --k) {
-      top[k] = top[k - 1];
-      at[k] = at[k - 1];
-    }
-    top[k] = m;
-    at[k] = i;
-    kept = std::min(kept + 1, top.size());
+    select(0, count);
   }
   for (std::size_t k = 0; k < kept; ++k) {
     const uint32_t p = first + static_cast<uint32_t>(at[k]);
@@ -734,7 +728,7 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
       std::size_t kept = 0, above = seed_lo;  // [0, kept) pruned so far, [above, seed_lo) kept
       while (kept < above) {
         const std::size_t mid = kept + (above - kept) / 2;
-        if (bounds.clipped_either_side(cands[mid].first) * kBoundSafety > threshold)
+        if (bounds.clipped(cands[mid].first) * kBoundSafety > threshold)
           kept = mid + 1;
         else
           above = mid;

@@ -220,6 +220,8 @@ HWY_NOINLINE void LsqIdealErrorsT(const float* x, const float* lim, const float*
   constexpr int kBlock = 4;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df)), per = kBlock * N;
   const VF one = hn::Set(df, 1.0f), lo = hn::Set(df, q_min), hi = hn::Set(df, q_max);
+  const bool may_prune = prune_above < HUGE_VALF;
+  const VF bound = hn::Set(df, prune_above);
   for (int64_t c0 = 0; c0 < count; c0 += per) {
     // a partial block repeats its last candidate in the dead lanes, whose sums are dropped
     alignas(64) float sb[kBlock * 16], zb[kBlock * 16], eb[kBlock * 16];
@@ -235,11 +237,10 @@ HWY_NOINLINE void LsqIdealErrorsT(const float* x, const float* lim, const float*
       inv[k] = hn::Div(one, sv[k]);
       acc[k] = hn::Zero(df);
     }
-    const bool may_prune = prune_above < HUGE_VALF;
-    const VF bound = hn::Set(df, prune_above);
     bool pruned = false;
     for (int64_t j = 0; j < n; ++j) {
       if (may_prune && j % 8 == 7) {
+        static_assert(kBlock == 4, "the test below reads four sums");
         const auto over = hn::And(hn::And(hn::Gt(acc[0], bound), hn::Gt(acc[1], bound)),
                                   hn::And(hn::Gt(acc[2], bound), hn::Gt(acc[3], bound)));
         if (hn::AllTrue(df, over)) {
@@ -260,7 +261,6 @@ HWY_NOINLINE void LsqIdealErrorsT(const float* x, const float* lim, const float*
         acc[k] = hn::MulAdd(kWeighted ? hn::Mul(hn::Set(df, w[j]), d) : d, d, acc[k]);
       }
     }
-    static_assert(kBlock == 4, "the pruning test reads four sums");
     for (int k = 0; k < kBlock; ++k) hn::Store(pruned ? hn::Set(df, HUGE_VALF) : acc[k], df, eb + k * N);
     for (int64_t i = 0; i < std::min(per, count - c0); ++i) err[c0 + i] = eb[i];
   }

@@ -282,6 +282,37 @@ TEST(Formats, R0_4a_DoubleNarrowingRoundsOnce) {
   EXPECT_EQ(round_to_float_dtype(DType::kF32, 1.0 + std::ldexp(1.0, -24)), 1.0);  // exact tie -> even
 }
 
+/// R0.4a's bf16 RNE of a finite f32 v, from the definition: of the two bf16 values that
+/// bracket |v| (its pattern truncated, and the next one up, which past the largest
+/// finite value stands for 2^128, the overflow threshold's other end), the nearer, a tie
+/// going to the even pattern. The differences are exact in double.
+uint16_t bf16_nearest_even(float v) {
+  const uint32_t mag = std::bit_cast<uint32_t>(v) & 0x7FFFFFFFu, sign = (std::bit_cast<uint32_t>(v) >> 16) & 0x8000u;
+  const uint32_t down = mag >> 16, up = down + 1;
+  const double a = std::bit_cast<float>(mag), lo = bf16_to_float(static_cast<uint16_t>(down));
+  const double hi = up == 0x7F80u ? std::ldexp(1.0, 128) : bf16_to_float(static_cast<uint16_t>(up));
+  const double below = a - lo, above = hi - a;
+  const uint32_t pick = below < above ? down : above < below ? up : (down % 2 == 0 ? down : up);
+  return static_cast<uint16_t>(sign | pick);
+}
+
+TEST(Formats, R0_4a_DoubleToBf16OfFloatsIsNearestEven) {
+  // double_to_bf16 takes an integer rounding for values that are f32 (formats.cc): every
+  // f32 pattern whose low half is at or beside a bf16 midpoint or a bf16 value, both
+  // signs, all exponents (subnormals, the overflow threshold and the infinities
+  // included), then a stride through the rest.
+  auto check = [](uint32_t bits) {
+    const float v = std::bit_cast<float>(bits);
+    if (std::isnan(v)) return;
+    const uint16_t want = std::isinf(v) ? static_cast<uint16_t>(bits >> 16) : bf16_nearest_even(v);
+    ASSERT_EQ(double_to_bf16(static_cast<double>(v)), want) << std::hex << bits;
+    ASSERT_EQ(float_to_bf16(v), want) << std::hex << bits;
+  };
+  for (uint32_t high = 0; high < 0x10000u; ++high)
+    for (uint32_t low : {0x0000u, 0x0001u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu}) check((high << 16) | low);
+  for (uint64_t bits = 0; bits < (uint64_t{1} << 32); bits += 40009) check(static_cast<uint32_t>(bits));
+}
+
 TEST(Formats, R0_4a_QuietNaN) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(nan))));

@@ -176,8 +176,10 @@ struct Group {
       float *const sv = scratch(sv_tl, count), *const zx = scratch(zx_tl, count), *const zs = scratch(zs_tl, count);
       for (std::size_t i = 0; i < count; ++i) {
         sv[i] = static_cast<float>(applied(sz[i].first));  // on s_dt's grid (f32 or narrower)
-        zx[i] = static_cast<float>(ax.cast(sz[i].second));
-        zs[i] = static_cast<float>(as.cast(sz[i].second));
+        // a zero point of +-0 (every symmetric candidate) casts to itself: no rounding calls
+        const double z = sz[i].second;
+        zx[i] = static_cast<float>(z == 0.0 ? z : ax.cast(z));
+        zs[i] = static_cast<float>(z == 0.0 ? z : as.cast(z));
       }
       // false: a NaN quotient or a non-finite error somewhere; the scalar steps redo it
       if (lanes::lsq_errors_simd(level, G, sv, zx, zs, static_cast<int64_t>(count), err)) return;
@@ -199,7 +201,9 @@ struct Group {
     if (lanes_ok()) {
       const Arith ax{P->dplan.x_dt, P->cfg.mode};
       // false: a NaN quotient; the scalar steps redo it
-      if (lanes::lsq_refit_sums_simd(level, lanes_args(), static_cast<float>(sa), static_cast<float>(ax.cast(z)), sums))
+      // symmetric: refit() reads the code sums alone
+      if (lanes::lsq_refit_sums_simd(level, lanes_args(), static_cast<float>(sa), static_cast<float>(z == 0.0 ? z : ax.cast(z)), sums,
+                                     P->symmetric))
         return;
     }
 #endif
@@ -207,12 +211,16 @@ struct Group {
   }
 };
 
-// std::pair's and std::tuple's operator< spelled out, for the sorts of the candidates:
+// std::pair's and std::tuple's operator< spelled out, for the sorts and selections of candidates:
 // the library's synthesized three-way comparisons were calls, not inlined (~5% of the
 // INT asymmetric search). The same results, NaN included (an unordered first member
 // compares false both ways and ends the comparison, as <=> does).
-constexpr auto pair_less = [](const std::pair<double, double>& a, const std::pair<double, double>& b) {
+template <typename T>
+constexpr bool pair_less_of(const std::pair<T, T>& a, const std::pair<T, T>& b) {
   return a.first < b.first || (a.first == b.first && a.second < b.second);
+}
+constexpr auto pair_less = [](const std::pair<double, double>& a, const std::pair<double, double>& b) {
+  return pair_less_of(a, b);
 };
 using Scored = std::tuple<double, double, double>;  ///< (error, scale, zero point)
 constexpr auto scored_less = [](const Scored& a, const Scored& b) {
@@ -220,6 +228,45 @@ constexpr auto scored_less = [](const Scored& a, const Scored& b) {
   if (std::get<1>(a) != std::get<1>(b)) return std::get<1>(a) < std::get<1>(b);
   return std::get<2>(a) < std::get<2>(b);
 };
+
+/// std::sort + std::unique by pair_less of candidates collected as runs of non-increasing
+/// pairs (each reference list's shrink factors descend): the runs reversed, then merged
+/// pairwise, at a fraction of the sort's comparisons. The same sequence when equal pairs
+/// are equal bit for bit (symmetric grids: z = +0, s > 0) and none is NaN; otherwise the
+/// sort itself.
+void sort_unique_runs(std::vector<std::pair<double, double>>& v) {
+  const bool nan = std::any_of(v.begin(), v.end(), [](const auto& p) { return std::isnan(p.first) || std::isnan(p.second); });
+  if (!nan) {
+    thread_local std::vector<std::size_t> ends, merged_ends;  // per-thread scratch: once per group
+    thread_local std::vector<std::pair<double, double>> tmp;
+    ends.clear();
+    std::size_t from = 0;
+    for (std::size_t i = 1; i <= v.size(); ++i) {
+      if (i < v.size() && !pair_less(v[i - 1], v[i])) continue;
+      std::reverse(v.begin() + static_cast<std::ptrdiff_t>(from), v.begin() + static_cast<std::ptrdiff_t>(i));
+      ends.push_back(i);
+      from = i;
+    }
+    tmp.resize(v.size());
+    while (ends.size() > 1) {
+      merged_ends.clear();
+      std::size_t start = 0;
+      for (std::size_t r = 0; r < ends.size(); r += 2) {
+        const std::size_t mid = ends[r], stop = r + 1 < ends.size() ? ends[r + 1] : mid;
+        std::merge(v.begin() + static_cast<std::ptrdiff_t>(start), v.begin() + static_cast<std::ptrdiff_t>(mid),
+                   v.begin() + static_cast<std::ptrdiff_t>(mid), v.begin() + static_cast<std::ptrdiff_t>(stop),
+                   tmp.begin() + static_cast<std::ptrdiff_t>(start), pair_less);
+        merged_ends.push_back(stop);
+        start = stop;
+      }
+      std::swap(v, tmp);
+      std::swap(ends, merged_ends);
+    }
+  } else {
+    std::sort(v.begin(), v.end(), pair_less);
+  }
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+}
 
 struct Best {
   double err = INFINITY, scale = 0, zp = 0;
@@ -345,18 +392,18 @@ void extend_window(Group& g, const ErrorBounds& bounds, int lo, int hi, int i_mi
 /// a bf16 weight the stored scales themselves, otherwise a grid 2^-8..2^-7 apart that
 /// the refits refine -- and the scales of the kIdealBest least errors, each with its
 /// two grid neighbours, for the real scorer.
-std::vector<double> ideal_grid_scales(const Group& g, double base, double f_lo, double f_hi) {
+void ideal_grid_scales(const Group& g, double base, double f_lo, double f_hi, std::vector<double>& out) {
   constexpr std::size_t kIdealBest = 4;
-  std::vector<double> out;
+  out.clear();
   // positive normal floats with a finite reciprocal
   const double lo = std::max(base * f_lo, 0x1p-126), hi = std::min(base * f_hi, 0x1p126);
-  if (!(lo <= hi)) return out;
+  if (!(lo <= hi)) return;
   auto value = [](uint32_t pattern) { return std::bit_cast<float>(pattern << 16); };
   auto pattern_of = [](double v) { return std::bit_cast<uint32_t>(static_cast<float>(v)) >> 16; };
   uint32_t first = pattern_of(lo), last = pattern_of(hi);
   if (value(first) < lo) ++first;  // the least bf16 value >= lo
   if (value(last) > hi) --last;    // the greatest <= hi
-  if (first > last) return out;
+  if (first > last) return;
   const std::size_t count = last - first + 1;
   const std::size_t n = static_cast<std::size_t>(g.n);
   thread_local std::vector<float> ax_tl, lim_tl, s_tl, err_tl;
@@ -379,9 +426,9 @@ std::vector<double> ideal_grid_scales(const Group& g, double base, double f_lo, 
   auto select = [&](std::size_t from, std::size_t to) {
     for (std::size_t i = from; i < to; ++i) {
       const std::pair<float, float> m{err_tl[i], s_tl[i]};
-      if (kept == top.size() && !(m < top.back())) continue;
+      if (kept == top.size() && !pair_less_of(m, top.back())) continue;
       std::size_t k = std::min(kept, top.size() - 1);
-      for (; k > 0 && m < top[k - 1]; --k) {
+      for (; k > 0 && pair_less_of(m, top[k - 1]); --k) {
         top[k] = top[k - 1];
         at[k] = at[k - 1];
       }
@@ -422,7 +469,6 @@ std::vector<double> ideal_grid_scales(const Group& g, double base, double f_lo, 
     for (uint32_t q : {p - 1, p, p + 1})
       if (q >= 0x0080u && q < 0x7F80u) out.push_back(value(q));  // positive normal
   }
-  return out;
 }
 
 /// Asymmetric integer grids (docs/LSQ.md#L2): of the log grid's stored (scale, zero
@@ -430,19 +476,23 @@ std::vector<double> ideal_grid_scales(const Group& g, double base, double f_lo, 
 /// clamped, no dtype roundings), ascending, for the real scorer. Candidates whose scale
 /// the proxy cannot take (not a normal float with a finite reciprocal) are kept as they
 /// are.
-std::vector<std::pair<double, double>> ideal_best_asym(const Group& g, std::vector<std::pair<double, double>> cands) {
+void ideal_best_asym(const Group& g, std::vector<std::pair<double, double>>& cands) {
   constexpr std::size_t kIdealBest = 4;
-  if (cands.size() <= kIdealBest) return cands;
-  std::vector<std::pair<double, double>> out, proxied;
+  if (cands.size() <= kIdealBest) return;
+  // per-thread scratch, as the callers' (once per group)
+  thread_local std::vector<std::pair<double, double>> out, proxied;
+  out.clear();
+  proxied.clear();
   for (const auto& c : cands) {
     const double s = c.first;
     const bool ok = s >= 0x1p-126 && s <= 0x1p126 && static_cast<double>(static_cast<float>(s)) == s &&
                     std::fabs(c.second) <= 0x1p24;
     (ok ? proxied : out).push_back(c);
   }
-  if (proxied.size() <= kIdealBest) return cands;
+  if (proxied.size() <= kIdealBest) return;
   const std::size_t count = proxied.size();
   thread_local std::vector<float> s_tl, z_tl, err_tl;
+  thread_local std::vector<std::size_t> order;
   scratch(s_tl, count);
   scratch(z_tl, count);
   scratch(err_tl, count);
@@ -459,7 +509,7 @@ std::vector<std::pair<double, double>> ideal_best_asym(const Group& g, std::vect
   else
 #endif
     lanes::lsq_ideal_errors_asym_scalar(g.x, g.w, g.n, s_tl.data(), z_tl.data(), cnt, q_min, q_max, err_tl.data());
-  std::vector<std::size_t> order(count);
+  order.resize(count);
   for (std::size_t i = 0; i < count; ++i) order[i] = i;
   // error ascending (a NaN, from a zero weight times an overflowed difference, last),
   // ties by index: a strict total order, so the pick does not depend on how
@@ -471,7 +521,7 @@ std::vector<std::pair<double, double>> ideal_best_asym(const Group& g, std::vect
     return a < b;
   });
   for (std::size_t k = 0; k < kIdealBest; ++k) out.push_back(proxied[order[k]]);
-  return out;
+  cands.assign(out.begin(), out.end());
 }
 
 /// A group's two largest and two smallest elements with their weights (1 unweighted):
@@ -661,6 +711,8 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   if (use_codes) {
     // the ascending codes are the ascending stored scales (LsqPlan::code_set)
     codes.for_each([&](int c) { cands.emplace_back(P.code_scale[static_cast<std::size_t>(c)], 0.0); });
+  } else if (P.symmetric) {
+    sort_unique_runs(cands);
   } else {
     std::sort(cands.begin(), cands.end(), pair_less);
     cands.erase(std::unique(cands.begin(), cands.end()), cands.end());
@@ -765,33 +817,42 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   // (3) integer grids: (weighted) a log grid of scales far below the max; asymmetric
   // zero points z0 - 1 .. z0 + 1 around the best candidates; the best few refit by least
   // squares (a refit of every candidate costs several times more and rarely wins).
-  std::vector<std::pair<double, double>> extra;
+  // Per-thread scratch, as above.
+  thread_local std::vector<std::pair<double, double>> extra, todo, zs;
+  thread_local std::vector<double> grid_scales, es;
+  thread_local std::vector<Scored> scored, tops;
+  extra.clear();
   if (P.symmetric) {
     const double base = amax / P.qplan.half_range;
-    for (double sc : ideal_grid_scales(g, base, P.cfg.weighted ? 0.04 : 0.5, 2.0))
-      extra.emplace_back(stored_scale(sc, P), 0.0);
+    ideal_grid_scales(g, base, P.cfg.weighted ? 0.04 : 0.5, 2.0, grid_scales);
+    for (double sc : grid_scales) extra.emplace_back(stored_scale(sc, P), 0.0);
   } else {
     const double base = (std::max(hi, 0.0) - std::min(lo, 0.0)) / P.qplan.range;
     for (double f : P.log_grid) {
       const double s = stored_scale(base * f, P);
       extra.emplace_back(s, stored_zero_point(P.qplan.q_min - std::min(lo, 0.0) * f / s, P));
     }
-    extra = ideal_best_asym(g, std::move(extra));
+    ideal_best_asym(g, extra);
   }
-  std::vector<std::tuple<double, double, double>> scored;  // (error, scale, zero point)
+  // every pair scored so far: the reference candidates (sorted, unique, and never NaN:
+  // lo and hi are finite), then the later ones in the order they were scored, until
+  // top() sorts with a NaN error and leaves no layout to rely on
+  scored.clear();
   for (std::size_t i = 0; i < cands.size(); ++i) scored.emplace_back(errs[i], cands[i].first, cands[i].second);
+  bool laid_out = true;
+  auto scored_before = [&](const std::pair<double, double>& sz) {
+    auto same = [&](const Scored& t) { return std::get<1>(t) == sz.first && std::get<2>(t) == sz.second; };
+    if (!laid_out) return std::any_of(scored.begin(), scored.end(), same);
+    // pair_less-equivalence is == on non-NaN pairs (both read -0 and +0 as equal)
+    return std::binary_search(cands.begin(), cands.end(), sz, pair_less) ||
+           std::any_of(scored.begin() + static_cast<std::ptrdiff_t>(cands.size()), scored.end(), same);
+  };
   auto score = [&](const std::vector<std::pair<double, double>>& more) {
     // the pairs not scored yet, first occurrences in order, scored in one batch
-    std::vector<std::pair<double, double>> todo;
-    for (const auto& sz : more) {
-      const double s = sz.first, z = sz.second;  // not a structured binding: clang 14 cannot capture one
-      if (std::any_of(scored.begin(), scored.end(),
-                      [&](const auto& t) { return std::get<1>(t) == s && std::get<2>(t) == z; }) ||
-          std::find(todo.begin(), todo.end(), sz) != todo.end())
-        continue;
-      todo.push_back(sz);
-    }
-    std::vector<double> es(todo.size());
+    todo.clear();
+    for (const auto& sz : more)
+      if (!scored_before(sz) && std::find(todo.begin(), todo.end(), sz) == todo.end()) todo.push_back(sz);
+    es.resize(todo.size());
     g.errors(todo.data(), todo.size(), es.data());
     for (std::size_t i = 0; i < todo.size(); ++i) {
       best.offer(es[i], todo[i].first, todo[i].second);
@@ -799,22 +860,41 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     }
   };
   score(extra);
-  auto top = [&] {
-    // the pairs are unique, so without NaN the first kRefits of the order are the same
-    // values however the rest lies; with a NaN (no strict weak order) the full sort as before
+  // The kRefits least pairs by scored_less. The pairs are unique, so without a NaN they
+  // are the same values however `scored` lies: a selection that leaves it as it is. With
+  // a NaN (no strict weak order) `scored` is sorted in place as partial_sort and sort
+  // would have left it, so that the same values come out.
+  std::size_t presorted = 0;  // a selection stood for partial_sort over scored[0, presorted)
+  auto top = [&]() -> const std::vector<Scored>& {
     const bool nan = std::any_of(scored.begin(), scored.end(), [](const Scored& t) {
       return std::isnan(std::get<0>(t)) || std::isnan(std::get<1>(t)) || std::isnan(std::get<2>(t));
     });
-    if (nan)
+    const std::size_t k = std::min(kRefits, scored.size());
+    tops.clear();
+    if (nan) {
+      if (presorted > 0)
+        std::partial_sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(std::min(kRefits, presorted)),
+                          scored.begin() + static_cast<std::ptrdiff_t>(presorted), scored_less);
+      presorted = 0;
+      laid_out = false;
       std::sort(scored.begin(), scored.end(), scored_less);
-    else
-      std::partial_sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(std::min(kRefits, scored.size())),
-                        scored.end(), scored_less);
-    return std::vector<std::tuple<double, double, double>>(
-        scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(std::min(kRefits, scored.size())));
+      tops.assign(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(k));
+      return tops;
+    }
+    // (without laid_out a NaN is in scored already: the branch above)
+    presorted = scored.size();
+    // insertion into the k least so far, ascending
+    for (const Scored& t : scored) {
+      if (tops.size() == k && !scored_less(t, tops.back())) continue;
+      if (tops.size() < k) tops.push_back(t);
+      std::size_t at = tops.size() - 1;
+      for (; at > 0 && scored_less(t, tops[at - 1]); --at) tops[at] = tops[at - 1];
+      tops[at] = t;
+    }
+    return tops;
   };
   if (!P.symmetric) {
-    std::vector<std::pair<double, double>> zs;
+    zs.clear();
     for (const auto& [e, s, z] : top())
       for (double dz : {-1.0, 1.0}) zs.emplace_back(s, stored_zero_point(z + dz, P));
     score(zs);

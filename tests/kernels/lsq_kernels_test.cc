@@ -160,6 +160,12 @@ TEST(LsqKernels, ScorerEqualsScalarStepsBitForBit) {
                     for (int i = 0; i < detail::kLsqRefitSums; ++i)
                       ASSERT_EQ(double_bits(sums[i]), double_bits(want_sums[i]))
                           << "refit sum " << i << " n " << n << " scale " << s[c] << " zp " << z[c];
+                    // the symmetric refit's two sums alone: the same bits
+                    double code_sums[detail::kLsqRefitSums];
+                    ASSERT_TRUE(detail::lsq_refit_sums_simd(level, g, s[c], zx[c], code_sums, true));
+                    for (int i : {detail::kSumWQQ, detail::kSumWQX})
+                      ASSERT_EQ(double_bits(code_sums[i]), double_bits(want_sums[i]))
+                          << "code sum " << i << " n " << n << " scale " << s[c] << " zp " << z[c];
                     ASSERT_EQ(double_bits(detail::lsq_error_scalar(x.data(), weighted ? w.data() : nullptr, n, s[c],
                                                                    z[c], plan)),
                               double_bits(combine_partials(part)));

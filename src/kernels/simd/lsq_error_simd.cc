@@ -120,7 +120,9 @@ bool LsqErrors(const LsqGroupArgs& G, const float* s, const float* zx, const flo
   return G.w ? LsqErrorsGrid<true>(G, s, zx, zs, count, err) : LsqErrorsGrid<false>(G, s, zx, zs, count, err);
 }
 
-template <int kGrid, bool kWeighted>
+/// kCodeSums: only Σ (w q) q and Σ (w q) x, all a symmetric refit reads (the others
+/// NaN), each summed as in the full kernel, so the same bits.
+template <int kGrid, bool kWeighted, bool kCodeSums>
 HWY_NOINLINE bool LsqRefitSumsT(const LsqGroupArgs& G, float s, float zx, double* sums) {
   const DF df;
   const DH dh;
@@ -143,30 +145,35 @@ HWY_NOINLINE bool LsqRefitSumsT(const LsqGroupArgs& G, float s, float zx, double
       const VD qd = hn::PromoteTo(dd, h ? hn::UpperHalf(dh, q) : hn::LowerHalf(dh, q));
       const VD wq = hn::Mul(wd, qd);
       const int k = h % kAcc;
-      acc[kSumW][k] = hn::Add(acc[kSumW][k], wd);
-      acc[kSumWX][k] = hn::Add(acc[kSumWX][k], hn::Mul(wd, xd));
-      acc[kSumWQ][k] = hn::Add(acc[kSumWQ][k], wq);
+      if constexpr (!kCodeSums) {
+        acc[kSumW][k] = hn::Add(acc[kSumW][k], wd);
+        acc[kSumWX][k] = hn::Add(acc[kSumWX][k], hn::Mul(wd, xd));
+        acc[kSumWQ][k] = hn::Add(acc[kSumWQ][k], wq);
+      }
       acc[kSumWQQ][k] = hn::Add(acc[kSumWQQ][k], hn::Mul(wq, qd));
       acc[kSumWQX][k] = hn::Add(acc[kSumWQX][k], hn::Mul(wq, xd));
     }
   }
-  for (int i = 0; i < kLsqRefitSums; ++i) sums[i] = CombinePartials(acc[i]);
+  for (int i = 0; i < kLsqRefitSums; ++i)
+    sums[i] = kCodeSums && i != kSumWQQ && i != kSumWQX ? std::nan("") : CombinePartials(acc[i]);
   return hn::AllFalse(df, bad);
 }
 
-template <bool kWeighted>
+template <bool kWeighted, bool kCodeSums>
 bool LsqRefitSumsGrid(const LsqGroupArgs& G, float s, float zx, double* sums) {
   switch (G.grid) {
     case qobs::detail::GridKind::kInt:
-      return LsqRefitSumsT<static_cast<int>(qobs::detail::GridKind::kInt), kWeighted>(G, s, zx, sums);
+      return LsqRefitSumsT<static_cast<int>(qobs::detail::GridKind::kInt), kWeighted, kCodeSums>(G, s, zx, sums);
     case qobs::detail::GridKind::kFp8:
-      return LsqRefitSumsT<static_cast<int>(qobs::detail::GridKind::kFp8), kWeighted>(G, s, zx, sums);
-    default: return LsqRefitSumsT<static_cast<int>(qobs::detail::GridKind::kFp4), kWeighted>(G, s, zx, sums);
+      return LsqRefitSumsT<static_cast<int>(qobs::detail::GridKind::kFp8), kWeighted, kCodeSums>(G, s, zx, sums);
+    default: return LsqRefitSumsT<static_cast<int>(qobs::detail::GridKind::kFp4), kWeighted, kCodeSums>(G, s, zx, sums);
   }
 }
 
-bool LsqRefitSums(const LsqGroupArgs& G, float s, float zx, double* sums) {
-  return G.w ? LsqRefitSumsGrid<true>(G, s, zx, sums) : LsqRefitSumsGrid<false>(G, s, zx, sums);
+bool LsqRefitSums(const LsqGroupArgs& G, float s, float zx, bool code_sums_only, double* sums) {
+  if (code_sums_only)
+    return G.w ? LsqRefitSumsGrid<true, true>(G, s, zx, sums) : LsqRefitSumsGrid<false, true>(G, s, zx, sums);
+  return G.w ? LsqRefitSumsGrid<true, false>(G, s, zx, sums) : LsqRefitSumsGrid<false, false>(G, s, zx, sums);
 }
 
 /// lsq_bound_simd: element j's term into partial j mod kLsqPartials, as in LsqErrorsT;
@@ -293,8 +300,9 @@ bool lsq_errors_simd(SimdLevel level, const LsqGroupArgs& g, const float* s, con
   QOBS_SIMD_DISPATCH(LsqErrors(g, s, zx, zs, count, err));
 }
 
-bool lsq_refit_sums_simd(SimdLevel level, const LsqGroupArgs& g, float s, float zx, double* sums) {
-  QOBS_SIMD_DISPATCH(LsqRefitSums(g, s, zx, sums));
+bool lsq_refit_sums_simd(SimdLevel level, const LsqGroupArgs& g, float s, float zx, double* sums,
+                         bool code_sums_only) {
+  QOBS_SIMD_DISPATCH(LsqRefitSums(g, s, zx, code_sums_only, sums));
 }
 
 double lsq_bound_simd(SimdLevel level, LsqBound kind, const float* x, const float* w, int64_t n, double t) {

@@ -51,7 +51,10 @@ enum LsqRefitSum { kSumW, kSumWX, kSumWQ, kSumWQQ, kSumWQX, kLsqRefitSums };
 
 /// sums[kSumW .. kSumWQX] for one candidate (scale s on s_dt's grid, zero point zx cast
 /// to x's dtype). Returns false, with sums unspecified, on a NaN quotient.
-bool lsq_refit_sums_simd(SimdLevel level, const LsqGroupArgs& g, float s, float zx, double* sums);
+/// code_sums_only: just kSumWQQ and kSumWQX (the same bits), the rest NaN -- all that a
+/// symmetric refit reads, for about half the work.
+bool lsq_refit_sums_simd(SimdLevel level, const LsqGroupArgs& g, float s, float zx, double* sums,
+                         bool code_sums_only = false);
 
 /// Symmetric integer grids: the error of the ideal quantizer (nearest code, clamped;
 /// none of the dtype roundings) at each scale of a grid, the proxy that picks which

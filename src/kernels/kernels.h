@@ -143,6 +143,10 @@ struct LsqSearchConfig {
   /// kRefits others (docs/LSQ.md#L4); the same result either way, false only for the
   /// test that shows it.
   bool prune_reference_candidates = true;
+  /// Refits look up the errors and sums the group's search holds already instead of
+  /// computing them again (docs/LSQ.md#L4); the same result either way, false only for
+  /// the test that shows it.
+  bool reuse_refit_results = true;
   NumericMode mode = NumericMode::kParity;
   int num_threads = 0;  ///< 0 = QOBS_NUM_THREADS or the hardware concurrency
 };

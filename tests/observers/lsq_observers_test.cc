@@ -344,11 +344,12 @@ TEST(LsqObservers, ThreadedEqualsScalarReference) {
 
 // L4: leaving out the INT reference candidates that the clipped elements' bound shows
 // to be worse than kRefits others changes no result, symmetric or not, weighted or not,
-// for every bit width and data dtype; and it does leave some out.
+// for every bit width and data dtype; and it does leave some out. Nor do the refits'
+// look-ups of errors and sums the search holds already (each look-up saves a scoring).
 TEST(LsqObservers, PruningKeepsEveryResult) {
   std::mt19937 rng(23);
   std::gamma_distribution<float> gd(0.3f, 1.0f);
-  std::map<bool, int64_t> pruned_evals, full_evals;
+  std::map<bool, int64_t> pruned_evals, full_evals, recomputed_evals;
   for (bool sym : {true, false})
     for (int bits : {2, 3, 4, 8})
       for (DType dt : {DType::kBF16, DType::kF16, DType::kF32})
@@ -371,18 +372,32 @@ TEST(LsqObservers, PruningKeepsEveryResult) {
             const auto pruned_ref = kernels::ref::lsq_search(flat, args, cfg, weighted ? &wflat : nullptr);
             cfg.prune_reference_candidates = false;
             const auto full = kernels::lsq_search(flat, args, cfg, weighted ? &wflat : nullptr);
+            // the refits' look-ups of errors and sums the search holds: the same result
+            cfg.prune_reference_candidates = true;
+            cfg.reuse_refit_results = false;
+            const auto recomputed = kernels::lsq_search(flat, args, cfg, weighted ? &wflat : nullptr);
+            cfg.prune_reference_candidates = false;
+            const auto full_recomputed = kernels::lsq_search(flat, args, cfg, weighted ? &wflat : nullptr);
             const std::string what = std::string(sym ? "sym" : "asym") + " bits " + std::to_string(bits) + " " +
                                      std::string(dtype_name(dt)) + " group " + std::to_string(group) +
                                      (weighted ? " weighted" : "");
             EXPECT_EQ(pruned.scale, full.scale) << what;
             EXPECT_EQ(pruned.zero_point, full.zero_point) << what;
             EXPECT_EQ(pruned_ref.scale, full.scale) << what;
+            EXPECT_EQ(recomputed.scale, full.scale) << what;
+            EXPECT_EQ(recomputed.zero_point, full.zero_point) << what;
+            EXPECT_EQ(full_recomputed.scale, full.scale) << what;
+            EXPECT_EQ(full_recomputed.zero_point, full.zero_point) << what;
+            recomputed_evals[sym] += recomputed.candidates_evaluated;
             pruned_evals[sym] += pruned.candidates_evaluated;
             full_evals[sym] += full.candidates_evaluated;
           }
-  for (bool sym : {true, false})
+  for (bool sym : {true, false}) {
     EXPECT_LT(pruned_evals[sym], full_evals[sym] * 9 / 10)
         << (sym ? "sym: " : "asym: ") << pruned_evals[sym] << " of " << full_evals[sym] << " candidates scored";
+    EXPECT_LT(pruned_evals[sym], recomputed_evals[sym])
+        << (sym ? "sym: " : "asym: ") << pruned_evals[sym] << " with look-ups, " << recomputed_evals[sym] << " without";
+  }
 }
 
 // num_threads = 0 is "the budget" (QOBS_NUM_THREADS, the pool, the hardware), as for

@@ -202,9 +202,8 @@ struct Group {
       const Arith ax{P->dplan.x_dt, P->cfg.mode};
       // false: a NaN quotient; the scalar steps redo it
       // symmetric: refit() reads the code sums alone
-      if (lanes::lsq_refit_sums_simd(level, lanes_args(), static_cast<float>(sa), static_cast<float>(z == 0.0 ? z : ax.cast(z)), sums,
-                                     P->symmetric))
-        return;
+      const float zx = static_cast<float>(z == 0.0 ? z : ax.cast(z));
+      if (lanes::lsq_refit_sums_simd(level, lanes_args(), static_cast<float>(sa), zx, sums, P->symmetric)) return;
     }
 #endif
     lanes::lsq_refit_sums_scalar(x, w, n, sa, z, P->dplan, sums);
@@ -235,7 +234,8 @@ constexpr auto scored_less = [](const Scored& a, const Scored& b) {
 /// are equal bit for bit (symmetric grids: z = +0, s > 0) and none is NaN; otherwise the
 /// sort itself.
 void sort_unique_runs(std::vector<std::pair<double, double>>& v) {
-  const bool nan = std::any_of(v.begin(), v.end(), [](const auto& p) { return std::isnan(p.first) || std::isnan(p.second); });
+  const bool nan =
+      std::any_of(v.begin(), v.end(), [](const auto& p) { return std::isnan(p.first) || std::isnan(p.second); });
   if (!nan) {
     thread_local std::vector<std::size_t> ends, merged_ends;  // per-thread scratch: once per group
     thread_local std::vector<std::pair<double, double>> tmp;

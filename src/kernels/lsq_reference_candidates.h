@@ -1,6 +1,7 @@
 // Steps of the least-squares observers' search (lsq_search.cc) that the kernel tests
-// check on their own: the MX reference candidates by bisection, and the NVFP4 reference
-// candidates as a set of E4M3 codes (docs/LSQ.md#L4).
+// check on their own: the MX reference candidates by bisection, the NVFP4 reference
+// candidates as a set of E4M3 codes, and the INT symmetric reference lists merged as
+// runs (docs/LSQ.md#L4).
 #pragma once
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "core/arith.h"
@@ -15,6 +17,51 @@
 #include "qparams/qparam_math.h"
 
 namespace qobs::kernels::detail {
+
+/// std::sort + std::unique of (scale, zero point) candidates by the order (first, then
+/// second; spelled out as the search's pair_less), when they were collected as runs of
+/// non-increasing pairs (each reference list's shrink factors descend): the runs
+/// reversed, then merged pairwise, at a fraction of the sort's comparisons. The same
+/// sequence whenever equal pairs are equal bit for bit (symmetric grids: z = +0,
+/// s > 0) and none is NaN; with a NaN, the sort itself. Any input order is accepted
+/// (a run may be one element long).
+inline void sort_unique_runs(std::vector<std::pair<double, double>>& v) {
+  auto less = [](const std::pair<double, double>& a, const std::pair<double, double>& b) {
+    return a.first < b.first || (a.first == b.first && a.second < b.second);
+  };
+  const bool nan =
+      std::any_of(v.begin(), v.end(), [](const auto& p) { return std::isnan(p.first) || std::isnan(p.second); });
+  if (!nan) {
+    thread_local std::vector<std::size_t> ends, merged_ends;  // per-thread scratch: once per group
+    thread_local std::vector<std::pair<double, double>> tmp;
+    ends.clear();
+    std::size_t from = 0;
+    for (std::size_t i = 1; i <= v.size(); ++i) {
+      if (i < v.size() && !less(v[i - 1], v[i])) continue;
+      std::reverse(v.begin() + static_cast<std::ptrdiff_t>(from), v.begin() + static_cast<std::ptrdiff_t>(i));
+      ends.push_back(i);
+      from = i;
+    }
+    tmp.resize(v.size());
+    while (ends.size() > 1) {
+      merged_ends.clear();
+      std::size_t start = 0;
+      for (std::size_t r = 0; r < ends.size(); r += 2) {
+        const std::size_t mid = ends[r], stop = r + 1 < ends.size() ? ends[r + 1] : mid;
+        std::merge(v.begin() + static_cast<std::ptrdiff_t>(start), v.begin() + static_cast<std::ptrdiff_t>(mid),
+                   v.begin() + static_cast<std::ptrdiff_t>(mid), v.begin() + static_cast<std::ptrdiff_t>(stop),
+                   tmp.begin() + static_cast<std::ptrdiff_t>(start), less);
+        merged_ends.push_back(stop);
+        start = stop;
+      }
+      std::swap(v, tmp);
+      std::swap(ends, merged_ends);
+    }
+  } else {
+    std::sort(v.begin(), v.end(), less);
+  }
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+}
 
 /// MX symmetric: the (scale, zero point) pairs compute_qparams_elem stores for the
 /// shrunk ranges (a.mul(m0, p), a.mul(M0, p)) of the ascending factors ps, as a set

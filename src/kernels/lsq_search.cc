@@ -228,46 +228,6 @@ constexpr auto scored_less = [](const Scored& a, const Scored& b) {
   return std::get<2>(a) < std::get<2>(b);
 };
 
-/// std::sort + std::unique by pair_less of candidates collected as runs of non-increasing
-/// pairs (each reference list's shrink factors descend): the runs reversed, then merged
-/// pairwise, at a fraction of the sort's comparisons. The same sequence when equal pairs
-/// are equal bit for bit (symmetric grids: z = +0, s > 0) and none is NaN; otherwise the
-/// sort itself.
-void sort_unique_runs(std::vector<std::pair<double, double>>& v) {
-  const bool nan =
-      std::any_of(v.begin(), v.end(), [](const auto& p) { return std::isnan(p.first) || std::isnan(p.second); });
-  if (!nan) {
-    thread_local std::vector<std::size_t> ends, merged_ends;  // per-thread scratch: once per group
-    thread_local std::vector<std::pair<double, double>> tmp;
-    ends.clear();
-    std::size_t from = 0;
-    for (std::size_t i = 1; i <= v.size(); ++i) {
-      if (i < v.size() && !pair_less(v[i - 1], v[i])) continue;
-      std::reverse(v.begin() + static_cast<std::ptrdiff_t>(from), v.begin() + static_cast<std::ptrdiff_t>(i));
-      ends.push_back(i);
-      from = i;
-    }
-    tmp.resize(v.size());
-    while (ends.size() > 1) {
-      merged_ends.clear();
-      std::size_t start = 0;
-      for (std::size_t r = 0; r < ends.size(); r += 2) {
-        const std::size_t mid = ends[r], stop = r + 1 < ends.size() ? ends[r + 1] : mid;
-        std::merge(v.begin() + static_cast<std::ptrdiff_t>(start), v.begin() + static_cast<std::ptrdiff_t>(mid),
-                   v.begin() + static_cast<std::ptrdiff_t>(mid), v.begin() + static_cast<std::ptrdiff_t>(stop),
-                   tmp.begin() + static_cast<std::ptrdiff_t>(start), pair_less);
-        merged_ends.push_back(stop);
-        start = stop;
-      }
-      std::swap(v, tmp);
-      std::swap(ends, merged_ends);
-    }
-  } else {
-    std::sort(v.begin(), v.end(), pair_less);
-  }
-  v.erase(std::unique(v.begin(), v.end()), v.end());
-}
-
 struct Best {
   double err = INFINITY, scale = 0, zp = 0;
   void offer(double e, double s, double z) {
@@ -750,7 +710,7 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     // the ascending codes are the ascending stored scales (LsqPlan::code_set)
     codes.for_each([&](int c) { cands.emplace_back(P.code_scale[static_cast<std::size_t>(c)], 0.0); });
   } else if (P.symmetric) {
-    sort_unique_runs(cands);
+    lanes::sort_unique_runs(cands);
   } else {
     std::sort(cands.begin(), cands.end(), pair_less);
     cands.erase(std::unique(cands.begin(), cands.end()), cands.end());

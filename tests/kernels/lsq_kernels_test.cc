@@ -5,6 +5,8 @@
 // every SIMD level against kernels::ref::lsq_search.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -549,6 +551,54 @@ TEST(LsqKernels, E4m3ProbesGiveEveryFactorsCodes) {
 // factor by factor: MXFP4 / MXFP8, bf16 / f16 / f32 / f64 statistics, the reference's
 // shrink lists and random ones, ranges of either sign, tiny (subnormal, underflowing
 // f16's scale) and huge (overflowing f16).
+// L4: the INT symmetric reference lists merged as runs give std::sort + std::unique's
+// sequence: runs of descending scales as the lists arrive (with repeats and jumps back
+// up), ascending and one-element runs, all-equal and empty lists, each bit for bit; and
+// with a NaN the sort itself.
+TEST(LsqKernels, SortUniqueRunsEqualsSortAndUnique) {
+  std::mt19937 rng(47);
+  std::uniform_int_distribution<int> len(0, 12), runs(0, 9), shape(0, 3);
+  std::uniform_real_distribution<double> u(0.01, 2.0);
+  auto less = [](const std::pair<double, double>& a, const std::pair<double, double>& b) {
+    return a.first < b.first || (a.first == b.first && a.second < b.second);
+  };
+  auto bits = [](const std::vector<std::pair<double, double>>& v) {
+    std::vector<uint64_t> out;
+    for (const auto& [a, b] : v) {
+      out.push_back(std::bit_cast<uint64_t>(a));
+      out.push_back(std::bit_cast<uint64_t>(b));
+    }
+    return out;
+  };
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::vector<std::pair<double, double>> v;
+    const int r = runs(rng);
+    for (int k = 0; k < r; ++k) {
+      const int n = len(rng), kind = shape(rng);
+      // scales on a coarse grid, so that runs share values
+      double s = std::round(u(rng) * 64) / 64;
+      for (int i = 0; i < n; ++i) {
+        v.emplace_back(s, 0.0);
+        // 0: descending with repeats, 1: ascending, 2: no order, 3: all equal
+        if (kind == 0) s = std::max(0.0, s - std::round(u(rng) * 4) / 64);
+        else if (kind == 1) s += std::round(u(rng) * 4) / 64;
+        else if (kind == 2) s = std::round(u(rng) * 64) / 64;
+      }
+    }
+    auto want = v;
+    std::sort(want.begin(), want.end(), less);
+    want.erase(std::unique(want.begin(), want.end()), want.end());
+    detail::sort_unique_runs(v);
+    ASSERT_EQ(bits(v), bits(want)) << "trial " << trial;
+  }
+  std::vector<std::pair<double, double>> v{{1.0, 0.0}, {NAN, 0.0}, {0.5, 0.0}, {1.0, 0.0}, {0.25, 0.0}};
+  auto want = v;
+  std::sort(want.begin(), want.end(), less);
+  want.erase(std::unique(want.begin(), want.end()), want.end());
+  detail::sort_unique_runs(v);
+  ASSERT_EQ(bits(v), bits(want)) << "with a NaN";
+}
+
 TEST(LsqKernels, MxReferenceCandidatesEqualEveryFactor) {
   std::mt19937 rng(43);
   std::uniform_real_distribution<double> u(0.0, 1.0);

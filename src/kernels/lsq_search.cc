@@ -11,6 +11,7 @@
 #include <bit>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -150,6 +151,9 @@ struct Group {
   SimdLevel level = SimdLevel::kScalar;  ///< kScalar: element by element (the reference)
   int64_t evaluations = 0;
 
+  /// A zero point in a dtype's arithmetic. +-0 (every symmetric candidate) casts to
+  /// itself, without the rounding call (~3.5% of the symmetric search's instructions).
+  static double cast_zero_point(const Arith& a, double z) { return z == 0.0 ? z : a.cast(z); }
   /// The scale as the QDQ applies it: stored / global in f32 (R5.1.1 step 1).
   double applied(double s) const {
     if (!P->global) return s;
@@ -176,10 +180,8 @@ struct Group {
       float *const sv = scratch(sv_tl, count), *const zx = scratch(zx_tl, count), *const zs = scratch(zs_tl, count);
       for (std::size_t i = 0; i < count; ++i) {
         sv[i] = static_cast<float>(applied(sz[i].first));  // on s_dt's grid (f32 or narrower)
-        // a zero point of +-0 (every symmetric candidate) casts to itself: no rounding calls
-        const double z = sz[i].second;
-        zx[i] = static_cast<float>(z == 0.0 ? z : ax.cast(z));
-        zs[i] = static_cast<float>(z == 0.0 ? z : as.cast(z));
+        zx[i] = static_cast<float>(cast_zero_point(ax, sz[i].second));
+        zs[i] = static_cast<float>(cast_zero_point(as, sz[i].second));
       }
       // false: a NaN quotient or a non-finite error somewhere; the scalar steps redo it
       if (lanes::lsq_errors_simd(level, G, sv, zx, zs, static_cast<int64_t>(count), err)) return;
@@ -202,7 +204,7 @@ struct Group {
       const Arith ax{P->dplan.x_dt, P->cfg.mode};
       // false: a NaN quotient; the scalar steps redo it
       // symmetric: refit() reads the code sums alone
-      const float zx = static_cast<float>(z == 0.0 ? z : ax.cast(z));
+      const float zx = static_cast<float>(cast_zero_point(ax, z));
       if (lanes::lsq_refit_sums_simd(level, lanes_args(), static_cast<float>(sa), zx, sums, P->symmetric)) return;
     }
 #endif
@@ -210,14 +212,9 @@ struct Group {
   }
 };
 
-// std::pair's and std::tuple's operator< spelled out, for the sorts and selections of candidates:
-// the library's synthesized three-way comparisons were calls, not inlined (~5% of the
-// INT asymmetric search). The same results, NaN included (an unordered first member
-// compares false both ways and ends the comparison, as <=> does).
-template <typename T>
-constexpr bool pair_less_of(const std::pair<T, T>& a, const std::pair<T, T>& b) {
-  return a.first < b.first || (a.first == b.first && a.second < b.second);
-}
+// The candidates' orders for the sorts and selections: lanes::pair_less_of (std::pair's
+// operator< spelled out), and std::tuple's the same way, for the same reason.
+using lanes::pair_less_of;
 constexpr auto pair_less = [](const std::pair<double, double>& a, const std::pair<double, double>& b) {
   return pair_less_of(a, b);
 };
@@ -838,18 +835,26 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   scored.clear();
   for (std::size_t i = 0; i < cands.size(); ++i) scored.emplace_back(errs[i], cands[i].first, cands[i].second);
   bool laid_out = true;
-  auto scored_before = [&](const std::pair<double, double>& sz) {
+  // the error scored for sz, if it was: by binary search among the reference candidates
+  // while the layout holds (pair_less-equivalence is == on non-NaN pairs: both read -0
+  // and +0 as equal), and a scan of the rest
+  auto scored_error = [&](const std::pair<double, double>& sz) -> std::optional<double> {
     auto same = [&](const Scored& t) { return std::get<1>(t) == sz.first && std::get<2>(t) == sz.second; };
-    if (!laid_out) return std::any_of(scored.begin(), scored.end(), same);
-    // pair_less-equivalence is == on non-NaN pairs (both read -0 and +0 as equal)
-    return std::binary_search(cands.begin(), cands.end(), sz, pair_less) ||
-           std::any_of(scored.begin() + static_cast<std::ptrdiff_t>(cands.size()), scored.end(), same);
+    auto rest = scored.begin();
+    if (laid_out) {
+      const auto ref = std::lower_bound(cands.begin(), cands.end(), sz, pair_less);
+      if (ref != cands.end() && *ref == sz) return errs[ref - cands.begin()];
+      rest += static_cast<std::ptrdiff_t>(cands.size());
+    }
+    const auto found = std::find_if(rest, scored.end(), same);
+    if (found == scored.end()) return std::nullopt;
+    return std::get<0>(*found);
   };
   auto score = [&](const std::vector<std::pair<double, double>>& more) {
     // the pairs not scored yet, first occurrences in order, scored in one batch
     todo.clear();
     for (const auto& sz : more)
-      if (!scored_before(sz) && std::find(todo.begin(), todo.end(), sz) == todo.end()) todo.push_back(sz);
+      if (!scored_error(sz) && std::find(todo.begin(), todo.end(), sz) == todo.end()) todo.push_back(sz);
     es.resize(todo.size());
     g.errors(todo.data(), todo.size(), es.data());
     for (std::size_t i = 0; i < todo.size(); ++i) {
@@ -900,21 +905,10 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   // A pair scored above has its error here (a pruned one's +inf stands for no error:
   // such a pair is scored anew, as before).
   auto known = [&](const std::pair<double, double>& sz, double& e) {
-    auto same = [&](const Scored& t) { return std::get<1>(t) == sz.first && std::get<2>(t) == sz.second; };
-    auto found = scored.end();
-    if (laid_out) {
-      const auto ref = std::lower_bound(cands.begin(), cands.end(), sz, pair_less);
-      if (ref != cands.end() && *ref == sz) {
-        e = errs[ref - cands.begin()];
-        return e != INFINITY;
-      }
-      found = std::find_if(scored.begin() + static_cast<std::ptrdiff_t>(cands.size()), scored.end(), same);
-    } else {
-      found = std::find_if(scored.begin(), scored.end(), same);
-    }
-    if (found == scored.end()) return false;
-    e = std::get<0>(*found);
-    return e != INFINITY;
+    const std::optional<double> had = scored_error(sz);
+    if (!had || *had == INFINITY) return false;
+    e = *had;
+    return true;
   };
   thread_local RefitMemo memo;
   memo.clear();

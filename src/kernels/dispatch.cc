@@ -12,12 +12,12 @@
 #include "core/check.h"
 #include "qparams/qparam_math.h"
 #if QOBS_HAVE_FAST_KERNELS
-#include "kernels/search/search.h"
+#include "kernels/grid_search/grid_search_cpu.h"
 #include "kernels/parallel/thread_pool.h"
-#include "kernels/qdq_fast.h"
-#include "kernels/qparams_fast.h"
-#include "kernels/simd/error_sums_simd.h"
-#include "kernels/simd/minmax_simd.h"  // widen_simd
+#include "kernels/qdq/qdq_cpu.h"
+#include "kernels/qparams/qparams_cpu.h"
+#include "kernels/stats/error_sums_simd.h"
+#include "kernels/minmax/minmax_simd.h"  // widen_simd
 #include "kernels/simd/simd_level.h"
 #include "qobs/formats.h"
 #endif

@@ -3,28 +3,28 @@
 find_package(hwy 1.0 REQUIRED)
 list(APPEND QOBS_KERNEL_SOURCES
      kernels/simd/simd_level.cc
-     kernels/simd/libm_powf.cc
-     kernels/simd/pow_simd.cc
-     kernels/simd/block_errors_simd.cc
-     kernels/simd/poly_sums_simd.cc
-     kernels/simd/poly_batch_simd.cc
-     kernels/simd/exact_batch_simd.cc
-     kernels/simd/shrunk_qparams_simd.cc
-     kernels/simd/minmax_simd.cc
-     kernels/simd/error_sums_simd.cc
-     kernels/simd/qdq_simd.cc
-     kernels/simd/pack_simd.cc
-     kernels/simd/lsq_error_simd.cc
-     kernels/simd/lsq_candidates_simd.cc
-     kernels/qdq_fast.cc
-     kernels/qparams_fast.cc
-     kernels/simd/pow_poly.cc
-     kernels/search/plan.cc
-     kernels/search/exact.cc
-     kernels/search/certified.cc
-     kernels/search/batch.cc
-     kernels/search/grid_search.cc
-     kernels/search/minmax.cc)
+     kernels/pow/libm_powf.cc
+     kernels/pow/pow_simd.cc
+     kernels/grid_search/block_errors_simd.cc
+     kernels/grid_search/poly_sums_simd.cc
+     kernels/grid_search/poly_batch_simd.cc
+     kernels/grid_search/exact_batch_simd.cc
+     kernels/qparams/qparams_simd.cc
+     kernels/minmax/minmax_simd.cc
+     kernels/stats/error_sums_simd.cc
+     kernels/qdq/qdq_simd.cc
+     kernels/pack/pack_simd.cc
+     kernels/lsq/lsq_error_simd.cc
+     kernels/lsq/lsq_candidates_simd.cc
+     kernels/qdq/qdq_cpu.cc
+     kernels/qparams/qparams_cpu.cc
+     kernels/grid_search/pow_poly.cc
+     kernels/grid_search/plan.cc
+     kernels/grid_search/exact.cc
+     kernels/grid_search/certified.cc
+     kernels/grid_search/batch.cc
+     kernels/grid_search/grid_search_cpu.cc
+     kernels/minmax/minmax_cpu.cc)
 # dispatch.cc routes to the fast paths only when they are built (QOBS_FAST_KERNELS=OFF
 # leaves the scalar references alone).
 if(NOT TARGET qobs_fast_kernels_enabled)

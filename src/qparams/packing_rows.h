@@ -1,7 +1,7 @@
 // The bit layout and argument checks of the compressed-tensors packing (RULES §8.3,
 // §8.5), shared by the zero-point packing (packing.cc), the scalar references of the
-// row packing (kernels/ref/packing_reference.cc) and its threaded fast path
-// (kernels/packing.cc), so that all of them follow one bit order and one set of error
+// row packing (kernels/pack/pack_ref.cc) and its threaded fast path
+// (kernels/pack/pack.cc), so that all of them follow one bit order and one set of error
 // messages.
 #pragma once
 

@@ -19,18 +19,18 @@
 #include <string>
 #include <vector>
 
-#include "kernels/search/exact.h"
-#include "kernels/search/plan.h"
-#include "kernels/search/search.h"
+#include "kernels/grid_search/exact.h"
+#include "kernels/grid_search/plan.h"
+#include "kernels/grid_search/grid_search_cpu.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel/thread_pool.h"
-#include "kernels/qparams_fast.h"
-#include "kernels/search/select.h"
-#include "kernels/simd/libm_powf.h"
-#include "kernels/simd/exact_batch_simd.h"  // split_narrowing_mismatches
-#include "kernels/simd/minmax_simd.h"  // narrow16_simd
-#include "kernels/simd/poly_batch_simd.h"  // kPolyBatchMaxLen, fp4_round_nonneg_simd
-#include "kernels/simd/pow_simd.h"
+#include "kernels/qparams/qparams_cpu.h"
+#include "kernels/grid_search/select.h"
+#include "kernels/pow/libm_powf.h"
+#include "kernels/grid_search/exact_batch_simd.h"  // split_narrowing_mismatches
+#include "kernels/minmax/minmax_simd.h"  // narrow16_simd
+#include "kernels/grid_search/poly_batch_simd.h"  // kPolyBatchMaxLen, fp4_round_nonneg_simd
+#include "kernels/pow/pow_simd.h"
 #include "kernels/simd/simd_level.h"
 #include "kernels/simd/stream_store.h"
 #include "qobs/qobs.h"

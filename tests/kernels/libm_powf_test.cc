@@ -1,5 +1,5 @@
 // The libm powf replay stands in for std::pow only for the exhaustively verified
-// builds of the dispatched powf (kernels/simd/libm_powf.h). tests/CMakeLists.txt reruns
+// builds of the dispatched powf (kernels/pow/libm_powf.h). tests/CMakeLists.txt reruns
 // this suite and the fast-vs-reference searches with glibc's unfused __powf_sse2
 // forced (GLIBC_TUNABLES) and with the std::pow fallback forced (QOBS_POWF=libm).
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/simd/libm_powf.h"
+#include "kernels/pow/libm_powf.h"
 #include "qobs/qobs.h"
 #include "test_util.h"
 

@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "kernels/kernels.h"
-#include "kernels/lsq_reference_candidates.h"
-#include "kernels/search/select.h"
-#include "kernels/simd/lsq_candidates_simd.h"
-#include "kernels/simd/lsq_error_simd.h"
+#include "kernels/lsq/lsq_observer_candidates.h"
+#include "kernels/grid_search/select.h"
+#include "kernels/lsq/lsq_candidates_simd.h"
+#include "kernels/lsq/lsq_error_simd.h"
 #include "kernels/simd/simd_level.h"
 #include "qobs/qobs.h"
 #include "qparams/qparam_math.h"

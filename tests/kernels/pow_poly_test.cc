@@ -1,4 +1,4 @@
-// The certified cheap error terms of the INT grid search (kernels/simd/pow_poly.h): r =
+// The certified cheap error terms of the INT grid search (kernels/grid_search/pow_poly.h): r =
 // q - y for e / s, and the table + polynomial power. Their bound must hold for every input, or the fast search could decide a comparison
 // differently from the reference. The fast-vs-reference search tests
 // (fast_kernels_test.cc) check the end result bit for bit; these check the bound itself,
@@ -15,10 +15,10 @@
 
 #include "core/arith.h"
 #include "kernels/kernels.h"
-#include "kernels/search/select.h"
-#include "kernels/simd/pow_poly.h"
-#include "kernels/simd/block_errors_simd.h"  // kSumBlock
-#include "kernels/simd/poly_sums_simd.h"
+#include "kernels/grid_search/select.h"
+#include "kernels/grid_search/pow_poly.h"
+#include "kernels/grid_search/block_errors_simd.h"  // kSumBlock
+#include "kernels/grid_search/poly_sums_simd.h"
 #include "kernels/simd/simd_level.h"
 #include "qparams/qparam_math.h"
 

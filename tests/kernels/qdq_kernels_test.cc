@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
-#include "kernels/simd/pack_simd.h"
+#include "kernels/pack/pack_simd.h"
 #include "kernels/simd/simd_level.h"
 #include "qobs/qobs.h"
 #include "test_util.h"

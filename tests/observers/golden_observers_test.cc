@@ -16,7 +16,7 @@
 #include <sstream>
 
 #include "core/arith.h"
-#include "kernels/search/select.h"
+#include "kernels/grid_search/select.h"
 #include "observers/builtin_observers.h"
 #include "qparams/qparam_math.h"
 #include "test_util.h"

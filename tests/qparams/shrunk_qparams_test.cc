@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
-#include "kernels/search/select.h"
+#include "kernels/grid_search/select.h"
 #include "qparams/qparam_math.h"
 #include "test_util.h"
 

@@ -1,0 +1,1047 @@
+// The least-squares observers' search (docs/LSQ.md): per group, a superset of the
+// reference's candidate qparams plus least-squares refits, every candidate scored with
+// the qparams exactly as they will be stored and applied by the real quantizer (R5.1),
+// the minimum kept. Groups are independent, so the threaded call (kernels::lsq_search)
+// and the scalar reference (kernels::ref::lsq_search) run the same per-group function
+// and agree bit for bit: the threaded one scores candidates in SIMD lanes
+// (simd/lsq_error_simd.cc), the reference element by element, both summing in the
+// canonical order of lsq_error_simd.h.
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/arith.h"
+#include "core/check.h"
+#include "kernels/kernels.h"
+#include "kernels/parallel/thread_pool.h"
+#include "kernels/lsq/lsq_observer_candidates.h"
+#include "kernels/grid_search/select.h"
+#include "kernels/lsq/lsq_candidates_simd.h"
+#include "kernels/lsq/lsq_error_simd.h"
+#include "qparams/qparam_math.h"
+
+namespace qobs::kernels {
+
+namespace {
+
+namespace lanes = qobs::kernels::detail;  // the lanes (simd/lsq_*_simd.h) and the reference-candidate steps (lsq_reference_candidates.h)
+
+using qobs::detail::Arith;
+using qobs::detail::ElemQParams;
+using qobs::detail::QdqPlan;
+using qobs::detail::QParamPlan;
+
+/// The reference's candidate lists, each (expand, shrink factors as multiplied): every
+/// (min, max) pair memoryless_mse and imatrix_mse (and, with a global scale,
+/// nvfp4_expanded_mse) can choose, eager and chunked (R6.6.5, R6.7.2, R6.8.6). A superset of each reference observer's
+/// choices, so the minimum over them is never worse than any of those choices.
+std::vector<std::pair<double, std::vector<double>>> reference_candidate_lists(DType dt, bool fp4_global) {
+  std::vector<std::pair<double, std::vector<double>>> out;
+  GridSearchConfig mse;  // memoryless_mse defaults
+  GridSearchConfig im;
+  im.imatrix = true;
+  im.maxshrink = 0.95;
+  im.grid = 20;
+  GridSearchConfig nv;
+  nv.maxshrink = 1.0 - 0.8 / 1.8;
+  nv.grid = 200;
+  nv.expand = 1.8;
+  std::vector<GridSearchConfig> cfgs{mse, im};
+  if (fp4_global) cfgs.push_back(nv);  // nvfp4_expanded_mse is the NVFP4 observer
+  for (GridSearchConfig c : cfgs) {
+    for (bool chunked : {false, true}) {
+      c.chunked = chunked;
+      std::vector<double> p = qobs::detail::search_shrink_factors(c, dt);
+      p.push_back(1.0);  // the min-max choice (memoryless_minmax), and a fallback when S = 0
+      out.emplace_back(c.expand, std::move(p));
+    }
+  }
+  return out;
+}
+
+/// The exponents of the E8M0 codes 0..254 (R2.4.2 after step 5's uint8 clamp; 255 is NaN).
+constexpr int kE8M0MinExp = -127, kE8M0MaxExp = 127;
+
+/// Per-call constants of the search.
+struct LsqPlan {
+  DType dt;
+  QParamPlan qplan;  ///< calculate_qparams of the real args with the global scale
+  QdqPlan dplan;     ///< the QDQ the stored qparams will see
+  std::optional<double> global;
+  DType scale_dt;  ///< dtype of the stored scale
+  bool fp_scale_codes = false;  ///< NVFP4-like: FP8 E4M3 scale_dtype on a float type
+  bool mx = false;
+  bool symmetric = true;
+  std::vector<std::pair<double, std::vector<double>>> ref_lists;
+  /// ref_lists' shrink factors as f32 (what Arith::mul multiplies by) and the
+  /// branch-free twin of compute_qparams_elem for them, where the plan allows it
+  std::vector<std::vector<float>> ref_lists_f32;
+  /// MX symmetric: ref_lists' shrink factors, ascending without repeats (the search
+  /// treats them as a set; mx_reference_candidates)
+  std::vector<std::vector<double>> ref_lists_sorted;
+  /// MX: the stored scale of each E8M0 exponent kE8M0MinExp..kE8M0MaxExp (index e + 127)
+  std::vector<double> mx_scale;
+  qobs::detail::ShrunkQParams shrunk;
+  /// fp_scale_codes: the stored scale of each positive E4M3 code 1..126 (index = code)
+  std::vector<double> code_scale;
+  /// fp_scale_codes, symmetric, shrunk usable and code_scale strictly increasing: the
+  /// reference candidates are collected as a set of codes (lanes::E4m3CodeSet), whose
+  /// ascending codes are the ascending stored scales, instead of a list to sort
+  bool code_set = false;
+  /// code_set: per expand factor of the reference lists, the shrink factors whose
+  /// scales give the code set of all those lists' factors (runs of close factors by
+  /// their ends), usable when amax x expand x the smallest factor is at least
+  /// probe_floor (lanes::E4m3Probes); empty: every factor is computed
+  struct ProbeGroup {
+    double expand;
+    lanes::E4m3Probes probes;
+  };
+  std::vector<ProbeGroup> probe_groups;
+  double probe_floor = INFINITY;
+  /// the smallest positive value of the FP grid (FP4 0.5, FP8 E4M3 2^-9): below half of
+  /// it x / s rounds to 0 (extend_window)
+  double grid_min = 0.5;
+  /// INT asymmetric: the log grid's factors of the range (weighted: 0.04x .. 1.25x in
+  /// 48 steps; unweighted: 0.5x .. 1.25x in 16), the same for every group
+  std::vector<double> log_grid;
+  LsqSearchConfig cfg;
+  /// The roundings of x / s and of the dequantization in lanes, when lanes can follow
+  /// them (not for f64 arithmetic).
+  std::optional<lanes::Narrow> y_narrow, s_narrow;
+};
+
+/// The stored scale of a raw scale value (R4.1 steps 5 and 7, in the scale dtype).
+double stored_scale(double s, const LsqPlan& P) {
+  const Arith as{P.scale_dt, P.cfg.mode};
+  double v = as.cast(s);
+  // MX: scale_dtype (uint8) holds the exponent, not the scale (R4.1 steps 5-6)
+  if (P.qplan.scale_dtype && !P.mx) v = as.cast(qobs::detail::round_to_dtype_value(v, P.qplan.scale_target));
+  if (v == 0.0) v = P.qplan.eps;
+  return v;
+}
+
+/// The stored zero point of a raw value (R4.1 steps 3 and 8).
+double stored_zero_point(double z, const LsqPlan& P) {
+  if (P.symmetric) return 0.0;
+  z = qobs::detail::clamp_nan(z, P.qplan.q_min, P.qplan.q_max);
+  return std::isnan(z) ? 0.0 : qobs::detail::round_to_dtype_value(z, P.qplan.zp_target);
+}
+
+/// A per-thread scratch vector of at least n elements. Never shrunk: the searches run
+/// millions of times with batches of varying size, and a resize that grows again
+/// value-initializes the new elements every time.
+template <class T>
+T* scratch(std::vector<T>& v, std::size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+/// One group's values and weights, and the scorer of stored (scale, zero point) pairs.
+struct Group {
+  const float* x;
+  const float* w;  // nullptr: unweighted
+  int64_t n;
+  const LsqPlan* P;
+  SimdLevel level = SimdLevel::kScalar;  ///< kScalar: element by element (the reference)
+  int64_t evaluations = 0;
+
+  /// A zero point in a dtype's arithmetic. +-0 (every symmetric candidate) casts to
+  /// itself, without the rounding call (~3.5% of the symmetric search's instructions).
+  static double cast_zero_point(const Arith& a, double z) { return z == 0.0 ? z : a.cast(z); }
+  /// The scale as the QDQ applies it: stored / global in f32 (R5.1.1 step 1).
+  double applied(double s) const {
+    if (!P->global) return s;
+    const Arith a{P->dplan.s_dt, P->cfg.mode};
+    return a.div(s, *P->global);
+  }
+  /// Whether the lanes can follow this group's arithmetic at this level.
+  bool lanes_ok() const { return level != SimdLevel::kScalar && P->y_narrow && P->s_narrow; }
+  lanes::LsqGroupArgs lanes_args() const {
+    return {x, w, n, !P->symmetric, *P->y_narrow, *P->s_narrow, P->dplan.grid, static_cast<float>(P->dplan.q_min),
+            static_cast<float>(P->dplan.q_max)};
+  }
+  /// The reference scorer: R5.1 element by element, summed in the canonical order.
+  double error_scalar(double s, double z) const { return lanes::lsq_error_scalar(x, w, n, applied(s), z, P->dplan); }
+  /// err[i] of candidates sz[i] (stored scale, zero point), in lanes where the level
+  /// and the dtypes allow it; the same bits either way.
+  void errors(const std::pair<double, double>* sz, std::size_t count, double* err) {
+    evaluations += static_cast<int64_t>(count);
+#if QOBS_HAVE_FAST_KERNELS
+    if (lanes_ok()) {
+      const lanes::LsqGroupArgs G = lanes_args();
+      const Arith ax{P->dplan.x_dt, P->cfg.mode}, as{P->dplan.s_dt, P->cfg.mode};
+      thread_local std::vector<float> sv_tl, zx_tl, zs_tl;  // called per candidate batch
+      float *const sv = scratch(sv_tl, count), *const zx = scratch(zx_tl, count), *const zs = scratch(zs_tl, count);
+      for (std::size_t i = 0; i < count; ++i) {
+        sv[i] = static_cast<float>(applied(sz[i].first));  // on s_dt's grid (f32 or narrower)
+        zx[i] = static_cast<float>(cast_zero_point(ax, sz[i].second));
+        zs[i] = static_cast<float>(cast_zero_point(as, sz[i].second));
+      }
+      // false: a NaN quotient or a non-finite error somewhere; the scalar steps redo it
+      if (lanes::lsq_errors_simd(level, G, sv, zx, zs, static_cast<int64_t>(count), err)) return;
+    }
+#endif
+    for (std::size_t i = 0; i < count; ++i) err[i] = error_scalar(sz[i].first, sz[i].second);
+  }
+  double error(double s, double z) {
+    const std::pair<double, double> sz{s, z};
+    double e = 0;
+    errors(&sz, 1, &e);
+    return e;
+  }
+  /// The least-squares refit's sums over the raw codes of the stored qparams, each in
+  /// the canonical order (lsq_error_simd.h: Σ w, Σ w x, Σ w q, Σ (w q) q, Σ (w q) x).
+  void refit_sums(double s, double z, double* sums) const {
+    const double sa = applied(s);
+#if QOBS_HAVE_FAST_KERNELS
+    if (lanes_ok()) {
+      const Arith ax{P->dplan.x_dt, P->cfg.mode};
+      // false: a NaN quotient; the scalar steps redo it
+      // symmetric: refit() reads the code sums alone
+      const float zx = static_cast<float>(cast_zero_point(ax, z));
+      if (lanes::lsq_refit_sums_simd(level, lanes_args(), static_cast<float>(sa), zx, sums, P->symmetric)) return;
+    }
+#endif
+    lanes::lsq_refit_sums_scalar(x, w, n, sa, z, P->dplan, sums);
+  }
+};
+
+// The candidates' orders for the sorts and selections: lanes::pair_less_of (std::pair's
+// operator< spelled out), and std::tuple's the same way, for the same reason.
+using lanes::pair_less_of;
+constexpr auto pair_less = [](const std::pair<double, double>& a, const std::pair<double, double>& b) {
+  return pair_less_of(a, b);
+};
+using Scored = std::tuple<double, double, double>;  ///< (error, scale, zero point)
+constexpr auto scored_less = [](const Scored& a, const Scored& b) {
+  if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) < std::get<0>(b);
+  if (std::get<1>(a) != std::get<1>(b)) return std::get<1>(a) < std::get<1>(b);
+  return std::get<2>(a) < std::get<2>(b);
+};
+
+struct Best {
+  double err = INFINITY, scale = 0, zp = 0;
+  void offer(double e, double s, double z) {
+    // ties keep the earlier candidate; the reference candidates come first
+    if (e < err) {
+      err = e;
+      scale = s;
+      zp = z;
+    }
+  }
+};
+
+/// What one group's refits have computed, for the next refits to look up: most refits
+/// land on a scale scored already (about 97% of them on bf16 INT4 weights) and a third
+/// start from codes whose sums an earlier chain took. Exact keys, so the same values as
+/// computing them again.
+struct RefitMemo {
+  std::vector<std::pair<std::pair<double, double>, double>> errors;
+  std::vector<std::pair<std::pair<double, double>, std::array<double, lanes::kLsqRefitSums>>> sums;
+  void clear() {
+    errors.clear();
+    sums.clear();
+  }
+};
+
+/// Least-squares refit of (scale, zero point) for the codes of (s, z), re-rounded and
+/// re-scored, repeated while the error falls (docs/LSQ.md#L2). `known(sz, e)` sets e to
+/// an error the search holds for sz already and says whether it did (search_group).
+template <typename Known>
+void refit(Group& g, double s, double z, double e, Best& best, RefitMemo& memo, const Known& known) {
+  for (int it = 0; it < 8; ++it) {
+    double S[lanes::kLsqRefitSums];
+    const std::pair<double, double> at{s, z};
+    const bool reuse = g.P->cfg.reuse_refit_results;
+    const auto hit = !reuse ? memo.sums.end() : std::find_if(memo.sums.begin(), memo.sums.end(), [&](const auto& m) {
+      return m.first == at;
+    });
+    if (hit != memo.sums.end()) {
+      std::copy(hit->second.begin(), hit->second.end(), S);
+    } else {
+      g.refit_sums(s, z, S);
+      memo.sums.emplace_back(at, std::array<double, lanes::kLsqRefitSums>{});
+      std::copy(S, S + lanes::kLsqRefitSums, memo.sums.back().second.begin());
+    }
+    const double sww = S[lanes::kSumW], swx = S[lanes::kSumWX], sq = S[lanes::kSumWQ], sqq = S[lanes::kSumWQQ],
+                 sqx = S[lanes::kSumWQX];
+    double ns, nz = z;
+    if (g.P->symmetric) {
+      // the codes are the raw codes (z = 0)
+      if (!(sqq > 0)) return;
+      ns = sqx / sqq;  // argmin_s sum w (x - s c)^2 for fixed codes c
+    } else {
+      // x ~ s * q + b over the raw codes q, then z = -b / s (2x2 normal equations)
+      const double det = sww * sqq - sq * sq;
+      if (!(det > 0)) return;
+      ns = (sww * sqx - sq * swx) / det;
+      const double b = (swx - ns * sq) / sww;
+      if (!(ns > 0)) return;
+      nz = stored_zero_point(-b / stored_scale(ns, *g.P), *g.P);
+    }
+    if (!(ns > 0) || !std::isfinite(ns)) return;
+    ns = stored_scale(ns, *g.P);
+    if (ns == s && nz == z) return;
+    const std::pair<double, double> next{ns, nz};
+    double ne;
+    if (!reuse || !known(next, ne)) {
+      const auto seen = !reuse ? memo.errors.end()
+                               : std::find_if(memo.errors.begin(), memo.errors.end(),
+                                              [&](const auto& m) { return m.first == next; });
+      if (seen != memo.errors.end()) {
+        ne = seen->second;
+      } else {
+        ne = g.error(ns, nz);
+        memo.errors.emplace_back(next, ne);
+      }
+    }
+    best.offer(ne, ns, nz);
+    if (!(ne < e)) return;
+    s = ns;
+    z = nz;
+    e = ne;
+  }
+}
+
+/// Lower bounds of a stored scale's error from the elements it must clip or round to 0
+/// (docs/LSQ.md#L4). Above max(q_max, -q_min) x applied scale x (1 + 2^-7) (FP grids:
+/// q_max; INT, whose negative end is one larger, -q_min) no code's dequantized value
+/// lies (the 2^-7 covers the dequantization's rounding in the data dtype, bf16's half
+/// ulp being 2^-8), so an element beyond costs at least w (|x| - top)^2; under 0.48 x the smallest
+/// positive grid value x the applied scale it rounds to 0 even after x / s is rounded
+/// (by at most 2^-8), costing w x^2. The first bound falls as the scale grows, the
+/// second rises.
+struct ErrorBounds {
+  const Group& g;
+  double clipped(double s) const {
+    const double top = std::max(g.P->qplan.q_max, -g.P->qplan.q_min);
+    return bound(lanes::LsqBound::kClipped, top * g.applied(s) * (1.0 + 0x1p-7));
+  }
+  double zeroed(double s) const { return bound(lanes::LsqBound::kZeroed, 0.48 * g.P->grid_min * g.applied(s)); }
+  double bound(lanes::LsqBound kind, double t) const {
+#if QOBS_HAVE_FAST_KERNELS
+    if (g.level != SimdLevel::kScalar) return lanes::lsq_bound_simd(g.level, kind, g.x, g.w, g.n, t);
+#endif
+    return lanes::lsq_bound_scalar(kind, g.x, g.w, g.n, t);
+  }
+};
+
+/// The factor a lower bound is multiplied by before it is compared with an error. The
+/// bounds sum in the scorer's canonical order and each of their terms is at most the
+/// error's term, so rounding alone cannot lift a bound above the error; the factor is
+/// a margin on top of that.
+constexpr double kBoundSafety = 1.0 - 1e-6;
+
+/// Scales outside the tried window can still win under a skewed weighting: walk
+/// outwards, index by index, while a lower bound of an index's error stays below the
+/// best error. `scale_of(i)` is the stored scale of index i, increasing in i (NVFP4: the
+/// E4M3 code; MX: the E8M0 exponent). Below the window the clipped elements' bound
+/// counts, above it the zeroed elements' (ErrorBounds; without the clipping margin the
+/// dequantized top value could exceed q_max x scale). Both bounds grow monotonically
+/// away from the window, so the walk ends at the exhaustive optimum over [i_min, i_max].
+template <class ScaleOf>
+void extend_window(Group& g, const ErrorBounds& bounds, int lo, int hi, int i_min, int i_max, ScaleOf scale_of,
+                   Best& best) {
+  // Each side's walk takes the indices whose bound is below the best error found before
+  // it and scores them in one batch. Where a walk that updated the best as it went
+  // would have stopped earlier, the extra indices' bounds (monotone) are at least that
+  // best, so their errors are too and cannot replace it: the same result.
+  thread_local std::vector<std::pair<double, double>> walk;
+  thread_local std::vector<double> walk_errs;
+  auto score_walk = [&] {
+    double* const errs = scratch(walk_errs, walk.size());
+    if (!walk.empty()) g.errors(walk.data(), walk.size(), errs);
+    for (std::size_t k = 0; k < walk.size(); ++k) best.offer(errs[k], walk[k].first, walk[k].second);
+  };
+  walk.clear();
+  double prev = NAN;
+  for (int c = lo - 1; c >= i_min; --c) {
+    const double s = scale_of(c);
+    if (s == prev) continue;  // the same stored scale (an underflow to eps), scored already
+    prev = s;
+    if (bounds.clipped(s) * kBoundSafety >= best.err) break;
+    walk.emplace_back(s, 0.0);
+  }
+  score_walk();
+  walk.clear();
+  prev = NAN;
+  for (int c = hi + 1; c <= i_max; ++c) {
+    const double s = scale_of(c);
+    if (!std::isfinite(s)) break;  // an overflow of the scale dtype (f16): no stored scale beyond
+    if (s == prev) continue;
+    prev = s;
+    if (bounds.zeroed(s) * kBoundSafety >= best.err) break;
+    walk.emplace_back(s, 0.0);
+  }
+  score_walk();
+}
+
+/// Symmetric integer grids (docs/LSQ.md#L2): the ideal quantizer's error (nearest code,
+/// clamped, no dtype roundings) at every bf16 value in [f_lo x base, f_hi x base] -- for
+/// a bf16 weight the stored scales themselves, otherwise a grid 2^-8..2^-7 apart that
+/// the refits refine -- and the scales of the kIdealBest least errors, each with its
+/// two grid neighbours, for the real scorer.
+void ideal_grid_scales(const Group& g, double base, double f_lo, double f_hi, std::vector<double>& out) {
+  constexpr std::size_t kIdealBest = 4;
+  out.clear();
+  // positive normal floats with a finite reciprocal
+  const double lo = std::max(base * f_lo, 0x1p-126), hi = std::min(base * f_hi, 0x1p126);
+  if (!(lo <= hi)) return;
+  auto value = [](uint32_t pattern) { return std::bit_cast<float>(pattern << 16); };
+  auto pattern_of = [](double v) { return std::bit_cast<uint32_t>(static_cast<float>(v)) >> 16; };
+  uint32_t first = pattern_of(lo), last = pattern_of(hi);
+  if (value(first) < lo) ++first;  // the least bf16 value >= lo
+  if (value(last) > hi) --last;    // the greatest <= hi
+  if (first > last) return;
+  const std::size_t count = last - first + 1;
+  const std::size_t n = static_cast<std::size_t>(g.n);
+  thread_local std::vector<float> ax_tl, lim_tl, s_tl, err_tl;
+  scratch(ax_tl, n);
+  scratch(lim_tl, n);
+  scratch(s_tl, count);
+  scratch(err_tl, count);
+  const float qpos = static_cast<float>(g.P->qplan.q_max), qneg = static_cast<float>(-g.P->qplan.q_min);
+  for (std::size_t j = 0; j < n; ++j) {
+    ax_tl[j] = std::fabs(g.x[j]);
+    lim_tl[j] = g.x[j] >= 0 ? qpos : qneg;
+  }
+  for (std::size_t i = 0; i < count; ++i) s_tl[i] = value(first + static_cast<uint32_t>(i));
+  const auto cnt = static_cast<int64_t>(count);
+  // the kIdealBest least (error, scale) pairs, ascending; the scales are distinct (and
+  // the errors never NaN), so the same pairs whatever order the ranges are offered in
+  std::array<std::pair<float, float>, kIdealBest> top;
+  std::array<std::size_t, kIdealBest> at{};
+  std::size_t kept = 0;
+  auto select = [&](std::size_t from, std::size_t to) {
+    for (std::size_t i = from; i < to; ++i) {
+      const std::pair<float, float> m{err_tl[i], s_tl[i]};
+      if (kept == top.size() && !pair_less_of(m, top.back())) continue;
+      std::size_t k = std::min(kept, top.size() - 1);
+      for (; k > 0 && pair_less_of(m, top[k - 1]); --k) {
+        top[k] = top[k - 1];
+        at[k] = at[k - 1];
+      }
+      top[k] = m;
+      at[k] = i;
+      kept = std::min(kept + 1, top.size());
+    }
+  };
+#if QOBS_HAVE_FAST_KERNELS
+  if (g.level != SimdLevel::kScalar) {
+    // Chunks of scales from the one nearest 0.9 x base outwards, each with the
+    // kIdealBest-th least error so far as its bound: a chunk whose sums all pass it
+    // partway holds none of the kIdealBest least (its errors read +inf), so the
+    // selection is the one over every full sum (the scalar path's).
+    constexpr int64_t kChunk = 64;
+    const int64_t chunks = (cnt + kChunk - 1) / kChunk;
+    // (the grid is every bf16 pattern from `first`: 0.9 x base's pattern gives its index)
+    const int64_t centre =
+        std::clamp<int64_t>(static_cast<int64_t>(pattern_of(0.9 * base)) - static_cast<int64_t>(first), 0, cnt - 1) /
+        kChunk;
+    for (int64_t k = 0; k < 2 * chunks; ++k) {
+      // centre, centre - 1, centre + 1, centre - 2, ...
+      const int64_t c = k % 2 == 0 ? centre + k / 2 : centre - (k + 1) / 2;
+      if (c < 0 || c >= chunks) continue;
+      const int64_t from = c * kChunk, num = std::min(kChunk, cnt - from);
+      lanes::lsq_ideal_errors_simd(g.level, ax_tl.data(), lim_tl.data(), g.w, g.n, s_tl.data() + from, num,
+                                   err_tl.data() + from, kept == top.size() ? top.back().first : HUGE_VALF);
+      select(static_cast<std::size_t>(from), static_cast<std::size_t>(from + num));
+    }
+  } else
+#endif
+  {
+    lanes::lsq_ideal_errors_scalar(ax_tl.data(), lim_tl.data(), g.w, g.n, s_tl.data(), cnt, err_tl.data());
+    select(0, count);
+  }
+  for (std::size_t k = 0; k < kept; ++k) {
+    const uint32_t p = first + static_cast<uint32_t>(at[k]);
+    for (uint32_t q : {p - 1, p, p + 1})
+      if (q >= 0x0080u && q < 0x7F80u) out.push_back(value(q));  // positive normal
+  }
+}
+
+/// Asymmetric integer grids (docs/LSQ.md#L2): of the log grid's stored (scale, zero
+/// point) candidates, the kIdealBest of least ideal-quantizer error (nearest code,
+/// clamped, no dtype roundings), ascending, for the real scorer. Candidates whose scale
+/// the proxy cannot take (not a normal float with a finite reciprocal) are kept as they
+/// are.
+void ideal_best_asym(const Group& g, std::vector<std::pair<double, double>>& cands) {
+  constexpr std::size_t kIdealBest = 4;
+  if (cands.size() <= kIdealBest) return;
+  // per-thread scratch, as the callers' (once per group)
+  thread_local std::vector<std::pair<double, double>> out, proxied;
+  out.clear();
+  proxied.clear();
+  for (const auto& c : cands) {
+    const double s = c.first;
+    const bool ok = s >= 0x1p-126 && s <= 0x1p126 && static_cast<double>(static_cast<float>(s)) == s &&
+                    std::fabs(c.second) <= 0x1p24;
+    (ok ? proxied : out).push_back(c);
+  }
+  if (proxied.size() <= kIdealBest) return;
+  const std::size_t count = proxied.size();
+  thread_local std::vector<float> s_tl, z_tl, err_tl;
+  thread_local std::vector<std::size_t> order;
+  scratch(s_tl, count);
+  scratch(z_tl, count);
+  scratch(err_tl, count);
+  for (std::size_t i = 0; i < count; ++i) {
+    s_tl[i] = static_cast<float>(proxied[i].first);
+    z_tl[i] = static_cast<float>(proxied[i].second);
+  }
+  const float q_min = static_cast<float>(g.P->qplan.q_min), q_max = static_cast<float>(g.P->qplan.q_max);
+  const auto cnt = static_cast<int64_t>(count);
+#if QOBS_HAVE_FAST_KERNELS
+  if (g.level != SimdLevel::kScalar)
+    lanes::lsq_ideal_errors_asym_simd(g.level, g.x, g.w, g.n, s_tl.data(), z_tl.data(), cnt, q_min, q_max,
+                                      err_tl.data());
+  else
+#endif
+    lanes::lsq_ideal_errors_asym_scalar(g.x, g.w, g.n, s_tl.data(), z_tl.data(), cnt, q_min, q_max, err_tl.data());
+  order.resize(count);
+  for (std::size_t i = 0; i < count; ++i) order[i] = i;
+  // error ascending (a NaN, from a zero weight times an overflowed difference, last),
+  // ties by index: a strict total order, so the pick does not depend on how
+  // partial_sort lays out the rest
+  for (std::size_t i = 0; i < count; ++i)
+    if (std::isnan(err_tl[i])) err_tl[i] = INFINITY;
+  std::partial_sort(order.begin(), order.begin() + kIdealBest, order.end(), [&](std::size_t a, std::size_t b) {
+    if (err_tl[a] != err_tl[b]) return err_tl[a] < err_tl[b];
+    return a < b;
+  });
+  for (std::size_t k = 0; k < kIdealBest; ++k) out.push_back(proxied[order[k]]);
+  cands.assign(out.begin(), out.end());
+}
+
+/// A group's two largest and two smallest elements with their weights (1 unweighted):
+/// for INT asymmetric candidates, a lower bound of the error from the elements each
+/// must clip, O(1) per candidate (search_group's pruning, docs/LSQ.md#L4).
+struct GroupExtremes {
+  std::array<double, 2> top{-INFINITY, -INFINITY}, top_w{0, 0};     ///< descending
+  std::array<double, 2> bottom{INFINITY, INFINITY}, bottom_w{0, 0};  ///< ascending
+  /// Stored (s, z): codes q in [q_min, q_max] dequantize to (q - z) s, rounded in the
+  /// data dtype by at most 2^-8 relative (bf16), so nothing lies above (q_max - z) s
+  /// (1 + 2^-7) or below (q_min - z) s (1 + 2^-7); an element beyond costs at least
+  /// w times its squared distance to that level.
+  double clipped_bound(double s, double z, const LsqPlan& P) const {
+    const double hi = (P.qplan.q_max - z) * s * (1.0 + 0x1p-7), lo = (P.qplan.q_min - z) * s * (1.0 + 0x1p-7);
+    double b = 0;
+    for (int k = 0; k < 2; ++k) {
+      if (top[k] > hi) b += (top_w[k] * (top[k] - hi)) * (top[k] - hi);
+      if (bottom[k] < lo) b += (bottom_w[k] * (lo - bottom[k])) * (lo - bottom[k]);
+    }
+    return b;
+  }
+};
+
+/// The extremes of a group without NaN / Inf (search_group returns before scoring
+/// those); with fewer than two elements the missing ones add nothing.
+GroupExtremes group_extremes(const Group& g) {
+  GroupExtremes e;
+  for (int64_t j = 0; j < g.n; ++j) {
+    const double x = g.x[j], w = g.w ? g.w[j] : 1.0;
+    if (x > e.top[1]) {
+      if (x > e.top[0]) {
+        e.top = {x, e.top[0]};
+        e.top_w = {w, e.top_w[0]};
+      } else {
+        e.top[1] = x;
+        e.top_w[1] = w;
+      }
+    }
+    if (x < e.bottom[1]) {
+      if (x < e.bottom[0]) {
+        e.bottom = {x, e.bottom[0]};
+        e.bottom_w = {w, e.bottom_w[0]};
+      } else {
+        e.bottom[1] = x;
+        e.bottom_w[1] = w;
+      }
+    }
+  }
+  return e;
+}
+
+/// FP block scales: the candidates on either side of the min-max scale scored before
+/// the rest, whose lower bounds are then compared with the best of them.
+constexpr std::size_t kSeedEachSide = 3;
+/// INT symmetric: the largest reference scales scored before the others are pruned
+/// (at least the refits' kRefits).
+constexpr std::size_t kIntSeeds = 8;
+
+/// One qparam element: the search of docs/LSQ.md#L1.
+ElemQParams search_group(Group& g, const LsqPlan& P) {
+  const Arith a{P.dt, P.cfg.mode};
+  double lo = INFINITY, hi = -INFINITY;
+  for (int64_t j = 0; j < g.n; ++j) {
+    lo = qobs::detail::nan_min(lo, g.x[j]);
+    hi = qobs::detail::nan_max(hi, g.x[j]);
+  }
+  Best best;
+  // (1) every choice of the reference observers, as calculate_qparams would store it
+  const ElemQParams minmax = qobs::detail::compute_qparams_elem(lo, hi, P.qplan);
+  if (!std::isfinite(lo) || !std::isfinite(hi) || (lo == 0 && hi == 0)) return minmax;
+  // per-thread scratch: the search runs once per group, millions of times per tensor
+  thread_local std::vector<std::pair<double, double>> cands;
+  cands.clear();
+  // a list's neighbouring shrink factors mostly give the same stored pair: dropping a
+  // repeat of the previous pair here leaves the set that the sort + unique below
+  // makes, at a fraction of the sort
+  auto add_cand = [](double s, double z) {
+    if (cands.empty() || cands.back() != std::pair<double, double>{s, z}) cands.emplace_back(s, z);
+  };
+  thread_local std::vector<float> fs, fz;
+  // P.code_set: the candidates as a set of E4M3 codes; if one is no code (never seen),
+  // the group starts over with the list, exactly as without codes
+  lanes::E4m3CodeSet codes;
+  bool use_codes = P.code_set;
+  // the same f32 steps as compute_qparams_elem(a.mul(m0, p), a.mul(M0, p)), tested
+  // value for value against it (qparam_math.h)
+  auto shrunk_scales = [&](double m0, double M0, const std::vector<float>& pf) {
+    scratch(fs, pf.size());
+    scratch(fz, pf.size());
+#if QOBS_HAVE_FAST_KERNELS
+    if (g.level != SimdLevel::kScalar) {
+      lanes::lsq_candidates_simd(g.level, P.shrunk, static_cast<float>(m0), static_cast<float>(M0), pf.data(),
+                                 static_cast<int64_t>(pf.size()), fs.data(), fz.data());
+      return;
+    }
+#endif
+    P.shrunk.compute(static_cast<float>(m0), static_cast<float>(M0), pf.data(), static_cast<int64_t>(pf.size()),
+                     fs.data(), fz.data());
+  };
+  // the runs' ends stand for the codes between them (lanes::E4m3Probes), when every
+  // expand's guard holds
+  auto collect_probed = [&] {
+    for (const auto& pg : P.probe_groups) {
+      const double m0 = a.mul(lo, pg.expand), M0 = a.mul(hi, pg.expand);
+      if (!(std::max(std::fabs(static_cast<float>(m0)), std::fabs(static_cast<float>(M0))) *
+                static_cast<double>(pg.probes.min_factor) >=
+            P.probe_floor))
+        return false;
+    }
+    for (const auto& pg : P.probe_groups) {
+      shrunk_scales(a.mul(lo, pg.expand), a.mul(hi, pg.expand), pg.probes.factors);
+      if (!lanes::add_probed_codes(pg.probes, fs.data(), P.code_scale.data(), codes)) return false;
+    }
+    return true;
+  };
+  auto collect = [&](bool as_codes) {
+    for (std::size_t l = 0; l < P.ref_lists.size(); ++l) {
+      const auto& [expand, ps] = P.ref_lists[l];
+      const double m0 = a.mul(lo, expand), M0 = a.mul(hi, expand);
+      if (P.shrunk.usable) {
+        const std::vector<float>& pf = P.ref_lists_f32[l];
+        shrunk_scales(m0, M0, pf);
+        if (as_codes) {
+          // neighbouring factors mostly give the same scale: a repeat is in the set already
+          const float* const f = fs.data();
+          const double* const cs = P.code_scale.data();
+          lanes::E4m3CodeSet list;  // locals, not the captured set: kept in registers
+          float prev = -1.0f;       // no scale
+          for (std::size_t i = 0; i < pf.size(); ++i) {
+            const float v = f[i];
+            if (v == prev) continue;
+            prev = v;
+            const int c = lanes::e4m3_code_of(v, cs);
+            if (c < 0) return false;
+            list.add(c);
+          }
+          codes.bits[0] |= list.bits[0];
+          codes.bits[1] |= list.bits[1];
+        } else {
+          for (std::size_t i = 0; i < pf.size(); ++i) add_cand(fs[i], P.symmetric ? 0.0 : static_cast<double>(fz[i]));
+        }
+      } else if (!P.ref_lists_sorted.empty()) {
+        lanes::mx_reference_candidates(P.ref_lists_sorted[l], m0, M0, P.qplan, a, add_cand);
+      } else {
+        for (double p : ps) {
+          const ElemQParams sz = qobs::detail::compute_qparams_elem(a.mul(m0, p), a.mul(M0, p), P.qplan);
+          add_cand(sz.scale, sz.zero_point);
+        }
+      }
+    }
+    return true;
+  };
+  const bool probed = use_codes && !P.probe_groups.empty() && collect_probed();
+  if (!probed) {
+    codes = {};  // what a failed probe added
+    if (!collect(use_codes)) {
+      use_codes = false;
+      collect(false);
+    }
+  }
+  const double amax = std::max(std::fabs(lo), std::fabs(hi));
+
+  int window_lo = 0, window_hi = -1;
+  if (P.fp_scale_codes && !P.mx) {
+    // (2) FP8 E4M3 block-scale codes around q0 = E4M3(amax / q_max x global)
+    const int q0 = fp8_e4m3_from_double(minmax.scale);
+    const int down = P.cfg.weighted ? 8 : 3;
+    for (int c = std::max(1, q0 - down); c <= std::min(126, q0 + 7); ++c) {
+      if (use_codes)
+        codes.add(c);
+      else
+        cands.emplace_back(P.code_scale[static_cast<std::size_t>(c)], 0.0);
+    }
+    window_lo = std::max(1, q0 - down);
+    window_hi = std::min(126, q0 + 7);
+  } else if (P.mx) {
+    // (2) E8M0 exponents floor - 1, floor, floor + 1 of log2(amax) - log2(q_max)
+    const double off = P.qplan.num_bits == 4 ? 2.0 : 8.0;
+    const int e = static_cast<int>(std::floor(std::log2(amax)) - off);
+    window_lo = std::clamp(e - 1, kE8M0MinExp, kE8M0MaxExp);
+    window_hi = std::clamp(e + 1, kE8M0MinExp, kE8M0MaxExp);
+    for (int d = window_lo; d <= window_hi; ++d) {
+      const double s = P.mx_scale[static_cast<std::size_t>(d - kE8M0MinExp)];
+      if (std::isfinite(s)) cands.emplace_back(s, 0.0);
+    }
+  }
+  if (use_codes) {
+    // the ascending codes are the ascending stored scales (LsqPlan::code_set)
+    codes.for_each([&](int c) { cands.emplace_back(P.code_scale[static_cast<std::size_t>(c)], 0.0); });
+  } else if (P.symmetric) {
+    lanes::sort_unique_runs(cands);
+  } else {
+    std::sort(cands.begin(), cands.end(), pair_less);
+    cands.erase(std::unique(cands.begin(), cands.end()), cands.end());
+  }
+  thread_local std::vector<double> errs_tl;
+  double* const errs = scratch(errs_tl, cands.size());
+  if (P.fp_scale_codes || P.mx) {
+    // FP block scales: the ones nearest the min-max scale first, then downwards while a
+    // candidate's lower bound (the clipped elements', rising as the scale falls) does
+    // not exceed the best of them, and every one above. A candidate left out is
+    // strictly worse than one scored, so the minimum and its tie order (ascending
+    // scale) are unchanged.
+    const ErrorBounds bounds{g};
+    const std::size_t mid = static_cast<std::size_t>(
+        std::lower_bound(cands.begin(), cands.end(), minmax.scale, [](const auto& c, double v) { return c.first < v; }) -
+        cands.begin());
+    // the clipping bound assumes codes symmetric about 0: with a zero point (an
+    // asymmetric FP8 plan) every candidate is scored
+    const std::size_t seed_lo = !P.symmetric ? 0 : mid > kSeedEachSide ? mid - kSeedEachSide : 0,
+                      seed_hi = !P.symmetric ? cands.size() : std::min(cands.size(), mid + kSeedEachSide);
+    auto score = [&](std::size_t from, std::size_t to) {
+      if (to > from) g.errors(cands.data() + from, to - from, errs + from);
+    };
+    score(seed_lo, seed_hi);
+    double seed_best = INFINITY;
+    for (std::size_t i = seed_lo; i < seed_hi; ++i) seed_best = qobs::detail::nan_min(seed_best, errs[i]);
+    // [kept, seed_lo): the codes below whose bound does not exceed the seeds' best
+    std::size_t kept = seed_lo;
+    while (kept > 0 && !(bounds.clipped(cands[kept - 1].first) * kBoundSafety > seed_best)) --kept;
+    std::fill(errs, errs + kept, INFINITY);  // pruned: never chosen
+    score(kept, seed_lo);
+    // above, the zeroed elements' bound rarely prunes: scored without it
+    score(seed_hi, cands.size());
+    for (std::size_t i = 0; i < cands.size(); ++i) best.offer(errs[i], cands[i].first, cands[i].second);
+    if (window_lo <= window_hi) {
+      if (P.mx)
+        extend_window(g, bounds, window_lo, window_hi, kE8M0MinExp, kE8M0MaxExp,
+                      [&](int e) { return P.mx_scale[static_cast<std::size_t>(e - kE8M0MinExp)]; }, best);
+      else
+        extend_window(g, bounds, window_lo, window_hi, 1, 126,
+                      [&](int c) { return P.code_scale[static_cast<std::size_t>(c)]; }, best);
+    }
+    return {best.scale, best.zp};
+  }
+  constexpr std::size_t kRefits = 6;
+  if (P.cfg.prune_reference_candidates && cands.size() > kIntSeeds) {
+    // INT: the kIntSeeds largest reference scales are scored first. A candidate whose
+    // clipped elements alone cost more than the kRefits-th least seed error is worse
+    // than kRefits scored candidates, so it can be neither the minimum nor a refit's
+    // start (top(), below): leaving it out gives the same result as scoring it
+    // (docs/LSQ.md#L4; LsqObservers.PruningKeepsEveryResult).
+    const std::size_t seed_lo = cands.size() - kIntSeeds;
+    g.errors(cands.data() + seed_lo, kIntSeeds, errs + seed_lo);
+    std::array<double, kIntSeeds> seed_errs;
+    std::copy(errs + seed_lo, errs + cands.size(), seed_errs.begin());
+    for (double& e : seed_errs)
+      if (std::isnan(e)) e = INFINITY;
+    std::nth_element(seed_errs.begin(), seed_errs.begin() + (kRefits - 1), seed_errs.end());
+    const double threshold = seed_errs[kRefits - 1];
+    if (P.symmetric) {
+      // The reference's scales ascend to the min-max one, and the bound rises as the
+      // scale falls, in f64 too (each rounded step is): the first scale from the top
+      // that it prunes, found by bisection, leaves out every one beneath it.
+      const ErrorBounds bounds{g};
+      std::size_t kept = 0, above = seed_lo;  // [0, kept) pruned so far, [above, seed_lo) kept
+      while (kept < above) {
+        const std::size_t mid = kept + (above - kept) / 2;
+        if (bounds.clipped(cands[mid].first) * kBoundSafety > threshold)
+          kept = mid + 1;
+        else
+          above = mid;
+      }
+      std::fill(errs, errs + kept, INFINITY);  // pruned: never chosen, never refit
+      if (seed_lo > kept) g.errors(cands.data() + kept, seed_lo - kept, errs + kept);
+    } else {
+      // With a zero point the two clipping levels need not move monotonically along
+      // the list: each candidate's bound from the group's two largest and two smallest
+      // elements (a subset of its clipped ones, O(1) per candidate).
+      const GroupExtremes ends = group_extremes(g);
+      thread_local std::vector<std::pair<double, double>> todo_tl;
+      thread_local std::vector<std::size_t> at_tl;
+      thread_local std::vector<double> todo_errs_tl;
+      todo_tl.clear();
+      at_tl.clear();
+      for (std::size_t i = 0; i < seed_lo; ++i) {
+        if (ends.clipped_bound(cands[i].first, cands[i].second, P) * kBoundSafety > threshold) {
+          errs[i] = INFINITY;  // pruned: never chosen, never refit
+        } else {
+          todo_tl.push_back(cands[i]);
+          at_tl.push_back(i);
+        }
+      }
+      double* const todo_errs = scratch(todo_errs_tl, todo_tl.size());
+      if (!todo_tl.empty()) g.errors(todo_tl.data(), todo_tl.size(), todo_errs);
+      for (std::size_t k = 0; k < at_tl.size(); ++k) errs[at_tl[k]] = todo_errs[k];
+    }
+  } else {
+    g.errors(cands.data(), cands.size(), errs);
+  }
+  for (std::size_t i = 0; i < cands.size(); ++i) best.offer(errs[i], cands[i].first, cands[i].second);
+
+  // (3) integer grids: (weighted) a log grid of scales far below the max; asymmetric
+  // zero points z0 - 1 .. z0 + 1 around the best candidates; the best few refit by least
+  // squares (a refit of every candidate costs several times more and rarely wins).
+  // Per-thread scratch, as above.
+  thread_local std::vector<std::pair<double, double>> extra, todo, zs;
+  thread_local std::vector<double> grid_scales, es;
+  thread_local std::vector<Scored> scored, tops;
+  extra.clear();
+  if (P.symmetric) {
+    const double base = amax / P.qplan.half_range;
+    ideal_grid_scales(g, base, P.cfg.weighted ? 0.04 : 0.5, 2.0, grid_scales);
+    for (double sc : grid_scales) extra.emplace_back(stored_scale(sc, P), 0.0);
+  } else {
+    const double base = (std::max(hi, 0.0) - std::min(lo, 0.0)) / P.qplan.range;
+    for (double f : P.log_grid) {
+      const double s = stored_scale(base * f, P);
+      extra.emplace_back(s, stored_zero_point(P.qplan.q_min - std::min(lo, 0.0) * f / s, P));
+    }
+    ideal_best_asym(g, extra);
+  }
+  // every pair scored so far: the reference candidates (sorted, unique, and never NaN:
+  // lo and hi are finite), then the later ones in the order they were scored, until
+  // top() sorts with a NaN error and leaves no layout to rely on
+  scored.clear();
+  for (std::size_t i = 0; i < cands.size(); ++i) scored.emplace_back(errs[i], cands[i].first, cands[i].second);
+  bool laid_out = true;
+  // the error scored for sz, if it was: by binary search among the reference candidates
+  // while the layout holds (pair_less-equivalence is == on non-NaN pairs: both read -0
+  // and +0 as equal), and a scan of the rest
+  auto scored_error = [&](const std::pair<double, double>& sz) -> std::optional<double> {
+    auto same = [&](const Scored& t) { return std::get<1>(t) == sz.first && std::get<2>(t) == sz.second; };
+    auto rest = scored.begin();
+    if (laid_out) {
+      const auto ref = std::lower_bound(cands.begin(), cands.end(), sz, pair_less);
+      if (ref != cands.end() && *ref == sz) return errs[ref - cands.begin()];
+      rest += static_cast<std::ptrdiff_t>(cands.size());
+    }
+    const auto found = std::find_if(rest, scored.end(), same);
+    if (found == scored.end()) return std::nullopt;
+    return std::get<0>(*found);
+  };
+  auto score = [&](const std::vector<std::pair<double, double>>& more) {
+    // the pairs not scored yet, first occurrences in order, scored in one batch
+    todo.clear();
+    for (const auto& sz : more)
+      if (!scored_error(sz) && std::find(todo.begin(), todo.end(), sz) == todo.end()) todo.push_back(sz);
+    es.resize(todo.size());
+    g.errors(todo.data(), todo.size(), es.data());
+    for (std::size_t i = 0; i < todo.size(); ++i) {
+      best.offer(es[i], todo[i].first, todo[i].second);
+      scored.emplace_back(es[i], todo[i].first, todo[i].second);
+    }
+  };
+  score(extra);
+  // The kRefits least pairs by scored_less. The pairs are unique, so without a NaN they
+  // are the same values however `scored` lies: a selection that leaves it as it is. With
+  // a NaN (no strict weak order) `scored` is sorted in place as partial_sort and sort
+  // would have left it, so that the same values come out.
+  std::size_t presorted = 0;  // a selection stood for partial_sort over scored[0, presorted)
+  auto top = [&]() -> const std::vector<Scored>& {
+    const bool nan = std::any_of(scored.begin(), scored.end(), [](const Scored& t) {
+      return std::isnan(std::get<0>(t)) || std::isnan(std::get<1>(t)) || std::isnan(std::get<2>(t));
+    });
+    const std::size_t k = std::min(kRefits, scored.size());
+    tops.clear();
+    if (nan) {
+      if (presorted > 0)
+        std::partial_sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(std::min(kRefits, presorted)),
+                          scored.begin() + static_cast<std::ptrdiff_t>(presorted), scored_less);
+      presorted = 0;
+      laid_out = false;
+      std::sort(scored.begin(), scored.end(), scored_less);
+      tops.assign(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(k));
+      return tops;
+    }
+    // (without laid_out a NaN is in scored already: the branch above)
+    presorted = scored.size();
+    // insertion into the k least so far, ascending
+    for (const Scored& t : scored) {
+      if (tops.size() == k && !scored_less(t, tops.back())) continue;
+      if (tops.size() < k) tops.push_back(t);
+      std::size_t at = tops.size() - 1;
+      for (; at > 0 && scored_less(t, tops[at - 1]); --at) tops[at] = tops[at - 1];
+      tops[at] = t;
+    }
+    return tops;
+  };
+  if (!P.symmetric) {
+    zs.clear();
+    for (const auto& [e, s, z] : top())
+      for (double dz : {-1.0, 1.0}) zs.emplace_back(s, stored_zero_point(z + dz, P));
+    score(zs);
+  }
+  // A pair scored above has its error here (a pruned one's +inf stands for no error:
+  // such a pair is scored anew, as before).
+  auto known = [&](const std::pair<double, double>& sz, double& e) {
+    const std::optional<double> had = scored_error(sz);
+    if (!had || *had == INFINITY) return false;
+    e = *had;
+    return true;
+  };
+  thread_local RefitMemo memo;
+  memo.clear();
+  for (const auto& [e, s, z] : top()) refit(g, s, z, e, best, memo, known);
+  return {best.scale, best.zp};
+}
+
+LsqPlan make_plan(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
+                  const Tensor* global_scale) {
+  LsqPlan P;
+  P.dt = flat.dtype;
+  QOBS_CHECK(is_floating(P.dt) && P.dt != DType::kF8E4M3, TypeError, "lsq search: observed tensor must be f32/bf16/f16/f64, got ",
+             dtype_name(P.dt), " (docs/LSQ.md#L1)");
+  P.cfg = cfg;
+  P.global = qobs::detail::global_scale_value(global_scale);
+  P.qplan = QParamPlan::make(args, P.dt, P.global, cfg.mode);
+  P.scale_dt = P.qplan.scale_dt;
+  P.mx = P.qplan.mx;
+  P.symmetric = args.symmetric;
+  P.fp_scale_codes = args.type == QuantType::kFloat && P.qplan.scale_dtype == DType::kF8E4M3;
+  // R5.1.1: with a global scale, stored / global is an f32 tensor; x / s widens to it
+  const DType s_dt = P.global ? qobs::detail::promote_float_dtypes(P.scale_dt, DType::kF32) : P.scale_dt;
+  P.dplan = QdqPlan::make(args, P.dt, s_dt, true, true, cfg.mode);
+  P.ref_lists = reference_candidate_lists(P.dt, P.global.has_value());
+  P.shrunk = qobs::detail::ShrunkQParams::make(P.qplan);
+  {
+    const double f_lo = cfg.weighted ? 0.04 : 0.5;
+    const int steps = cfg.weighted ? 48 : 16;
+    for (int i = 0; i < steps; ++i) P.log_grid.push_back(f_lo * std::pow(1.25 / f_lo, static_cast<double>(i) / (steps - 1)));
+  }
+  P.grid_min = P.qplan.num_bits == 4 ? 0.5 : 0x1p-9;
+  if (P.fp_scale_codes) {
+    for (int c = 0; c <= 126; ++c) P.code_scale.push_back(stored_scale(fp8_e4m3_to_float(static_cast<uint8_t>(c)), P));
+    P.code_set = P.symmetric && !P.mx && P.shrunk.usable;
+    for (int c = 1; c < 126; ++c) P.code_set = P.code_set && P.code_scale[c] < P.code_scale[c + 1];
+  }
+  for (const auto& l : P.ref_lists) P.ref_lists_f32.emplace_back(l.second.begin(), l.second.end());
+  if (P.code_set) {
+    const double ratio = lanes::e4m3_min_interval_ratio(P.code_scale.data());
+    const bool positive = std::all_of(P.ref_lists_f32.begin(), P.ref_lists_f32.end(), [](const auto& pf) {
+      return std::all_of(pf.begin(), pf.end(), [](float p) { return p > 0.0f && std::isfinite(p); });
+    });
+    if (ratio > 1.0 && positive && P.shrunk.global_scale > 0.0f && std::isfinite(P.shrunk.global_scale)) {
+      std::map<double, std::vector<float>> by_expand;  // the lists' factors, merged per expand
+      for (std::size_t l = 0; l < P.ref_lists.size(); ++l) {
+        std::vector<float>& f = by_expand[P.ref_lists[l].first];
+        f.insert(f.end(), P.ref_lists_f32[l].begin(), P.ref_lists_f32[l].end());
+      }
+      for (auto& [expand, f] : by_expand)
+        P.probe_groups.push_back({expand, lanes::e4m3_probes(std::move(f), P.shrunk.stat_round, ratio)});
+      P.probe_floor = lanes::e4m3_probe_floor(P.shrunk.stat_round, P.shrunk.half_range,
+                                             P.shrunk.has_global ? P.shrunk.global_scale : 1.0);
+    }
+  }
+  if (P.mx) {
+    for (int e = kE8M0MinExp; e <= kE8M0MaxExp; ++e) P.mx_scale.push_back(stored_scale(std::ldexp(1.0f, e), P));
+    if (P.symmetric)
+      for (auto l : P.ref_lists) {
+        std::sort(l.second.begin(), l.second.end());
+        l.second.erase(std::unique(l.second.begin(), l.second.end()), l.second.end());
+        P.ref_lists_sorted.push_back(std::move(l.second));
+      }
+  }
+  P.y_narrow = lanes::narrow_of(P.dplan.y_dt, cfg.mode);
+  // the zero point is cast to x's dtype (R5.1.1 step 2): the lanes hold it as f32
+  if (!lanes::narrow_of(P.dplan.x_dt, cfg.mode)) P.y_narrow.reset();
+  P.s_narrow = lanes::narrow_of(P.dplan.s_dt, cfg.mode);
+  return P;
+}
+
+LsqSearchResult run(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
+                    const FlatView* weights, const Tensor* global_scale, int threads, SimdLevel level) {
+  const LsqPlan P = make_plan(flat, args, cfg, global_scale);
+  const int64_t nq = flat.layout.num_qparams();
+  const int64_t len = flat.layout.num_obs() * flat.layout.group_len();
+  if (weights)
+    QOBS_CHECK(weights->layout.num_qparams() == nq && weights->layout.group_len() == flat.layout.group_len(),
+               ShapeError, "lsq search: importance view does not match the observed tensor (docs/LSQ.md#L3)");
+  LsqSearchResult res;
+  res.scale_dtype = P.scale_dt;
+  res.scale.resize(static_cast<std::size_t>(nq));
+  res.zero_point.resize(static_cast<std::size_t>(nq));
+  std::vector<int64_t> evals(static_cast<std::size_t>(nq));
+  const int64_t per_task = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, len));
+  const int64_t tasks = (nq + per_task - 1) / per_task;
+  // 0 means QOBS_NUM_THREADS / the pool / the hardware, as for every kernel: passed on
+  // as 0, parallel_for would run on the caller alone
+  res.threads_used = static_cast<int>(std::min<int64_t>(resolve_num_threads(threads), tasks));
+  parallel_for(tasks, res.threads_used, [&](int64_t t, int) {
+    std::vector<float> x(static_cast<std::size_t>(len)), w(weights ? static_cast<std::size_t>(len) : 0);
+    for (int64_t q = t * per_task; q < std::min(nq, (t + 1) * per_task); ++q) {
+      flat.gather(q, x.data());
+      if (weights) weights->gather(q, w.data());
+      Group g{x.data(), weights ? w.data() : nullptr, len, &P, level};
+      const ElemQParams r = search_group(g, P);
+      res.scale[static_cast<std::size_t>(q)] = r.scale;
+      res.zero_point[static_cast<std::size_t>(q)] = r.zero_point;
+      evals[static_cast<std::size_t>(q)] = g.evaluations;
+    }
+  });
+  for (int64_t e : evals) res.candidates_evaluated += e;
+  return res;
+}
+
+}  // namespace
+
+LsqSearchResult lsq_search(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
+                           const FlatView* weights, const Tensor* global_scale) {
+#if QOBS_HAVE_FAST_KERNELS
+  const SimdLevel level = active_simd_level();
+#else
+  const SimdLevel level = SimdLevel::kScalar;
+#endif
+  return run(flat, args, cfg, weights, global_scale, cfg.num_threads, level);
+}
+
+namespace ref {
+LsqSearchResult lsq_search(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
+                           const FlatView* weights, const Tensor* global_scale) {
+  return run(flat, args, cfg, weights, global_scale, 1, SimdLevel::kScalar);
+}
+}  // namespace ref
+
+double qdq_group_error(const FlatView& flat, const QuantizationArgs& args, double scale, double zero_point,
+                       int64_t q, const Tensor* global_scale, NumericMode mode, const float* weights) {
+  LsqSearchConfig cfg;
+  cfg.mode = mode;
+  const LsqPlan P = make_plan(flat, args, cfg, global_scale);
+  const int64_t len = flat.layout.num_obs() * flat.layout.group_len();
+  std::vector<float> x(static_cast<std::size_t>(len));
+  flat.gather(q, x.data());
+  const Group g{x.data(), weights, len, &P};
+  return g.error_scalar(scale, zero_point);
+}
+
+}  // namespace qobs::kernels

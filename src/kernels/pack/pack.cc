@@ -1,0 +1,227 @@
+// Row packing (R8.3.1, R8.5.1) threaded over rows, behind kernels.h: the public
+// qobs/packing.h calls it (src/ops/packing.cc). Rows are independent bit streams, so
+// blocks of rows go to parallel_for and the result never depends on the split. Widths
+// that divide 32 (1, 2, 4, 8 bits) never straddle a word and are packed a whole word at
+// a time (loops the compiler vectorizes); the others reuse the reference's stream code
+// per row. A range error is reported by replaying the row through the reference, so its
+// message (tensor, row, index, value) is the reference's, and parallel_for rethrows the
+// lowest failing task's, which holds the first failing row.
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/kernels.h"
+#include "qobs/formats.h"
+#include "qparams/packing_rows.h"
+#if QOBS_HAVE_FAST_KERNELS
+#include "kernels/parallel/thread_pool.h"
+#include "kernels/pack/pack_simd.h"
+#include "kernels/simd/simd_level.h"
+#endif
+
+namespace qobs::kernels {
+
+#if QOBS_HAVE_FAST_KERNELS
+namespace {
+
+using qobs::detail::PackedRows;
+
+/// Values per parallel task.
+constexpr int64_t kTaskElems = int64_t{1} << 16;
+
+/// parallel_for over blocks of whole rows: body(r0, r1).
+template <typename Body>
+void for_row_blocks(int64_t rows, int64_t cols, int num_threads, Body&& body) {
+  const int64_t per = std::max<int64_t>(1, kTaskElems / std::max<int64_t>(cols, 1));
+  parallel_for((rows + per - 1) / per, resolve_num_threads(num_threads),
+               [&](int64_t t, int) { body(t * per, std::min(rows, (t + 1) * per)); });
+}
+
+/// The words of one in-range row, `Bits` a compile-time divisor of 32 so that the
+/// compiler unrolls and vectorises the shifts (a runtime width kept it scalar).
+template <int Bits>
+void pack_in_range(const int8_t* v, int64_t cols, uint32_t* words) {
+  constexpr int lo = -(1 << (Bits - 1));
+  constexpr int per = 32 / Bits;
+  const int64_t full = cols / per;
+  for (int64_t k = 0; k < full; ++k) {
+    uint32_t w = 0;
+    for (int l = 0; l < per; ++l) w |= static_cast<uint32_t>(v[k * per + l] - lo) << (l * Bits);
+    words[k] = w;
+  }
+  uint32_t w = 0;
+  for (int64_t j = full * per; j < cols; ++j) w |= static_cast<uint32_t>(v[j] - lo) << ((j - full * per) * Bits);
+  if (full * per < cols) words[full] = w;
+}
+
+/// One row of pack_int_rows; `words` is zero-filled.
+void pack_row(const int8_t* v, int64_t cols, int bits, uint32_t* words, std::string_view label, int64_t row) {
+  auto reference = [&] {
+    qobs::detail::pack_stream([&](int64_t j) { return static_cast<int>(v[j]); }, cols, bits, words, label, row);
+  };
+  if (32 % bits != 0) return reference();
+  const int lo = -(1 << (bits - 1));
+  // v - lo outside [0, 2^bits) leaves bits above `bits` set (negatives wrap high)
+  uint32_t over = 0;
+  for (int64_t j = 0; j < cols; ++j) over |= static_cast<uint32_t>(v[j] - lo) >> bits;
+  if (over != 0) return reference();  // throws the reference's range error
+  switch (bits) {
+    case 1: return pack_in_range<1>(v, cols, words);
+    case 2: return pack_in_range<2>(v, cols, words);
+    case 4: return pack_in_range<4>(v, cols, words);
+    case 8: return pack_in_range<8>(v, cols, words);
+    case 16: return pack_in_range<16>(v, cols, words);
+    default: return reference();
+  }
+}
+
+void unpack_row(const uint32_t* words, int64_t cols, int bits, int8_t* v) {
+  if (32 % bits != 0) return qobs::detail::unpack_stream(words, cols, bits, v);
+  const int lo = -(1 << (bits - 1));
+  const uint32_t mask = (1u << bits) - 1u;
+  const int per = 32 / bits;
+  const int64_t full = cols / per;
+  for (int64_t k = 0; k < full; ++k) {
+    const uint32_t w = words[k];
+    for (int l = 0; l < per; ++l) v[k * per + l] = static_cast<int8_t>(static_cast<int>((w >> (l * bits)) & mask) + lo);
+  }
+  for (int64_t j = full * per; j < cols; ++j)
+    v[j] = static_cast<int8_t>(static_cast<int>((words[full] >> ((j - full * per) * bits)) & mask) + lo);
+}
+
+/// The 16 E2M1 values in dtype dt, encoded as Tensor::set narrows them.
+Tensor fp4_table(DType dt) {
+  Tensor lut(dt, {16});
+  for (uint8_t code = 0; code < 16; ++code) lut.set(code, fp4_value(code));
+  return lut;
+}
+
+/// pack_fp4 of elements [b, e) of a bf16 / f16 / f32 tensor by bit pattern: every E2M1
+/// value is sign, exponent and at most the top mantissa bit, so `bits >> shift` indexes
+/// a table of codes when the bits below are zero. Anything else (off-grid, NaN) goes to
+/// fp4_pack_code, which throws the reference's error.
+template <typename Bits>
+void pack_fp4_by_bits(const Tensor& q, int shift, std::string_view label, uint8_t* dst, int64_t b, int64_t e) {
+  int8_t code_of[1024];
+  std::fill(code_of, code_of + 1024, static_cast<int8_t>(-1));
+  const Tensor lut = fp4_table(q.dtype());
+  for (int code = 0; code < 16; ++code) code_of[lut.data_as<Bits>()[code] >> shift] = static_cast<int8_t>(code);
+  const Bits low = static_cast<Bits>((Bits(1) << shift) - 1);
+  const Bits* src = q.data_as<Bits>();
+  // Without branches first: an element off the table (low bits set, or no code) only
+  // marks the range, which is then redone element by element so that the error names
+  // the first offending index, as before.
+  int bad = 0;
+  for (int64_t i = b; i < e; i += 2) {
+    const Bits v0 = src[i], v1 = src[i + 1];
+    const int c0 = code_of[v0 >> shift] | ((v0 & low) != 0 ? -1 : 0);
+    const int c1 = code_of[v1 >> shift] | ((v1 & low) != 0 ? -1 : 0);
+    bad |= c0 | c1;  // negative when either is
+    dst[i / 2] = static_cast<uint8_t>((c0 & 0xF) | ((c1 & 0xF) << 4));
+  }
+  if (bad >= 0) return;
+  auto code = [&](int64_t i) {
+    const Bits v = src[i];
+    const int c = (v & low) == 0 ? code_of[v >> shift] : -1;
+    if (c >= 0) return static_cast<uint8_t>(c);
+    return qobs::detail::fp4_pack_code(static_cast<float>(q.get(i)), i, label);
+  };
+  for (int64_t i = b; i < e; i += 2) {
+    const uint8_t lo = code(i);  // the lower index first: it is the one an error names
+    dst[i / 2] = static_cast<uint8_t>(lo | (code(i + 1) << 4));
+  }
+}
+
+/// unpack_fp4 through fp4_table, copied element by element.
+template <typename T>
+void unpack_fp4_typed(const uint8_t* src, const Tensor& lut, T* dst, int64_t b, int64_t e) {
+  const T* table = lut.data_as<T>();
+  for (int64_t i = b; i < e; i += 2) {
+    const uint8_t byte = src[i / 2];
+    dst[i] = table[byte & 0xF];
+    dst[i + 1] = table[byte >> 4];
+  }
+}
+
+}  // namespace
+
+Tensor pack_int_rows(const Tensor& q, int num_bits, std::string_view label, int num_threads) {
+  const PackedRows p = qobs::detail::check_pack_int_rows(q, num_bits, label);
+  Tensor out(DType::kI32, p.packed_shape);
+  const int8_t* src = q.data_as<int8_t>();
+  uint32_t* dst = out.data_as<uint32_t>();
+  for_row_blocks(p.rows, p.cols, num_threads, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) pack_row(src + r * p.cols, p.cols, num_bits, dst + r * p.words, label, r);
+  });
+  return out;
+}
+
+Tensor unpack_int_rows(const Tensor& packed, int num_bits, int64_t cols, std::string_view label, int num_threads) {
+  const PackedRows p = qobs::detail::check_unpack_int_rows(packed, num_bits, cols, label);
+  Tensor out(DType::kI8, p.values_shape);
+  const uint32_t* src = packed.data_as<uint32_t>();
+  int8_t* dst = out.data_as<int8_t>();
+  for_row_blocks(p.rows, cols, num_threads, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) unpack_row(src + r * p.words, cols, num_bits, dst + r * cols);
+  });
+  return out;
+}
+
+Tensor pack_fp4(const Tensor& q, std::string_view label, int num_threads) {
+  // every byte is written below (or an error is thrown): no zero fill
+  Tensor out = Tensor::uninitialized(DType::kU8, qobs::detail::check_pack_fp4(q, label));
+  const int64_t cols = q.shape().back(), rows = cols == 0 ? 0 : q.numel() / cols;
+  uint8_t* dst = out.data_as<uint8_t>();
+  const SimdLevel level = active_simd_level();
+  // cols is even, so a block of rows owns whole output bytes
+  for_row_blocks(rows, cols, num_threads, [&](int64_t r0, int64_t r1) {
+    const int64_t b = r0 * cols, e = r1 * cols;
+    // bf16 / f16 in vector lanes; a block with an element off the E2M1 grid is redone by
+    // the table loop below, which names it
+    const bool is16 = q.dtype() == DType::kBF16 || q.dtype() == DType::kF16;
+    if (is16 && detail::pack_fp4_16_simd(level, q.data_as<uint16_t>() + b, e - b, q.dtype() == DType::kBF16, dst + b / 2))
+      return;
+    switch (q.dtype()) {
+      case DType::kF32: return pack_fp4_by_bits<uint32_t>(q, 22, label, dst, b, e);
+      case DType::kBF16: return pack_fp4_by_bits<uint16_t>(q, 6, label, dst, b, e);
+      case DType::kF16: return pack_fp4_by_bits<uint16_t>(q, 9, label, dst, b, e);
+      default:
+        for (int64_t i = b; i < e; i += 2) {
+          const uint8_t lo = qobs::detail::fp4_pack_code(static_cast<float>(q.get(i)), i, label);
+          const uint8_t hi = qobs::detail::fp4_pack_code(static_cast<float>(q.get(i + 1)), i + 1, label);
+          dst[i / 2] = static_cast<uint8_t>(lo | (hi << 4));
+        }
+    }
+  });
+  return out;
+}
+
+Tensor unpack_fp4(const Tensor& packed, DType out_dtype, std::string_view label, int num_threads) {
+  Tensor out(out_dtype, qobs::detail::check_unpack_fp4(packed, out_dtype, label));
+  const Tensor lut = fp4_table(out_dtype);
+  const int64_t cols = out.shape().back(), rows = cols == 0 ? 0 : out.numel() / cols;
+  const uint8_t* src = packed.data_as<uint8_t>();
+  for_row_blocks(rows, cols, num_threads, [&](int64_t r0, int64_t r1) {
+    switch (dtype_size(out_dtype)) {
+      case 8: return unpack_fp4_typed(src, lut, out.data_as<uint64_t>(), r0 * cols, r1 * cols);
+      case 4: return unpack_fp4_typed(src, lut, out.data_as<uint32_t>(), r0 * cols, r1 * cols);
+      default: return unpack_fp4_typed(src, lut, out.data_as<uint16_t>(), r0 * cols, r1 * cols);
+    }
+  });
+  return out;
+}
+
+#else
+// Built with QOBS_FAST_KERNELS=OFF: the scalar references.
+Tensor pack_int_rows(const Tensor& q, int num_bits, std::string_view label, int) {
+  return ref::pack_int_rows(q, num_bits, label);
+}
+Tensor unpack_int_rows(const Tensor& packed, int num_bits, int64_t cols, std::string_view label, int) {
+  return ref::unpack_int_rows(packed, num_bits, cols, label);
+}
+Tensor pack_fp4(const Tensor& q, std::string_view label, int) { return ref::pack_fp4(q, label); }
+Tensor unpack_fp4(const Tensor& packed, DType out_dtype, std::string_view label, int) {
+  return ref::unpack_fp4(packed, out_dtype, label);
+}
+#endif
+
+}  // namespace qobs::kernels

@@ -40,6 +40,13 @@ inline uint32_t float_bits(float f) {
   return u;
 }
 
+/// The IEEE bit pattern of a double.
+inline uint64_t double_bits(double d) {
+  uint64_t u;
+  std::memcpy(&u, &d, sizeof u);
+  return u;
+}
+
 /// Distance in units in the last place between two values of a float dtype.
 int64_t ulp_distance(DType dt, double a, double b);
 

@@ -1,7 +1,9 @@
-// The kernel interface shared by the scalar reference (kernels/ref) and the fast paths
-// (kernels/simd, kernels/parallel). Observers call only the functions declared here;
-// which implementation runs is decided once per call, never per element, so the inner
-// loops carry no dispatch branches.
+// The kernel interface. Each concept has a folder under src/kernels/ (minmax, stats,
+// qparams, qdq, pack, grid_search, lsq) holding its plain reference (<concept>_ref.cc,
+// the functions of namespace ref below), its driver (<concept>.cc, the functions
+// declared here), its CPU path (<concept>_cpu.cc) and its Highway units (*_simd.cc).
+// Observers call only the functions declared here; a driver picks the implementation
+// once per call, never per element, so the inner loops carry no dispatch branches.
 //
 // Contract of every kernel: results are bit-identical to the scalar reference in both
 // numeric modes, whatever the thread count or SIMD level.
@@ -79,13 +81,12 @@ int64_t first_non_finite(const TensorView& value, int num_threads = 0);
 /// NaN-propagating min and max of a contiguous f32 / bf16 / f16 tensor's values (n >= 1)
 /// in vector lanes -- R6.1.5's global amax over a million NVFP4 statistics. The sign of
 /// a zero result is unspecified (the caller takes magnitudes). nullopt for other views,
-/// the scalar level or a build without the fast kernels: the caller's loop then runs.
+/// the scalar level: the caller's loop then runs.
 std::optional<std::pair<double, double>> nan_min_max(const TensorView& value);
 
 /// calculate_qparams (R4.1), behind the public qobs::calculate_qparams and the
 /// observers' phase 2 (1M groups for NVFP4): the element-wise step in vector lanes and
 /// spread over threads. Bit-identical for any thread count: elements are independent.
-/// With QOBS_FAST_KERNELS=OFF it runs on the caller.
 ScaleZeroPoint calculate_qparams(const Tensor& min_vals, const Tensor& max_vals, const QuantizationArgs& args,
                                  const Tensor* global_scale, NumericMode mode, int num_threads = 0);
 
@@ -190,8 +191,12 @@ Tensor pack_fp4(const Tensor& q, std::string_view label, int num_threads = 0);
 Tensor unpack_fp4(const Tensor& packed, DType out_dtype, std::string_view label, int num_threads = 0);
 
 namespace ref {
-/// Scalar references: the executable specification the fast paths are tested against.
+/// The plain references (<concept>_ref.cc): the executable specification every other
+/// implementation is tested against, bit for bit. Single-threaded, element by element.
 void minmax(const FlatView& flat, float* mins, float* maxs);
+int64_t first_non_finite(const TensorView& value);
+ScaleZeroPoint calculate_qparams(const Tensor& min_vals, const Tensor& max_vals, const QuantizationArgs& args,
+                                 const Tensor* global_scale, NumericMode mode);
 /// lsq_search on the caller's thread.
 LsqSearchResult lsq_search(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
                            const FlatView* weights = nullptr, const Tensor* global_scale = nullptr);

@@ -22,6 +22,9 @@
 #include "kernels/grid_search/exact.h"
 #include "kernels/grid_search/plan.h"
 #include "kernels/grid_search/grid_search_cpu.h"
+#include "kernels/minmax/minmax_cpu.h"
+#include "kernels/simd/convert_simd.h"
+#include "kernels/simd/table_lookups_simd.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel/thread_pool.h"
 #include "kernels/qparams/qparams_cpu.h"
@@ -39,6 +42,7 @@
 namespace qobs::kernels {
 namespace {
 
+using qobs::testing::double_bits;
 using qobs::testing::float_bits;
 
 /// Test data: N(0, sigma) with optional structure that stresses the edge cases.
@@ -169,7 +173,7 @@ void expect_search_matches(const std::string& what, const FlatView& flat, const 
       // the batch kernel where it applies, then the one-group path on the same input
       for (bool batch : {true, false}) {
         cfg.batch_groups = batch;
-        const GridSearchResult fast = fast::grid_search(flat, sargs, cfg, w, level, threads);
+        const GridSearchResult fast = cpu::grid_search(flat, sargs, cfg, w, level, threads);
         const std::string d = diff(ref, fast);
         EXPECT_EQ(d, "") << what << " level=" << to_string(level) << " threads=" << threads << " batch=" << batch;
         if (!d.empty()) return;
@@ -195,7 +199,7 @@ TEST(LibmPowf, ReplayMatchesStdPowBitForBit) {
     for (SimdLevel level : available_simd_levels()) {
       if (level == SimdLevel::kScalar) continue;
       std::vector<float> out(xs.size());
-      detail::pow_replay_simd(level, xs.data(), static_cast<int64_t>(xs.size()), y, *t, out.data());
+      detail::pow_simd(level)->replay(xs.data(), static_cast<int64_t>(xs.size()), y, *t, out.data());
       for (std::size_t i = 0; i < xs.size(); ++i)
         ASSERT_EQ(float_bits(out[i]), float_bits(std::pow(xs[i], y))) << xs[i] << "^" << y << " at " << to_string(level);
     }
@@ -215,7 +219,7 @@ TEST(LibmPowf, ApproximationStaysFourTimesInsideItsBound) {
     if (level == SimdLevel::kScalar) continue;
     for (float y : {2.4f, 2.40625f, 1.0f, 1.7f, 3.3f, 7.9f}) {
       std::vector<float> out(xs.size());
-      detail::pow_approx_simd(level, xs.data(), static_cast<int64_t>(xs.size()), y, out.data());
+      detail::pow_simd(level)->approx(xs.data(), static_cast<int64_t>(xs.size()), y, out.data());
       const double bound = detail::kPowApproxRelErr * std::max(1.0, y / 2.4);
       double worst = 0;
       for (std::size_t i = 0; i < xs.size(); ++i) {
@@ -230,7 +234,7 @@ TEST(LibmPowf, ApproximationStaysFourTimesInsideItsBound) {
 
 // ---- min-max ---------------------------------------------------------------------
 
-/// fast::minmax at every level and thread count against ref::minmax, bit for bit (NaN
+/// cpu::minmax at every level and thread count against ref::minmax, bit for bit (NaN
 /// results compare as NaN).
 void expect_minmax_matches(const FlatView& flat, const std::string& what) {
   const int64_t nq = flat.layout.num_qparams();
@@ -239,7 +243,7 @@ void expect_minmax_matches(const FlatView& flat, const std::string& what) {
   for (SimdLevel level : available_simd_levels())
     for (int threads : {1, 2, 3}) {
       std::vector<float> fmin(nq), fmax(nq);
-      fast::minmax(flat, fmin.data(), fmax.data(), level, threads);
+      cpu::minmax(flat, fmin.data(), fmax.data(), level, threads);
       for (int64_t q = 0; q < nq; ++q) {
         const std::string at =
             what + " q=" + std::to_string(q) + " " + std::string(to_string(level)) + " t" + std::to_string(threads);
@@ -334,7 +338,7 @@ TEST(FastMinMax, GroupsOfSixteenBitPatternsEqualScalarMinMax) {
             std::vector<float> mins(static_cast<std::size_t>(groups)), maxs(mins.size());
             bool zero_result = false;
             const bool finite =
-                detail::minmax_groups_simd(level, x.data(), dt, groups, len, mins.data(), maxs.data(), &zero_result);
+                detail::minmax_simd(level)->groups(x.data(), dt, groups, len, mins.data(), maxs.data(), &zero_result);
             const std::string what = std::string(dtype_name(dt)) + " len=" + std::to_string(len) +
                                      " groups=" + std::to_string(groups) + " poison=" + std::to_string(poison);
             EXPECT_EQ(finite, poison == 0 || poison == 3) << what;
@@ -359,8 +363,82 @@ TEST(FastMinMax, GroupsOfSixteenBitPatternsEqualScalarMinMax) {
   }
 }
 
+TEST(FastMinMax, X86KeyPassesEqualPortableEightGroupPasses) {
+  // The x86-only 16-bit key passes (minmax_keys16_x86-inl.h: AVX-512 32 groups per
+  // pass, AVX2 16) against their portable twin, the Highway eight-group passes, on the
+  // same raw patterns: the stored 16-bit statistics and their key ranges bit for bit,
+  // the NaN answer, and the zero flag. Shapes the key passes take (len 16 or multiples
+  // of 16 / 32, groups multiples of 16 / 32) and ones they leave to the portable passes
+  // (the two must then agree trivially, and a key pass must not claim them: -1 only
+  // where the portable passes refuse too).
+  std::mt19937 rng(23);
+  for (SimdLevel level : available_simd_levels()) {
+    if (level == SimdLevel::kScalar) continue;
+    const detail::MinmaxSimd& k = *detail::minmax_simd(level);
+    for (bool bf16 : {true, false}) {
+      const uint16_t inf = bf16 ? 0x7F80 : 0x7C00;
+      for (int64_t len : {16, 32, 48, 64, 128, 8, 24}) {
+        for (int64_t groups : {32, 64, 16, 48, 8, 96}) {
+          for (int poison = 0; poison < 6; ++poison) {
+            std::vector<uint16_t> x(static_cast<std::size_t>(groups * len));
+            for (uint16_t& b : x) {
+              do {
+                b = static_cast<uint16_t>(rng());
+              } while ((b & 0x7FFF) > inf);
+            }
+            // an all-equal group, an all-zero group of both signs (half the runs: a zero
+            // result leaves the key ranges to the caller, so the others check them), a
+            // group of subnormals
+            const bool zero_group = poison % 2 == 1;
+            std::fill(x.begin(), x.begin() + len, static_cast<uint16_t>(0x3F80));
+            for (int64_t j = 0; j < len && zero_group; ++j)
+              x[static_cast<std::size_t>(len + j)] = j % 2 ? 0x8000 : 0x0000;
+            for (int64_t j = 0; j < len && groups > 2; ++j)
+              x[static_cast<std::size_t>(2 * len + j)] = static_cast<uint16_t>((j % 3 ? 0x8000 : 0) | (1 + j % 5));
+            const std::size_t at = static_cast<std::size_t>(rng() % x.size());
+            if (poison == 1) x[at] = static_cast<uint16_t>(inf | 1);
+            if (poison == 2) x[at] = static_cast<uint16_t>(inf | 0x8000 | 0x40);
+            if (poison == 3) x[at] = static_cast<uint16_t>(inf | 0x8000);
+            if (poison == 4) x[at] = inf;
+            if (poison == 5) x[at] = static_cast<uint16_t>(inf | 0x8000 | 1);
+            const auto n = static_cast<std::size_t>(groups);
+            std::vector<uint16_t> mins_k(n, 0xAAAA), maxs_k(n, 0xAAAA), mins_p(n, 0x5555), maxs_p(n, 0x5555);
+            bool zero_k = false, zero_p = false;
+            detail::StoredKeyRanges r_k, r_p;
+            const int got_k =
+                k.groups_to16(x.data(), bf16, groups, len, mins_k.data(), maxs_k.data(), &zero_k, false, &r_k);
+            const int got_p =
+                k.groups_to16_portable(x.data(), bf16, groups, len, mins_p.data(), maxs_p.data(), &zero_p, false, &r_p);
+            const std::string what = std::string(bf16 ? "bf16" : "f16") + " " + std::string(to_string(level)) +
+                                     " len=" + std::to_string(len) + " groups=" + std::to_string(groups) +
+                                     " poison=" + std::to_string(poison);
+            ASSERT_EQ(got_k, got_p) << what;
+            if (got_k != 1) continue;
+            EXPECT_EQ(zero_k, zero_p) << what;
+            if (zero_group) EXPECT_TRUE(zero_k) << what;
+            if (!zero_k) {
+              EXPECT_EQ(r_k.mins_lo, r_p.mins_lo) << what;
+              EXPECT_EQ(r_k.mins_hi, r_p.mins_hi) << what;
+              EXPECT_EQ(r_k.maxs_lo, r_p.maxs_lo) << what;
+              EXPECT_EQ(r_k.maxs_hi, r_p.maxs_hi) << what;
+            }
+            for (std::size_t g = 0; g < n; ++g) {
+              // a zero result's sign is unspecified (the caller settles it): compare values
+              const auto value = [&](uint16_t b) { return bf16 ? bf16_to_float(b) : f16_to_float(b); };
+              ASSERT_EQ(value(mins_k[g]), value(mins_p[g])) << what << " group " << g;
+              ASSERT_EQ(value(maxs_k[g]), value(maxs_p[g])) << what << " group " << g;
+              if ((mins_k[g] & 0x7FFF) != 0) ASSERT_EQ(mins_k[g], mins_p[g]) << what << " group " << g;
+              if ((maxs_k[g] & 0x7FFF) != 0) ASSERT_EQ(maxs_k[g], maxs_p[g]) << what << " group " << g;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(FastMinMax, StatisticsTensorsEqualFromFloatsOfReference) {
-  // fast::minmax_stats writes the observers' statistics tensors in the view's dtype
+  // cpu::minmax_stats writes the observers' statistics tensors in the view's dtype
   // (bf16 / f16 narrowed a block of 1024 groups at a time): byte for byte what
   // Tensor::from_floats made of ref::minmax's floats, NaN patterns included. Many small
   // groups (eight per pass, several blocks and a tail per task), long groups, and one
@@ -416,7 +494,7 @@ TEST(FastMinMax, StatisticsTensorsEqualFromFloatsOfReference) {
                   const kernels::ScopedStreamStoreMinBytes streaming(stream_min);
                   Tensor gmin(dt, flat.layout.qparam_shape), gmax(dt, flat.layout.qparam_shape);
                   std::optional<kernels::StatisticsExtremes> ext;
-                  fast::minmax_stats(flat, gmin.data(), gmax.data(), level, threads, &ext);
+                  cpu::minmax_stats(flat, gmin.data(), gmax.data(), level, threads, &ext);
                   const std::string at = std::string(dtype_name(dt)) + " cols=" + std::to_string(c.cols) +
                                          " rows=" + std::to_string(rows) + " poison=" + std::to_string(poison) + " " +
                                          std::string(to_string(level)) + " t" + std::to_string(threads) +
@@ -509,7 +587,7 @@ TEST(FastMinMax, Narrow16EqualsTensorStores) {
       if (level == SimdLevel::kScalar) continue;
       for (std::size_t n : {v.size(), v.size() - 3, std::size_t{5}}) {
         std::vector<uint16_t> got(n);
-        detail::narrow16_simd(level, v.data(), static_cast<int64_t>(n), bf16, got.data());
+        detail::convert_simd(level)->narrow16(v.data(), static_cast<int64_t>(n), bf16, got.data());
         for (std::size_t i = 0; i < n; ++i)
           ASSERT_EQ(got[i], expect.data_as<uint16_t>()[i]) << (bf16 ? "bf16" : "f16") << " i=" << i << " x=" << v[i]
                                                            << " " << to_string(level);
@@ -579,7 +657,7 @@ TEST(FastMinMax, NanAndInfPropagateLikeReference) {
       ref::minmax(flat, rmin.data(), rmax.data());
       for (SimdLevel level : available_simd_levels())
         for (int threads : {1, 3}) {
-          fast::minmax(flat, fmin.data(), fmax.data(), level, threads);
+          cpu::minmax(flat, fmin.data(), fmax.data(), level, threads);
           for (int64_t q = 0; q < nq; ++q) {
             EXPECT_EQ(std::isnan(rmin[q]), std::isnan(fmin[q]));
             if (!std::isnan(rmin[q])) EXPECT_EQ(float_bits(rmin[q]), float_bits(fmin[q]));
@@ -867,7 +945,7 @@ TEST(FastGridSearch, BatchKernelMatchesReferenceOnManyGroups) {
           cfg.norm = 3.3;
           expect_search_matches(what + " nvfp4_expanded norm=3.3", flat, sargs, cfg);
         }
-        const GridSearchResult r = fast::grid_search(flat, sargs, mse_cfg(), nullptr, best, 2);
+        const GridSearchResult r = cpu::grid_search(flat, sargs, mse_cfg(), nullptr, best, 2);
         batched += r.groups_batched;
         exact += r.exact_evaluations;
       }
@@ -898,7 +976,7 @@ TEST(FastGridSearch, BatchKernelFp4RoundingEqualsTheIntervalTable) {
   for (SimdLevel level : available_simd_levels()) {
     if (level == SimdLevel::kScalar) continue;
     std::vector<float> out(xs.size());
-    detail::fp4_round_nonneg_simd(level, xs.data(), static_cast<int64_t>(xs.size()), out.data());
+    detail::poly_batch_simd(level)->fp4_round_nonneg(xs.data(), static_cast<int64_t>(xs.size()), out.data());
     for (std::size_t i = 0; i < xs.size(); ++i)
       ASSERT_EQ(float_bits(out[i]), float_bits(fp4_round(xs[i]))) << xs[i] << " at " << to_string(level);
   }
@@ -1000,16 +1078,16 @@ TEST(FastGridSearch, VectorTermsEqualTheReferenceTermsBitForBit) {
             for (bool weighted : {false, true}) {
               GridSearchConfig cfg = weighted ? imatrix_cfg() : mse_cfg();
               cfg.norm = norm;
-              const fast::Plan P = fast::make_plan(flat, c.args, cfg, weighted ? &wf : nullptr, level);
+              const cpu::Plan P = cpu::make_plan(flat, c.args, cfg, weighted ? &wf : nullptr, level);
               if (!P.vec.simd) continue;
-              fast::Scratch sc;
+              cpu::Scratch sc;
               const float q_top = std::min(P.vec.proto.q_max, -P.vec.proto.q_min);
               std::vector<float> scales = {0.001f, 0.0123f, 0.031f, 0.2f};
               for (float f : {1.0f, 0.93f, 0.81f, 0.6f}) scales.push_back(bf16_to_float(float_to_bf16(amax * f / q_top)));
               for (float scale : scales) {
                 const float zp = c.args.symmetric ? 0.0f : 3.0f;
                 double fast_sum;
-                fast::vector_sums(P, P.vec.proto.norm_kind, x.data(), weighted ? wv.data() : nullptr, &scale, &zp, 1,
+                cpu::vector_sums(P, P.vec.proto.norm_kind, x.data(), weighted ? wv.data() : nullptr, &scale, &zp, 1,
                                   true, sc, &fast_sum);
                 qobs::detail::ErrorSum ref_sum;
                 for (int64_t j = 0; j < n; ++j) {
@@ -1078,7 +1156,7 @@ TEST(FastGridSearch, ExactBatchKernelMatchesReferenceOn16BitData) {
           const FlatView wf = flatten_for_calibration(w.view(), "weight", c.args);
           expect_search_matches(what + " imatrix", flat, sargs, imatrix_cfg(), &wf);
           if (c.args.is_fp4()) expect_search_matches(what + " expanded imatrix", flat, sargs, expanded_imatrix_cfg(), &wf);
-          batched += fast::grid_search(flat, sargs, mse_cfg(), nullptr, best, 2).groups_batched;
+          batched += cpu::grid_search(flat, sargs, mse_cfg(), nullptr, best, 2).groups_batched;
         }
   if (best != SimdLevel::kScalar) EXPECT_GT(batched, 0) << "the exact batch kernel never ran";
 }
@@ -1090,10 +1168,15 @@ TEST(FastGridSearch, SplitNarrowingEqualsIntegerRneOnEveryNormalFloat) {
   // (and this shows the check can fail).
   for (SimdLevel level : available_simd_levels()) {
     if (level == SimdLevel::kScalar) continue;
-    EXPECT_EQ(detail::split_narrowing_mismatches(level, 0, 1), 0) << "zero, " << to_string(level);
-    EXPECT_EQ(detail::split_narrowing_mismatches(level, 0x00800000u, (127u + 110u) << 23), 0) << to_string(level);
-    EXPECT_GT(detail::split_narrowing_mismatches(level, 1, 0x00800000u), 0) << "subnormals, " << to_string(level);
+    EXPECT_EQ(detail::exact_batch_simd(level)->split_narrowing_mismatches(0, 1), 0) << "zero, " << to_string(level);
+    EXPECT_EQ(detail::exact_batch_simd(level)->split_narrowing_mismatches(0x00800000u, (127u + 110u) << 23), 0) << to_string(level);
+    EXPECT_GT(detail::exact_batch_simd(level)->split_narrowing_mismatches(1, 0x00800000u), 0) << "subnormals, " << to_string(level);
   }
+}
+
+/// ExactBatchSimd::split_division_mismatches at one s exponent.
+int64_t split_division_one(SimdLevel level, int x_lo, int x_hi, int s_exp, bool rounded) {
+  return detail::exact_batch_simd(level)->split_division_mismatches(x_lo, x_hi, &s_exp, 1, rounded);
 }
 
 TEST(FastGridSearch, SplitQuotientEqualsRoundedDivisionOnBf16Operands) {
@@ -1105,8 +1188,8 @@ TEST(FastGridSearch, SplitQuotientEqualsRoundedDivisionOnBf16Operands) {
   const std::vector<int> s_exps = {127 - 100, 127 - 40, 127 - 3, 127, 127 + 1, 127 + 7, 127 + 40, 127 + 90};
   for (SimdLevel level : available_simd_levels()) {
     if (level == SimdLevel::kScalar) continue;
-    EXPECT_EQ(detail::split_division_mismatches(level, 127 - 100, 127 + 100, s_exps, true), 0) << to_string(level);
-    EXPECT_GT(detail::split_division_mismatches(level, 127 - 3, 127 + 3, {127}, false), 0) << to_string(level);
+    EXPECT_EQ(detail::exact_batch_simd(level)->split_division_mismatches(127 - 100, 127 + 100, s_exps.data(), static_cast<int>(s_exps.size()), true), 0) << to_string(level);
+    EXPECT_GT(split_division_one(level, 127 - 3, 127 + 3, 127, false), 0) << to_string(level);
   }
 }
 
@@ -1135,6 +1218,13 @@ void for_each_exact_diff_grid(Expect expect) {
   }
 }
 
+/// ExactBatchSimd::exact_diff_mismatches over a list of s exponents.
+int64_t exact_diff_mismatches(SimdLevel level, const detail::BlockKernelArgs& A, int x_lo, int x_hi,
+                              const std::vector<int>& s_exps, detail::ExactDiffChain chain) {
+  return detail::exact_batch_simd(level)->exact_diff_mismatches(A, x_lo, x_hi, s_exps.data(),
+                                                                 static_cast<int>(s_exps.size()), chain);
+}
+
 // s across the split guard's exponent range
 const std::vector<int> kExactDiffScaleExps = {127 - 100, 127 - 40, 127 - 3, 127, 127 + 1, 127 + 7, 127 + 40, 127 + 90};
 
@@ -1146,11 +1236,11 @@ TEST(FastGridSearch, ExactDiffSkipsOnlyIdentityRoundings) {
   // integer-rounding chain's wherever |x| <= 2 bf16(q_top s). Without that bound
   // (clamped elements far above the top code) it does not: the check can fail.
   for_each_exact_diff_grid([](SimdLevel level, const detail::BlockKernelArgs& A, const std::string& what) {
-    EXPECT_EQ(detail::exact_diff_mismatches(level, A, 127 - 100, 127 + 100, kExactDiffScaleExps,
+    EXPECT_EQ(exact_diff_mismatches(level, A, 127 - 100, 127 + 100, kExactDiffScaleExps,
                                             detail::ExactDiffChain::kSkipRounding),
               0)
         << what;
-    EXPECT_GT(detail::exact_diff_mismatches(level, A, 127 - 3, 127 + 12, {127},
+    EXPECT_GT(exact_diff_mismatches(level, A, 127 - 3, 127 + 12, {127},
                                             detail::ExactDiffChain::kSkipRoundingUnbounded),
               0)
         << what;
@@ -1165,12 +1255,12 @@ TEST(FastGridSearch, MagnitudeChainEqualsExactDiffChain) {
   // across it, on the symmetric INT2 / INT4 / INT8 and FP4 grids. Clamping both signs at
   // q_max (forgetting that INT grids reach one code further below zero) must fail.
   for_each_exact_diff_grid([](SimdLevel level, const detail::BlockKernelArgs& A, const std::string& what) {
-    EXPECT_EQ(detail::exact_diff_mismatches(level, A, 127 - 100, 127 + 100, kExactDiffScaleExps,
+    EXPECT_EQ(exact_diff_mismatches(level, A, 127 - 100, 127 + 100, kExactDiffScaleExps,
                                             detail::ExactDiffChain::kMagnitudes),
               0)
         << what;
     if (A.grid == qobs::detail::GridKind::kInt)
-      EXPECT_GT(detail::exact_diff_mismatches(level, A, 127 - 3, 127 + 12, {127},
+      EXPECT_GT(exact_diff_mismatches(level, A, 127 - 3, 127 + 12, {127},
                                               detail::ExactDiffChain::kMagnitudesOneBound),
                 0)
           << what;
@@ -1193,8 +1283,8 @@ TEST(FastGridSearch, ExactBatchKernelDecidesTiesAndOneUlpGaps) {
       cfg.grid = 400.0;  // close candidates: many near-equal errors
       expect_search_matches("ties " + std::string(dtype_name(dt)), flat, a, cfg);
       // count the reference's close decisions
-      const fast::Plan P = fast::make_plan(flat, a, cfg, nullptr, SimdLevel::kScalar);
-      fast::Scratch sc;
+      const cpu::Plan P = cpu::make_plan(flat, a, cfg, nullptr, SimdLevel::kScalar);
+      cpu::Scratch sc;
       for (auto* v : {&sc.m_scale, &sc.m_zp}) v->resize(static_cast<std::size_t>(P.S));
       std::vector<float> x(static_cast<std::size_t>(P.len)), scale(static_cast<std::size_t>(P.S)),
           zp(static_cast<std::size_t>(P.S));
@@ -1210,7 +1300,7 @@ TEST(FastGridSearch, ExactBatchKernelDecidesTiesAndOneUlpGaps) {
                          P.shrink_f32.data(), P.S, scale.data(), zp.data());
         std::copy(scale.begin(), scale.end(), sc.m_scale.begin());
         std::copy(zp.begin(), zp.end(), sc.m_zp.begin());
-        fast::scalar_errors(P, x.data(), nullptr, sc, errs.data());
+        cpu::scalar_errors(P, x.data(), nullptr, sc, errs.data());
         double best_err = P.em.initial_best();
         for (double e : errs) {
           ties += e == best_err;
@@ -1241,7 +1331,7 @@ TEST(FastGridSearch, ExactBatchKernelHandsNonFiniteGroupsBack) {
     expect_search_matches("non-finite " + std::string(dtype_name(dt)), flat, a, mse_cfg());
     const SimdLevel best = available_simd_levels().back();
     if (best == SimdLevel::kScalar) continue;
-    const GridSearchResult r = fast::grid_search(flat, a, mse_cfg(), nullptr, best, 1);
+    const GridSearchResult r = cpu::grid_search(flat, a, mse_cfg(), nullptr, best, 1);
     EXPECT_GT(r.groups_batched, 0) << dtype_name(dt);
     EXPECT_LT(r.groups_batched, flat.layout.num_qparams()) << dtype_name(dt);
   }
@@ -1363,7 +1453,7 @@ TEST(ThreadedQParams, EqualCalculateQParamsForAnyThreadCount) {
 }
 
 TEST(VectorQParams, EqualScalarR41BitForBitAtEveryLevel) {
-  // fast::calculate_qparams_f32 (the SIMD R4.1 of the common plans) against the scalar
+  // cpu::calculate_qparams_f32 (the SIMD R4.1 of the common plans) against the scalar
   // qobs::calculate_qparams, on statistics that reach every branch: zero ranges (eps,
   // Q23's zero point), one-signed ranges, signed zeros, subnormal and huge values,
   // equal min and max, and lengths around the vector widths and the 8192-element tasks.
@@ -1425,7 +1515,7 @@ TEST(VectorQParams, EqualScalarR41BitForBitAtEveryLevel) {
       const ScaleZeroPoint ref = qobs::calculate_qparams(mn, mx, p.args, p.g, st.mode);
       for (SimdLevel level : available_simd_levels())
         for (int threads : {1, 2}) {
-          const auto got = fast::calculate_qparams_simd(mn, mx, p.args, p.g, st.mode, level, threads);
+          const auto got = cpu::calculate_qparams_simd(mn, mx, p.args, p.g, st.mode, level, threads);
           if (!got) continue;  // a plan or level the vector path leaves to the scalar one
           ++fast_runs;
           ASSERT_EQ(got->scale.shape(), ref.scale.shape()) << p.name;
@@ -1444,7 +1534,7 @@ TEST(VectorQParams, EqualScalarR41BitForBitAtEveryLevel) {
   hi[5] = INFINITY;
   const Tensor mn = Tensor::from_floats(DType::kF32, {9}, lo), mx = Tensor::from_floats(DType::kF32, {9}, hi);
   const QuantizationArgs a = make_args(4, QuantType::kInt, true, Strategy::kChannel);
-  EXPECT_FALSE(fast::calculate_qparams_simd(mn, mx, a, nullptr, NumericMode::kParity, available_simd_levels().back(), 1));
+  EXPECT_FALSE(cpu::calculate_qparams_simd(mn, mx, a, nullptr, NumericMode::kParity, available_simd_levels().back(), 1));
   EXPECT_THROW(calculate_qparams(mn, mx, a, nullptr, NumericMode::kParity, 1), InvalidArgument);
 }
 
@@ -1464,11 +1554,52 @@ TEST(VectorQParams, NonFiniteStatisticAnywhereIsTheScalarPathsError) {
           const Tensor mn = Tensor::from_floats(dt, {n}, lo), mx = Tensor::from_floats(dt, {n}, hi);
           for (SimdLevel level : available_simd_levels())
             for (int threads : {1, 2, 3}) {
-              EXPECT_FALSE(fast::calculate_qparams_simd(mn, mx, nvfp4, &g, NumericMode::kParity, level, threads))
+              EXPECT_FALSE(cpu::calculate_qparams_simd(mn, mx, nvfp4, &g, NumericMode::kParity, level, threads))
                   << dtype_name(dt) << " at=" << at << " " << bad << " " << to_string(level) << " t" << threads;
             }
           EXPECT_THROW(calculate_qparams(mn, mx, nvfp4, &g, NumericMode::kParity, 1), InvalidArgument);
         }
+}
+
+TEST(TableLookups, X86LookupsEqualPortableGathers) {
+  // The x86 forms of the search kernels' table lookups (table_lookups_x86-inl.h: the
+  // 16-entry permute lookup, and the f64 terms by scalar loads / a gather split) against
+  // their portable Highway gathers, bit for bit: every 4-bit index in every lane
+  // position (and indices whose higher bits are set, which both must ignore), and every
+  // bf16 pattern of an error value as the f64 table's index, both signs.
+  alignas(64) float table[16];
+  for (int i = 0; i < 16; ++i) table[i] = std::ldexp(1.0f + 0.0625f * static_cast<float>(i), i - 7);
+  std::vector<double> table64(65536);
+  for (std::size_t i = 0; i < table64.size(); ++i) table64[i] = static_cast<double>(i) * 0.5 + 1.0 / (1.0 + static_cast<double>(i));
+  int levels = 0;
+  for (SimdLevel level : available_simd_levels()) {
+    if (level == SimdLevel::kScalar) continue;
+    ++levels;
+    const detail::TableLookupsSimd& k = *detail::table_lookups_simd(level);
+    const int64_t N = k.lanes();
+    std::vector<int32_t> ef;
+    for (int32_t hi : {0, 16, 0x7FF0, -16})
+      for (int32_t i = 0; i < 16; ++i)
+        for (int64_t l = 0; l < N; ++l) ef.push_back(hi + static_cast<int32_t>((i + l) % 16));
+    std::vector<float> a(ef.size()), b(ef.size());
+    k.exp_table16(table, ef.data(), static_cast<int64_t>(ef.size()), a.data(), false);
+    k.exp_table16(table, ef.data(), static_cast<int64_t>(ef.size()), b.data(), true);
+    for (std::size_t j = 0; j < ef.size(); ++j) {
+      ASSERT_EQ(float_bits(a[j]), float_bits(b[j])) << to_string(level) << " ef=" << ef[j];
+      ASSERT_EQ(float_bits(a[j]), float_bits(table[ef[j] & 15])) << to_string(level) << " ef=" << ef[j];
+    }
+    std::vector<float> e;
+    for (uint32_t p = 0; p < 65536; ++p) e.push_back(bf16_to_float(static_cast<uint16_t>(p)));
+    std::vector<double> x(e.size()), y(e.size());
+    k.terms_f64(table64.data(), e.data(), static_cast<int64_t>(e.size()), x.data(), false);
+    k.terms_f64(table64.data(), e.data(), static_cast<int64_t>(e.size()), y.data(), true);
+    for (std::size_t j = 0; j < e.size(); ++j) {
+      ASSERT_EQ(double_bits(x[j]), double_bits(y[j])) << to_string(level) << " j=" << j;
+      // lane j of a vector holds the pattern of element j: its table entry
+      ASSERT_EQ(double_bits(x[j]), double_bits(table64[j])) << to_string(level) << " j=" << j;
+    }
+  }
+  if (levels == 0) GTEST_SKIP() << "no vector level on this machine";
 }
 
 }  // namespace

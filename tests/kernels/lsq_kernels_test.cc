@@ -27,13 +27,8 @@
 namespace qobs::kernels {
 namespace {
 
+using qobs::testing::double_bits;
 using qobs::testing::float_bits;
-
-uint64_t double_bits(double d) {
-  uint64_t u;
-  std::memcpy(&u, &d, sizeof u);
-  return u;
-}
 
 std::vector<uint64_t> bits_of(const std::vector<double>& v) {
   std::vector<uint64_t> out;
@@ -136,7 +131,7 @@ TEST(LsqKernels, ScorerEqualsScalarStepsBitForBit) {
                   g.w = weighted ? w.data() : nullptr;
                   g.n = n;
                   std::vector<double> err(s.size());
-                  ASSERT_TRUE(detail::lsq_errors_simd(level, g, s.data(), zx.data(), zs.data(),
+                  ASSERT_TRUE(detail::lsq_simd(level)->errors(g, s.data(), zx.data(), zs.data(),
                                                       static_cast<int64_t>(s.size()), err.data()));
                   for (std::size_t c = 0; c < s.size(); ++c) {
                     double part[detail::kLsqPartials] = {};
@@ -158,13 +153,13 @@ TEST(LsqKernels, ScorerEqualsScalarStepsBitForBit) {
                     detail::lsq_refit_sums_scalar(x.data(), weighted ? w.data() : nullptr, n, s[c], z[c], plan,
                                                   want_sums);
                     double sums[detail::kLsqRefitSums];
-                    ASSERT_TRUE(detail::lsq_refit_sums_simd(level, g, s[c], zx[c], sums));
+                    ASSERT_TRUE(detail::lsq_simd(level)->refit_sums(g, s[c], zx[c], false, sums));
                     for (int i = 0; i < detail::kLsqRefitSums; ++i)
                       ASSERT_EQ(double_bits(sums[i]), double_bits(want_sums[i]))
                           << "refit sum " << i << " n " << n << " scale " << s[c] << " zp " << z[c];
                     // the symmetric refit's two sums alone: the same bits
                     double code_sums[detail::kLsqRefitSums];
-                    ASSERT_TRUE(detail::lsq_refit_sums_simd(level, g, s[c], zx[c], code_sums, true));
+                    ASSERT_TRUE(detail::lsq_simd(level)->refit_sums(g, s[c], zx[c], true, code_sums));
                     for (int i : {detail::kSumWQQ, detail::kSumWQX})
                       ASSERT_EQ(double_bits(code_sums[i]), double_bits(want_sums[i]))
                           << "code sum " << i << " n " << n << " scale " << s[c] << " zp " << z[c];
@@ -194,7 +189,7 @@ TEST(LsqKernels, ScorerRejectsNonFiniteError) {
     if (level == SimdLevel::kScalar) continue;
     const detail::LsqGroupArgs g{x.data(), nullptr, 3, false, detail::Narrow::kNone, detail::Narrow::kNone,
                                  qobs::detail::GridKind::kInt, -8.0f, 7.0f};
-    EXPECT_FALSE(detail::lsq_errors_simd(level, g, s, z, z, 1, &err)) << to_string(level);
+    EXPECT_FALSE(detail::lsq_simd(level)->errors(g, s, z, z, 1, &err)) << to_string(level);
   }
   (void)args;
 }
@@ -221,7 +216,7 @@ TEST(LsqKernels, CandidatesEqualShrunkQParams) {
           for (std::size_t n : {std::size_t{1}, std::size_t{8}, std::size_t{17}, shrink.size()}) {
             std::vector<float> s1(n), z1(n), s2(n), z2(n);
             q.compute(m, M, shrink.data(), static_cast<int64_t>(n), s1.data(), z1.data());
-            detail::lsq_candidates_simd(level, q, m, M, shrink.data(), static_cast<int64_t>(n), s2.data(), z2.data());
+            detail::lsq_candidates_simd(level)->run(q, m, M, shrink.data(), static_cast<int64_t>(n), s2.data(), z2.data());
             for (std::size_t i = 0; i < n; ++i) {
               ASSERT_EQ(float_bits(s1[i]), float_bits(s2[i])) << preset << " " << dtype_name(dt) << " " << m << " " << M;
               ASSERT_EQ(float_bits(z1[i]), float_bits(z2[i])) << preset << " " << dtype_name(dt) << " " << m << " " << M;
@@ -267,7 +262,7 @@ TEST(LsqKernels, IdealErrorsEqualScalarStepsBitForBit) {
             const float* wp = weighted ? w.data() : nullptr;
             std::vector<float> want(static_cast<std::size_t>(count)), got(static_cast<std::size_t>(count), -1.0f);
             detail::lsq_ideal_errors_scalar(ax.data(), lim.data(), wp, n, s.data(), count, want.data());
-            detail::lsq_ideal_errors_simd(level, ax.data(), lim.data(), wp, n, s.data(), count, got.data());
+            detail::lsq_simd(level)->ideal_errors(ax.data(), lim.data(), wp, n, s.data(), count, got.data(), HUGE_VALF);
             for (int64_t c = 0; c < count; ++c)
               ASSERT_EQ(float_bits(got[static_cast<std::size_t>(c)]), float_bits(want[static_cast<std::size_t>(c)]))
                   << to_string(level) << " n=" << n << " count=" << count << " kind=" << static_cast<int>(kind)
@@ -278,7 +273,7 @@ TEST(LsqKernels, IdealErrorsEqualScalarStepsBitForBit) {
             std::sort(sorted.begin(), sorted.end());
             const float bound = sorted[sorted.size() / 2];
             std::vector<float> got_p(static_cast<std::size_t>(count), -1.0f);
-            detail::lsq_ideal_errors_simd(level, ax.data(), lim.data(), wp, n, s.data(), count, got_p.data(), bound);
+            detail::lsq_simd(level)->ideal_errors(ax.data(), lim.data(), wp, n, s.data(), count, got_p.data(), bound);
             for (int64_t c = 0; c < count; ++c) {
               const float p = got_p[static_cast<std::size_t>(c)], full = want[static_cast<std::size_t>(c)];
               if (float_bits(p) != float_bits(full)) {
@@ -295,7 +290,7 @@ TEST(LsqKernels, IdealErrorsEqualScalarStepsBitForBit) {
             for (int64_t c = 0; c < count; ++c) z.push_back(static_cast<float>(static_cast<int>(rng() % 24) - 4));
             std::vector<float> want_a(static_cast<std::size_t>(count)), got_a(static_cast<std::size_t>(count), -1.0f);
             detail::lsq_ideal_errors_asym_scalar(x.data(), wp, n, s.data(), z.data(), count, 0.0f, 15.0f, want_a.data());
-            detail::lsq_ideal_errors_asym_simd(level, x.data(), wp, n, s.data(), z.data(), count, 0.0f, 15.0f,
+            detail::lsq_simd(level)->ideal_errors_asym(x.data(), wp, n, s.data(), z.data(), count, 0.0f, 15.0f,
                                                got_a.data());
             for (int64_t c = 0; c < count; ++c)
               ASSERT_EQ(float_bits(got_a[static_cast<std::size_t>(c)]), float_bits(want_a[static_cast<std::size_t>(c)]))
@@ -346,7 +341,7 @@ TEST(LsqKernels, PruningBoundsEqualScalarStepsBitForBit) {
             }
             for (SimdLevel level : available_simd_levels()) {
               if (level == SimdLevel::kScalar) continue;
-              const double got = detail::lsq_bound_simd(level, kind_b, x.data(), wp, n, t);
+              const double got = detail::lsq_simd(level)->bound(kind_b, x.data(), wp, n, t);
               ASSERT_EQ(double_bits(got), double_bits(want))
                   << to_string(level) << " n=" << n << " kind=" << static_cast<int>(kind) << " weighted=" << weighted
                   << " bound=" << static_cast<int>(kind_b) << " t=" << t;

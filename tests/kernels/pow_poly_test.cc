@@ -139,7 +139,7 @@ TEST(PolySums, ReferenceErrorLiesInsideTheCertifiedInterval) {
                 k.poly = &P;
                 double sum = 0;
                 k.sums = &sum;
-                detail::poly_sums_simd(level, k);
+                detail::poly_sums_simd(level)->run(k);
                 const std::string what = std::string(to_string(level)) + " p=" + std::to_string(p) +
                                          " bits=" + std::to_string(bits) + (sym ? " sym" : " asym") +
                                          " data=" + std::to_string(static_cast<int>(d)) + " n=" + std::to_string(n) +
@@ -200,7 +200,7 @@ TEST(PolySums, LeavesTheTableAsInfinity) {
     k.q_max = 7;
     k.poly = &P;
     k.sums = &sum;
-    detail::poly_sums_simd(level, k);
+    detail::poly_sums_simd(level)->run(k);
     EXPECT_TRUE(std::isinf(sum)) << to_string(level);
   }
 }

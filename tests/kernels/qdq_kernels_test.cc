@@ -147,16 +147,6 @@ struct Case {
   std::optional<TensorView> view;  ///< a strided view of x, when set
 };
 
-/// The SIMD levels to run: every available one, or none to choose when the fast kernels
-/// are not built (QOBS_FAST_KERNELS=OFF dispatches to the references).
-std::vector<SimdLevel> levels() {
-#if QOBS_HAVE_FAST_KERNELS
-  return available_simd_levels();
-#else
-  return {SimdLevel::kScalar};
-#endif
-}
-
 /// Runs op on the reference once and on the dispatcher at every level and thread count.
 void expect_same(QdqOp op, const Case& c, NumericMode mode, std::optional<DType> out_dtype = std::nullopt) {
   const TensorView xv = c.view ? *c.view : c.x.view();
@@ -164,10 +154,8 @@ void expect_same(QdqOp op, const Case& c, NumericMode mode, std::optional<DType>
   const Tensor* gi = c.g_idx ? &*c.g_idx : nullptr;
   const Tensor* gs = c.global ? &*c.global : nullptr;
   const Tensor expected = ref::qdq(op, xv, c.scale, zp, c.args, gi, gs, out_dtype, mode);
-  for (SimdLevel level : levels()) {
-#if QOBS_HAVE_FAST_KERNELS
+  for (SimdLevel level : available_simd_levels()) {
     ScopedSimdLevel guard(level);
-#endif
     for (int threads : {1, 2, 3}) {
       const Tensor got = qdq(op, xv, c.scale, zp, c.args, gi, gs, out_dtype, mode, threads);
       const std::string diff = describe_difference(expected, got);
@@ -529,7 +517,7 @@ TEST(PackingKernels, Fp4VectorPackingEqualsTheCodeTableOnEveryPattern) {
         valid += expect.has_value();
         for (SimdLevel level : levels) {
           std::vector<uint8_t> got(kLen / 2);
-          const bool ok = detail::pack_fp4_16_simd(level, t.data_as<uint16_t>(), kLen, bf16, got.data());
+          const bool ok = detail::pack_simd(level)->fp4_16(t.data_as<uint16_t>(), kLen, bf16, got.data());
           ASSERT_EQ(ok, expect.has_value()) << dt_name(dt) << " pattern " << p << " at " << at << " " << to_string(level);
           if (ok)
             ASSERT_EQ(0, std::memcmp(got.data(), expect->data(), got.size()))

@@ -88,8 +88,8 @@ std::string this_host() {
 }
 
 // A Hugging Face hub cache: blobs/<sha> holds the content, snapshots/<hash>/ holds relative
-// links to it, including from sub-folders. The copies used to be computed with
-// fs::relative, which resolved the links and wrote ../../blobs/<sha> outside the output.
+// links to it, including from sub-folders. A copy computed with fs::relative would
+// resolve the links and write ../../blobs/<sha> outside the output.
 TEST(PipelineSafety, HfCacheSnapshotCopiesLinkedFilesInsideOutput) {
   TempDir dir;
   const fs::path repo = dir.path / "hub" / "models--org--name";

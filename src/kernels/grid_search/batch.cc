@@ -8,7 +8,7 @@
 #include "kernels/grid_search/exact_batch_simd.h"
 #include "kernels/grid_search/poly_batch_simd.h"
 
-namespace qobs::kernels::fast {
+namespace qobs::kernels::cpu {
 
 using namespace qobs::kernels::detail;
 
@@ -42,9 +42,9 @@ bool load_batch(const Plan& P, int64_t q0, int64_t count, bool abs_values, doubl
   s.lane_improved.resize(static_cast<std::size_t>((P.S + 31) / 32 * L));
   for (int l = 0; l < L; ++l)
     s.group_x[static_cast<std::size_t>(l)] = load_group_to(P.flat, P.contiguous, q0 + std::min<int64_t>(l, count - 1),
-                                                           len, P.level, s.xw.data() + l * len);
+                                                           len, P.k.group, s.xw.data() + l * len);
   // NaN: the one-group path propagates it as the reference does
-  if (!batch_transpose_simd(P.level, s.group_x.data(), len, abs_values, s.xt.data(), s.lo_f.data(), s.hi_f.data()))
+  if (!P.k.poly_batch->transpose(s.group_x.data(), len, abs_values, s.xt.data(), s.lo_f.data(), s.hi_f.data()))
     return false;
   for (int l = 0; l < L; ++l) {
     const std::size_t u = static_cast<std::size_t>(l);
@@ -98,9 +98,9 @@ bool exact_batch_improvements(const Plan& P, int64_t q0, int64_t count, Scratch&
     s.group_w.resize(static_cast<std::size_t>(L));
     for (int l = 0; l < L; ++l)
       s.group_w[static_cast<std::size_t>(l)] =
-          load_group_to(*P.weights, P.w_contiguous, lane_group(l), len, P.level, s.ww.data() + l * len);
+          load_group_to(*P.weights, P.w_contiguous, lane_group(l), len, P.k.group, s.ww.data() + l * len);
     // the weights' min / max go unused (into lo_f / hi_f, read already); NaN: refused
-    if (!batch_transpose_simd(P.level, s.group_w.data(), len, false, s.wt.data(), s.lo_f.data(), s.hi_f.data()))
+    if (!P.k.poly_batch->transpose(s.group_w.data(), len, false, s.wt.data(), s.lo_f.data(), s.hi_f.data()))
       return false;
     k.wt = s.wt.data();
   }
@@ -120,7 +120,7 @@ bool exact_batch_improvements(const Plan& P, int64_t q0, int64_t count, Scratch&
   k.err_dt = P.em.err_dt;
   k.initial_best = static_cast<float>(P.em.initial_best());
   k.improved = s.lane_improved.data();
-  if (!exact_batch_simd(P.level, k)) return false;
+  if (!P.k.exact_batch->run(k)) return false;
   store_lane_bits(P, q0, count, s, m0, M0, bits, W, any);
   s.groups_batched += count;
   return true;
@@ -154,10 +154,10 @@ bool batch_improvements(const Plan& P, int64_t q0, int64_t count, Scratch& s, do
   k.exact = &BatchExact::call;
   k.ctx = &ctx;
   k.improved = s.lane_improved.data();
-  poly_batch_simd(P.level, k);
+  P.k.poly_batch->run(k);
   store_lane_bits(P, q0, count, s, m0, M0, bits, W, any);
   s.groups_batched += count;
   return true;
 }
 
-}  // namespace qobs::kernels::fast
+}  // namespace qobs::kernels::cpu

@@ -8,7 +8,7 @@
 
 #include "kernels/grid_search/plan.h"
 
-namespace qobs::kernels::fast {
+namespace qobs::kernels::cpu {
 
 /// Groups [q0, q0 + count) (count <= P.batch.lanes) with the batch kernel, one group per
 /// lane: their base ranges into m0 / M0, their improvement bits into bits (W words a
@@ -19,4 +19,4 @@ namespace qobs::kernels::fast {
 bool batch_improvements(const Plan& P, int64_t q0, int64_t count, Scratch& s, double* m0, double* M0, uint64_t* bits,
                         int64_t W, uint8_t* any);
 
-}  // namespace qobs::kernels::fast
+}  // namespace qobs::kernels::cpu

@@ -5,7 +5,7 @@
 // Numerics (R0.4, qparam_math.h): all lanes hold f32 containers of values that lie
 // on the data dtype's grid; after each element-wise op a bf16/f16 result is rounded
 // once, RNE, exactly as Arith::narrow does. Error terms are accumulated in double in
-// the canonical order of ErrorSum (search/select.h): 8 lane sums per block (term j goes
+// the canonical order of ErrorSum (select.h): 8 lane sums per block (term j goes
 // to lane j % 8), block = ((l0+l4) + (l1+l5)) + ((l2+l6) + (l3+l7)).
 #include "kernels/simd/simd_targets.h"
 
@@ -13,6 +13,10 @@
 #define HWY_TARGET_INCLUDE "kernels/grid_search/block_errors_simd.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, DH, DD, VF, VD, ...
+#include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round, fp4_round
+#include "kernels/pow/pow-inl.h"  // pow_replay, pow_approx
+#include "kernels/grid_search/exact_term-inl.h"  // exact_term
 
 #include <cmath>
 #include <type_traits>
@@ -28,10 +32,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Highway always adds stays empty.
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
-#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, DH, DD, VF, VD, ...
-#include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round, fp4_round
-#include "kernels/pow/pow-inl.h"  // pow_replay, pow_approx
-#include "kernels/grid_search/exact_term-inl.h"  // exact_term
 
 /// Accumulates an f32 vector of terms into the 8 canonical lane sums.
 struct LaneSums {
@@ -193,17 +193,19 @@ void BlockErrors(const BlockKernelArgs& A) {
   return BlockErrorsT<-1, -1, -1, -1>(A);
 }
 
+inline constexpr BlockErrorsSimd kBlockErrorsSimd{&BlockErrors};
+
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 }  // namespace HWY_NAMESPACE
 }  // namespace qobs::kernels::detail
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include "kernels/simd/simd_dispatch.h"  // QOBS_SIMD_DISPATCH
+#include "kernels/simd/simd_dispatch.h"
 
 namespace qobs::kernels::detail {
 
-void block_errors_simd(SimdLevel level, const BlockKernelArgs& args) { QOBS_SIMD_DISPATCH(BlockErrors(args)); }
+const BlockErrorsSimd* block_errors_simd(SimdLevel level) { return QOBS_SIMD_TABLE(BlockErrorsSimd, kBlockErrorsSimd); }
 
 }  // namespace qobs::kernels::detail
 #endif  // HWY_ONCE

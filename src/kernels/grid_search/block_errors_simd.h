@@ -12,7 +12,7 @@
 
 namespace qobs::kernels::detail {
 
-/// Elements per canonical summation block (see ErrorSum in search/select.h).
+/// Elements per canonical summation block (see ErrorSum in select.h).
 inline constexpr int64_t kSumBlock = 4096;
 
 /// How |e|^norm is evaluated: exponent 2 and 3 by repeated multiplication (as
@@ -60,7 +60,11 @@ inline bool codes_exact_in_data_dtype(const BlockKernelArgs& k, bool integral_ze
   return k.q_max - k.q_min <= (k.data_narrow == Narrow::kF16 ? 2048.0f : 256.0f);
 }
 
-/// Vectorized block kernel at `level` (kAvx2 or kAvx512).
-void block_errors_simd(SimdLevel level, const BlockKernelArgs& args);
+/// The vector block kernel (simd_dispatch.h).
+struct BlockErrorsSimd {
+  void (*run)(const BlockKernelArgs& args);
+};
+/// The table for a vector level; nullptr for kScalar (the scalar twin: scalar_errors).
+const BlockErrorsSimd* block_errors_simd(SimdLevel level);
 
 }  // namespace qobs::kernels::detail

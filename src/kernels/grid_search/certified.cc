@@ -5,7 +5,7 @@
 #include "kernels/grid_search/exact.h"
 #include "kernels/grid_search/poly_sums_simd.h"
 
-namespace qobs::kernels::fast {
+namespace qobs::kernels::cpu {
 
 using namespace qobs::kernels::detail;
 
@@ -31,14 +31,14 @@ void poly_intervals(const Plan& P, const float* x, double xmax, Scratch& s) {
     k.x = x;
     k.n = len;
     k.sums = total;
-    poly_sums_simd(P.level, k);
+    P.k.poly_sums->run(k);
   } else {
     k.sums = s.sums.data();
     for (int64_t i = 0; i < S; ++i) total[i] = 0.0;
     for (int64_t b = 0; b < len; b += kSumBlock) {
       k.x = x + b;
       k.n = std::min<int64_t>(kSumBlock, len - b);
-      poly_sums_simd(P.level, k);
+      P.k.poly_sums->run(k);
       for (int64_t i = 0; i < S; ++i) total[i] += s.sums[static_cast<std::size_t>(i)];
     }
   }
@@ -111,4 +111,4 @@ void certified_improvements(const Plan& P, const float* x, const float* w, doubl
   }
 }
 
-}  // namespace qobs::kernels::fast
+}  // namespace qobs::kernels::cpu

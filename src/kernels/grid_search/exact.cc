@@ -5,7 +5,7 @@
 #include "kernels/grid_search/block_errors_simd.h"
 #include "qparams/qparam_math.h"
 
-namespace qobs::kernels::fast {
+namespace qobs::kernels::cpu {
 
 using namespace qobs::kernels::detail;
 
@@ -36,7 +36,7 @@ void vector_sums(const Plan& P, NormKind nk, const float* x, const float* w, con
     k.x = x + b;
     k.w = w ? w + b : nullptr;
     k.n = std::min<int64_t>(kSumBlock, P.len - b);
-    block_errors_simd(P.level, k);
+    P.k.block->run(k);
     for (int64_t i = 0; i < count; ++i) out[i] += s.sums[static_cast<std::size_t>(i)];
   }
   if (!raw)
@@ -52,4 +52,4 @@ void improvements_from_errors(const Plan& P, const double* errs, uint8_t* improv
   }
 }
 
-}  // namespace qobs::kernels::fast
+}  // namespace qobs::kernels::cpu

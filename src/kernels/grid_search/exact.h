@@ -8,7 +8,7 @@
 
 #include "kernels/grid_search/plan.h"
 
-namespace qobs::kernels::fast {
+namespace qobs::kernels::cpu {
 
 /// errs[i] for the S candidates whose qparams are s.m_scale / s.m_zp, by the
 /// reference's own per-element arithmetic on the cached group x (weights w).
@@ -23,4 +23,4 @@ void vector_sums(const Plan& P, detail::NormKind nk, const float* x, const float
 /// (best of the earlier candidates), best starting at the error dtype's max (R6.6.4).
 void improvements_from_errors(const Plan& P, const double* errs, uint8_t* improved);
 
-}  // namespace qobs::kernels::fast
+}  // namespace qobs::kernels::cpu

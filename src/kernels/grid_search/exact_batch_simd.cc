@@ -11,6 +11,11 @@
 #define HWY_TARGET_INCLUDE "kernels/grid_search/exact_batch_simd.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+#include "kernels/simd/lane_types-inl.h"   // DF, DU, DI, DH, DD, VF, VD, ...
+#include "kernels/simd/grid_round-inl.h"   // narrow_to, fp8_round, fp4_round
+#include "kernels/pow/pow-inl.h"          // pow_replay
+#include "kernels/grid_search/exact_term-inl.h"   // exact_term
+#include "kernels/qparams/qparams_lanes-inl.h"  // shrunk_qparams_lanes
 
 #include <cmath>
 #include <type_traits>
@@ -29,11 +34,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Highway always adds stays empty.
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
-#include "kernels/simd/lane_types-inl.h"   // DF, DU, DI, DH, DD, VF, VD, ...
-#include "kernels/simd/grid_round-inl.h"   // narrow_to, fp8_round, fp4_round
-#include "kernels/pow/pow-inl.h"          // pow_replay
-#include "kernels/grid_search/exact_term-inl.h"   // exact_term
-#include "kernels/qparams/qparams_lanes-inl.h"  // shrunk_qparams_lanes
 
 /// round_to_float_dtype(dt, v) for half a vector of non-negative sums: RNE to the
 /// dtype's significand (kDrop low bits of the f64 mantissa) where v is zero or at least
@@ -156,8 +156,8 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
       // by stage: its eight |r - x| first, then their terms and sums. Issued in that
       // order, each term's input is ready or nearly so when it reaches the scheduler,
       // instead of waiting behind the ~100-cycle chain of its own element (division,
-      // roundings, gather): ~10% on the Intel host of the thirteenth round
-      // (docs/PERFORMANCE.md).
+      // roundings, gather): ~10% on an x86 core whose 512-bit division issues once per
+      // ~16 cycles (docs/history/PERFORMANCE-log.md).
       int64_t j = 0;
       for (; j + 8 <= A.n; j += 8)
         [&]<size_t... K>(std::index_sequence<K...>) HWY_ATTR {
@@ -344,30 +344,20 @@ int64_t ExactDiffMismatches(const BlockKernelArgs& grid_args, int x_exp_lo, int 
   return bad;
 }
 
+inline constexpr ExactBatchSimd kExactBatchSimd{&ExactBatchLanes, &ExactBatch, &SplitNarrowingMismatches,
+                                               &SplitDivisionMismatches, &ExactDiffMismatches};
+
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 }  // namespace HWY_NAMESPACE
 }  // namespace qobs::kernels::detail
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include "kernels/simd/simd_dispatch.h"  // QOBS_SIMD_DISPATCH
+#include "kernels/simd/simd_dispatch.h"
 
 namespace qobs::kernels::detail {
 
-int exact_batch_lanes(SimdLevel level) { QOBS_SIMD_DISPATCH(ExactBatchLanes()); }
-int64_t split_narrowing_mismatches(SimdLevel level, uint32_t lo_bits, uint32_t hi_bits) {
-  QOBS_SIMD_DISPATCH(SplitNarrowingMismatches(lo_bits, hi_bits));
-}
-int64_t split_division_mismatches(SimdLevel level, int x_exp_lo, int x_exp_hi, const std::vector<int>& s_exps,
-                                  bool rounded) {
-  QOBS_SIMD_DISPATCH(SplitDivisionMismatches(x_exp_lo, x_exp_hi, s_exps.data(), static_cast<int>(s_exps.size()), rounded));
-}
-int64_t exact_diff_mismatches(SimdLevel level, const BlockKernelArgs& grid_args, int x_exp_lo, int x_exp_hi,
-                              const std::vector<int>& s_exps, ExactDiffChain chain) {
-  QOBS_SIMD_DISPATCH(
-      ExactDiffMismatches(grid_args, x_exp_lo, x_exp_hi, s_exps.data(), static_cast<int>(s_exps.size()), chain));
-}
-bool exact_batch_simd(SimdLevel level, const ExactBatchArgs& args) { QOBS_SIMD_DISPATCH(ExactBatch(args)); }
+const ExactBatchSimd* exact_batch_simd(SimdLevel level) { return QOBS_SIMD_TABLE(ExactBatchSimd, kExactBatchSimd); }
 
 }  // namespace qobs::kernels::detail
 #endif  // HWY_ONCE

@@ -43,20 +43,6 @@ struct ExactBatchArgs {
   uint32_t* improved = nullptr;
 };
 
-/// The float patterns in [lo_bits, hi_bits) (magnitudes; both signs are tried) on which
-/// the split bf16 rounding of the exact terms (narrow_bf16_split, exact_term-inl.h)
-/// differs from the integer RNE: 0 over the range the kernels use it in (the test).
-int64_t split_narrowing_mismatches(SimdLevel level, uint32_t lo_bits, uint32_t hi_bits);
-
-/// The (x, s) pairs on which quotient_bf16_split (exact_term-inl.h) differs from the
-/// f32 division rounded to bf16 (or, with !rounded, its product x (1 / s) from the f32
-/// division itself) where |x| <= 2^99 s (SplitGuard) and the quotient is normal: x every
-/// bf16 value of either sign with a biased exponent in [x_exp_lo, x_exp_hi], s every
-/// bf16 significand at each biased exponent in s_exps. 0 (rounded) over the range the
-/// kernels use it in (the test).
-int64_t split_division_mismatches(SimdLevel level, int x_exp_lo, int x_exp_hi, const std::vector<int>& s_exps,
-                                  bool rounded);
-
 /// The shortened chains of the exact batch kernel that exact_diff_mismatches checks.
 enum class ExactDiffChain {
   kSkipRounding,           ///< exact_abs_error with kExactDiff (r - x not rounded)
@@ -65,21 +51,39 @@ enum class ExactDiffChain {
   kMagnitudesOneBound,     ///< the same, clamping both signs at q_max (the negative control)
 };
 
-/// How many elements the chain (exact_term-inl.h, where exact_diff_ok holds) gives
-/// another |r - x| than exact_abs_error's integer-rounding chain, on the grid of
-/// grid_args (grid, q_min, q_max; INT or FP4, no zero point): x every bf16 value of
-/// either sign with a biased exponent in [x_exp_lo, x_exp_hi], s every bf16
-/// significand at each biased exponent in s_exps, counting the elements SplitGuard and
-/// (but for kSkipRoundingUnbounded) exact_diff_ok's bound on max |x| admit. 0 for
-/// kSkipRounding and kMagnitudes (the tests).
-int64_t exact_diff_mismatches(SimdLevel level, const BlockKernelArgs& grid_args, int x_exp_lo, int x_exp_hi,
-                              const std::vector<int>& s_exps, ExactDiffChain chain);
-
-/// Groups per batch at `level` (the float lanes; as poly_batch_lanes).
-int exact_batch_lanes(SimdLevel level);
-/// False, with `improved` unusable, when some lane's candidate scale is not finite and
-/// positive (only the scalar path defines those): the caller runs the groups one at a
-/// time.
-bool exact_batch_simd(SimdLevel level, const ExactBatchArgs& args);
+/// The exact batch kernel and the exhaustive checks of its shortened chains
+/// (simd_dispatch.h).
+struct ExactBatchSimd {
+  /// Groups per batch (the float lanes; as PolyBatchSimd::lanes).
+  int (*lanes)();
+  /// False, with `improved` unusable, when some lane's candidate scale is not finite
+  /// and positive (only the scalar path defines those): the caller runs the groups one
+  /// at a time.
+  bool (*run)(const ExactBatchArgs& args);
+  /// The float patterns in [lo_bits, hi_bits) (magnitudes; both signs are tried) on
+  /// which the split bf16 rounding of the exact terms (narrow_bf16_split,
+  /// exact_term-inl.h) differs from the integer RNE: 0 over the range the kernels use
+  /// it in (the test).
+  int64_t (*split_narrowing_mismatches)(uint32_t lo_bits, uint32_t hi_bits);
+  /// The (x, s) pairs on which quotient_bf16_split (exact_term-inl.h) differs from the
+  /// f32 division rounded to bf16 (or, with !rounded, its product x (1 / s) from the
+  /// f32 division itself) where |x| <= 2^99 s (SplitGuard) and the quotient is normal:
+  /// x every bf16 value of either sign with a biased exponent in [x_exp_lo, x_exp_hi],
+  /// s every bf16 significand at each of the num_s_exps biased exponents s_exps. 0
+  /// (rounded) over the range the kernels use it in (the test).
+  int64_t (*split_division_mismatches)(int x_exp_lo, int x_exp_hi, const int* s_exps, int num_s_exps, bool rounded);
+  /// How many elements the chain (exact_term-inl.h, where exact_diff_ok holds) gives
+  /// another |r - x| than exact_abs_error's integer-rounding chain, on the grid of
+  /// grid_args (grid, q_min, q_max; INT or FP4, no zero point): x every bf16 value of
+  /// either sign with a biased exponent in [x_exp_lo, x_exp_hi], s every bf16
+  /// significand at each biased exponent in s_exps, counting the elements SplitGuard
+  /// and (but for kSkipRoundingUnbounded) exact_diff_ok's bound on max |x| admit. 0
+  /// for kSkipRounding and kMagnitudes (the tests).
+  int64_t (*exact_diff_mismatches)(const BlockKernelArgs& grid_args, int x_exp_lo, int x_exp_hi, const int* s_exps,
+                                   int num_s_exps, ExactDiffChain chain);
+};
+/// The table for a vector level; nullptr for kScalar (the batch kernels are vector-only;
+/// groups then run one at a time).
+const ExactBatchSimd* exact_batch_simd(SimdLevel level);
 
 }  // namespace qobs::kernels::detail

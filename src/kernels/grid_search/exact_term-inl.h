@@ -2,9 +2,33 @@
 // step 4 / R6.8.6), shared by the block kernel (block_errors_simd.cc, one group, a
 // candidate's (s, z) broadcast) and the exact batch kernel (exact_batch_simd.cc, one
 // group per lane, (s, z) per lane): the same ops in the same order, so both equal the
-// scalar twin scalar_errors (kernels/grid_search/exact.cc). Included inside each kernel
-// file's per-target namespace after grid_round-inl.h and pow-inl.h, once per Highway
-// target -- hence no include guard.
+// scalar twin scalar_errors (kernels/grid_search/exact.cc).
+//
+// A per-target header (Highway's -inl.h convention): a unit includes it after
+// <hwy/highway.h>, outside any namespace, and foreach_target.h re-reads it once per
+// target, each time into that target's namespace (the include guard toggles with
+// HWY_TARGET_TOGGLE). It carries code for the AVX2 and AVX-512 passes only
+// (simd_targets.h).
+#if defined(QOBS_KERNELS_GRID_SEARCH_EXACT_TERM_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QOBS_KERNELS_GRID_SEARCH_EXACT_TERM_INL_H_
+#undef QOBS_KERNELS_GRID_SEARCH_EXACT_TERM_INL_H_
+#else
+#define QOBS_KERNELS_GRID_SEARCH_EXACT_TERM_INL_H_
+#endif
+
+#include <hwy/highway.h>
+#include <cmath>
+#include "kernels/grid_search/block_errors_simd.h"
+#include "kernels/simd/lane_types-inl.h"
+#include "kernels/simd/grid_round-inl.h"
+#include "kernels/pow/pow-inl.h"
+#include "kernels/simd/table_lookups_x86-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qobs::kernels::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
 /// RNE to bf16 by Veltkamp's splitting: c = v (2^16 + 1), then c - (c - v) keeps the
 /// top 8 significant bits, rounded to nearest even. Three FP ops against narrow_to's
@@ -29,9 +53,9 @@ HWY_INLINE VF narrow_bf16_split(VF v) {
 /// bf16 rounding decides both as it decides x / s. Checked for every bf16 x against every
 /// bf16 significand of s over the guard's exponent range by
 /// tests/kernels/fast_kernels_test.cc "SplitQuotientEqualsRoundedDivisionOnBf16Operands".
-/// One multiply in place of a division that issues once per ~16 cycles at 512 bits on
-/// the Intel host of the twelfth round (and of the thirteenth round's Markstein
-/// correction, two more fused multiply-adds). Callers hold SplitGuard's range; a
+/// One multiply in place of a division, which issues once per ~16 cycles at 512 bits on
+/// some x86 cores (and in place of a Markstein correction of the product, two more
+/// fused multiply-adds). Callers hold SplitGuard's range; a
 /// quotient below the normal range may differ, but rounds to a zero code either way
 /// (as narrow_bf16_split's remark).
 HWY_INLINE VF quotient_bf16_split(VF x, VF inv) { return narrow_bf16_split(hn::Mul(x, inv)); }
@@ -177,46 +201,6 @@ HWY_INLINE VF clamp_bound_of_side(const BlockKernelArgs& A, VF x) {
   return hn::IfThenElse(hn::Lt(x, hn::Zero(df)), hn::Set(df, -A.q_min), hn::Set(df, A.q_max));
 }
 
-/// The f64 table entries at ix[0..3] by scalar loads, two per 128-bit pair (in place of
-/// a gather: add_table_terms_f64).
-HWY_INLINE __m256d table_quad_f64(const double* table64, const uint32_t* ix) {
-  const __m128d lo = _mm_loadh_pd(_mm_load_sd(table64 + ix[0]), table64 + ix[1]);
-  const __m128d hi = _mm_loadh_pd(_mm_load_sd(table64 + ix[2]), table64 + ix[3]);
-  return _mm256_set_m128d(hi, lo);
-}
-
-/// Adds the terms of a vector of bf16 e (kTable16, unweighted; either sign: the f64
-/// copy holds the terms of both) to two f64 sums, those of the lower half of the vector
-/// to `lower` and then those of the upper half to `upper` (the batch kernel: a row's
-/// sums of the two halves' groups; the block kernel: lane sums j % 8, the same vector
-/// twice at 16 lanes), read from the table's f64 copy (AVX-512: a gather and eight
-/// scalar loads; AVX2: eight scalar loads) in place of one f32 gather, two widenings and
-/// a lane extraction. The values added are the same (f32 terms widen exactly).
-HWY_INLINE void add_table_terms_f64(VD& lower, VD& upper, VF e, const double* table64) {
-  const auto idx = hn::ShiftRight<16>(hn::BitCast(DU(), e)).raw;
-#if HWY_TARGET == HWY_AVX3
-  // The lower half by vgatherdpd, the upper half by scalar loads: on the AMD Zen 4 host
-  // of the seventeenth round the gathers held most of the exact kernels' samples, and
-  // splitting the lookups between the gather and the load ports cut the bf16 batch
-  // searches by ~8% at one thread; sixteen scalar loads were ~40% slower than two
-  // gathers (docs/PERFORMANCE.md).
-  lower = hn::Add(lower, VD{_mm512_i32gather_pd(_mm512_castsi512_si256(idx), table64, 8)});
-  alignas(32) uint32_t ix[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(ix), _mm512_extracti64x4_epi64(idx, 1));
-  upper = hn::Add(upper, VD{_mm512_insertf64x4(_mm512_castpd256_pd512(table_quad_f64(table64, ix)),
-                                                table_quad_f64(table64, ix + 4), 1)});
-#else
-  // AVX2: the eight terms by scalar loads (store the indices, two loads per 128-bit
-  // pair) in place of two vgatherdpd. On the AMD Zen 3 host of the sixteenth round the
-  // gathers took most of the exact kernels' samples, and this cut the bf16 batch
-  // searches by ~20% at one thread (docs/PERFORMANCE.md); the values are the same.
-  alignas(32) uint32_t ix[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(ix), idx);
-  lower = hn::Add(lower, VD{table_quad_f64(table64, ix)});
-  upper = hn::Add(upper, VD{table_quad_f64(table64, ix + 4)});
-#endif
-}
-
 /// |e|^norm in the error dtype (Arith::pow_abs) for e = exact_abs_error(...).
 template <int kEN, int kNK>
 HWY_INLINE VF exact_pow(const BlockKernelArgs& A, VF e) {
@@ -268,3 +252,10 @@ HWY_INLINE VF exact_term(const BlockKernelArgs& A, VF x, VF w, bool weighted, VF
   return exact_term_of<kEN, kNK>(A, exact_abs_error<kDN, kEN, kG, kQExact, kZp, kSplit>(A, x, s, inv_s, z), w,
                                  weighted);
 }
+
+#endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+}  // namespace HWY_NAMESPACE
+}  // namespace qobs::kernels::detail
+HWY_AFTER_NAMESPACE();
+
+#endif  // QOBS_KERNELS_GRID_SEARCH_EXACT_TERM_INL_H_

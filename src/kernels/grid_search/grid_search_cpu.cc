@@ -19,7 +19,7 @@
 #include "kernels/grid_search/grid_search_cpu.h"
 #include "kernels/grid_search/select.h"
 
-namespace qobs::kernels::fast {
+namespace qobs::kernels::cpu {
 
 using qobs::detail::Arith;
 
@@ -115,10 +115,10 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
     s.improved.resize(static_cast<std::size_t>(S));
     std::vector<uint8_t>& any_w = any[static_cast<std::size_t>(worker)];
     auto one_group = [&](int64_t q) {
-      const float* x = load_group(flat, P.contiguous, q, len, level, s.xbuf);
-      const float* w = weights ? load_group(*weights, P.w_contiguous, q, len, level, s.wbuf) : nullptr;
+      const float* x = load_group(flat, P.contiguous, q, len, P.k.group, s.xbuf);
+      const float* w = weights ? load_group(*weights, P.w_contiguous, q, len, P.k.group, s.wbuf) : nullptr;
       double lo, hi;
-      group_minmax(x, len, level, &lo, &hi);
+      group_minmax(x, len, P.k.group, &lo, &hi);
       // R6.6.3: the base range, scaled by the host scalar `expand`
       m0[static_cast<std::size_t>(q)] = P.a.mul(lo, cfg.expand);
       M0[static_cast<std::size_t>(q)] = P.a.mul(hi, cfg.expand);
@@ -174,4 +174,4 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
   return res;
 }
 
-}  // namespace qobs::kernels::fast
+}  // namespace qobs::kernels::cpu

@@ -1,5 +1,7 @@
-// Scalar reference kernels: the obvious loops, written to mirror R6.3 and R6.6 /
-// R6.8 line by line. Fast paths must reproduce these bit for bit.
+// The plain reference of the MSE grid search: every candidate evaluated for every
+// group, element by element, then the reference's sequential selection (select.h),
+// written to mirror R6.6 / R6.8 line by line. The CPU path (grid_search_cpu.cc) must
+// reproduce it bit for bit.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -10,46 +12,6 @@
 #include "qparams/qparam_math.h"
 
 namespace qobs::kernels::ref {
-
-void minmax(const FlatView& flat, float* mins, float* maxs) {
-  const int64_t nq = flat.layout.num_qparams();
-  const int64_t len = flat.layout.num_obs() * flat.layout.group_len();
-  std::vector<float> buf(static_cast<std::size_t>(len));
-  for (int64_t q = 0; q < nq; ++q) {
-    flat.gather(q, buf.data());
-    double lo = INFINITY, hi = -INFINITY;
-    for (float v : buf) {
-      lo = detail::nan_min(lo, v);
-      hi = detail::nan_max(hi, v);
-    }
-    mins[q] = static_cast<float>(lo);
-    maxs[q] = static_cast<float>(hi);
-  }
-}
-
-void sum_squares_by_column(const TensorView& x, int64_t cols, double* acc) {
-  const int64_t rows = x.numel() / cols;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      const float v = static_cast<float>(x.get(r * cols + c));
-      acc[c] += static_cast<double>(v * v);
-    }
-}
-
-void add_error_sums(const TensorView& x, const TensorView& y, double* sig, double* err) {
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    const double a = x.get(i), d = a - y.get(i);
-    sig[i % kErrorSumPartials] += a * a;
-    err[i % kErrorSumPartials] += d * d;
-  }
-}
-
-ErrorSums error_sums(const TensorView& x, const TensorView& y) {
-  static_assert(kErrorSumPartials == 8, "combine_partials adds eight partials");
-  double sig[kErrorSumPartials] = {}, err[kErrorSumPartials] = {};
-  add_error_sums(x, y, sig, err);
-  return error_sums_of(sig, err);
-}
 
 GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,
                              const FlatView* weights) {

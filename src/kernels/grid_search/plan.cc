@@ -7,7 +7,7 @@
 #include "kernels/pow/libm_powf.h"
 #include "kernels/grid_search/poly_batch_simd.h"
 
-namespace qobs::kernels::fast {
+namespace qobs::kernels::cpu {
 
 using qobs::detail::Arith;
 using namespace qobs::kernels::detail;
@@ -24,10 +24,10 @@ Narrow narrow_for(DType dt, NumericMode mode) {
 }
 
 VectorPlan vector_plan(const GridSearchConfig& cfg, DType dt, const qobs::detail::ErrorModel& em,
-                       const qobs::detail::QdqPlan& dplan, bool symmetric, SimdLevel level) {
+                       const qobs::detail::QdqPlan& dplan, bool symmetric, const SearchKernels& kernels) {
   VectorPlan v;
   auto vec_dtype = [](DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; };
-  v.simd = level != SimdLevel::kScalar && vec_dtype(dt) && vec_dtype(em.elem_dt);
+  v.simd = kernels.block != nullptr && vec_dtype(dt) && vec_dtype(em.elem_dt);
   if (!v.simd) return v;
   BlockKernelArgs& k = v.proto;
   k.has_zp = !symmetric;  // symmetric zero points are 0: y + 0 and d - 0 are exact
@@ -104,15 +104,16 @@ CertifiedPlan certified_plan(const GridSearchConfig& cfg, DType dt, const qobs::
 /// and sums are rounded to 16 bits, so no cheaper term can stand in for them) takes
 /// the exact batch, where the vector kernel is exact (not kPowScalar's per-lane pow).
 BatchPlan batch_plan(const GridSearchConfig& cfg, DType dt, const VectorPlan& vec, const CertifiedPlan& cert,
-                     const qobs::detail::ShrunkQParams& shrunk, bool contiguous, int64_t len, SimdLevel level) {
+                     const qobs::detail::ShrunkQParams& shrunk, bool contiguous, int64_t len,
+                     const SearchKernels& kernels) {
   BatchPlan b;
   if (!cfg.batch_groups || !shrunk.usable || len > kPolyBatchMaxLen) return b;
   if (cert.use_poly && contiguous) {
-    b.lanes = poly_batch_lanes(level);
+    b.lanes = kernels.poly_batch->lanes();
     b.bound = poly_sum_bound_sequential(cert.poly, len);
   } else if (vec.simd && !cert.approx && (dt == DType::kBF16 || dt == DType::kF16) &&
              vec.proto.norm_kind != NormKind::kPowScalar) {
-    b.lanes = exact_batch_lanes(level);
+    b.lanes = kernels.exact_batch->lanes();
     b.exact = true;
   }
   return b;
@@ -133,15 +134,16 @@ Plan make_plan(const FlatView& flat, const QuantizationArgs& search_args, const 
   const auto shrunk = qobs::detail::ShrunkQParams::make(qplan);
   const auto dplan = qobs::detail::QdqPlan::make(search_args, dt, dt, true, true, cfg.mode);
   const auto em = qobs::detail::ErrorModel::make(cfg, dt);
-  VectorPlan vec = vector_plan(cfg, dt, em, dplan, search_args.symmetric, level);
+  const SearchKernels kernels = SearchKernels::at(level);
+  VectorPlan vec = vector_plan(cfg, dt, em, dplan, search_args.symmetric, kernels);
   const CertifiedPlan cert = certified_plan(cfg, dt, em, dplan, shrink, vec, weights != nullptr, len);
   const int64_t S = static_cast<int64_t>(shrink.size());
-  const BatchPlan batch = batch_plan(cfg, dt, vec, cert, shrunk, contiguous, len, level);
+  const BatchPlan batch = batch_plan(cfg, dt, vec, cert, shrunk, contiguous, len, kernels);
   return Plan{.flat = flat,
               .weights = weights,
               .cfg = cfg,
               .dt = dt,
-              .level = level,
+              .k = kernels,
               .len = len,
               .contiguous = contiguous,
               .w_contiguous = weights && weights->group_is_contiguous(),
@@ -158,4 +160,4 @@ Plan make_plan(const FlatView& flat, const QuantizationArgs& search_args, const 
               .batch = batch};
 }
 
-}  // namespace qobs::kernels::fast
+}  // namespace qobs::kernels::cpu

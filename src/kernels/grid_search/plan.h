@@ -9,11 +9,29 @@
 #include "kernels/kernels.h"
 #include "kernels/grid_search/select.h"
 #include "kernels/grid_search/block_errors_simd.h"
+#include "kernels/grid_search/exact_batch_simd.h"
+#include "kernels/grid_search/poly_batch_simd.h"
+#include "kernels/grid_search/poly_sums_simd.h"
+#include "kernels/minmax/group_minmax.h"
 #include "kernels/grid_search/pow_poly.h"
 #include "kernels/simd/simd_level.h"
 #include "qparams/qparam_math.h"
 
-namespace qobs::kernels::fast {
+namespace qobs::kernels::cpu {
+
+/// The vector kernels of the search, picked once per call for its SimdLevel (all null
+/// at kScalar, where the fused scalar loop runs).
+struct SearchKernels {
+  GroupKernels group;
+  const detail::BlockErrorsSimd* block = nullptr;
+  const detail::PolySumsSimd* poly_sums = nullptr;
+  const detail::PolyBatchSimd* poly_batch = nullptr;
+  const detail::ExactBatchSimd* exact_batch = nullptr;
+  static SearchKernels at(SimdLevel level) {
+    return {GroupKernels::at(level), detail::block_errors_simd(level), detail::poly_sums_simd(level),
+            detail::poly_batch_simd(level), detail::exact_batch_simd(level)};
+  }
+};
 
 /// The exact vector path (exact.h): whether the block kernel applies and its per-call
 /// constants. simd false: the fused scalar loop runs.
@@ -51,7 +69,7 @@ struct Plan {
   const FlatView* weights;
   GridSearchConfig cfg;
   DType dt;
-  SimdLevel level;
+  SearchKernels k;
   int64_t len;        ///< elements per group
   bool contiguous;    ///< groups read in place (FlatView::group_is_contiguous)
   bool w_contiguous;  ///< the same for the weights
@@ -90,4 +108,4 @@ struct Scratch {
   int64_t groups_batched = 0, exact_evaluations = 0;
 };
 
-}  // namespace qobs::kernels::fast
+}  // namespace qobs::kernels::cpu

@@ -6,6 +6,11 @@
 #define HWY_TARGET_INCLUDE "kernels/grid_search/poly_batch_simd.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, DH, DD, VF, VD, ...
+#include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round, fp4_round_nonneg
+#include "kernels/grid_search/poly_terms-inl.h"  // exp_table16, eval_poly, poly_dispatch
+#include "kernels/qparams/qparams_lanes-inl.h"  // shrunk_qparams_lanes
+#include "kernels/simd/transpose8-inl.h"  // D8, V8, transpose8x8
 
 #include <algorithm>
 #include <cmath>
@@ -22,11 +27,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Highway always adds stays empty.
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
-#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, DH, DD, VF, VD, ...
-#include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round, fp4_round_nonneg
-#include "kernels/grid_search/poly_terms-inl.h"  // exp_table16, eval_poly, poly_dispatch
-#include "kernels/qparams/qparams_lanes-inl.h"  // shrunk_qparams_lanes
-#include "kernels/simd/transpose8-inl.h"  // D8, V8, transpose8x8
 
 /// The batch kernel (PolyBatchArgs): one group per lane, so a candidate's scale, sum,
 /// interval and decision are lane-wise and nothing is reduced across lanes. The
@@ -145,7 +145,7 @@ HWY_NOINLINE void PolyBatchT(const PolyBatchArgs& A) {
       return static_cast<uint32_t>(bits[0]) | static_cast<uint32_t>(bits[1]) << 8;
     }
     // Some lane's comparison is open: that lane settles it with exact errors, as the
-    // one-group path does (search/certified.cc certified_improvements).
+    // one-group path does (certified.cc certified_improvements).
     alignas(64) float l_lo[16], l_hi[16], l_sc[16], l_z[16], b_lo[16], b_hi[16], b_sc[16], b_z[16], b_ex[16];
     hn::Store(lo, df, l_lo);
     hn::Store(hi, df, l_hi);
@@ -211,7 +211,7 @@ HWY_NOINLINE void PolyBatchT(const PolyBatchArgs& A) {
       const VF x = hn::LoadU(df, A.xt + j * static_cast<int64_t>(N));
       VF y[kK], q[kK], a[kK], m[kK], t[kK], v[kK];
       // y = x (1 / s), not x / s: a division issues once per ~16 cycles at 512 bits on
-      // the Intel host of the thirteenth round and bounded this loop. y is then within
+      // some x86 cores and bounded this loop there. y is then within
       // 3 2^-24 |x / s| of the reference's fl(x / s), its code may differ where the two
       // straddle a rounding tie, and the term sees only |q - y|, the distance of y to
       // the nearest code, which moves no more than y does: decide's rho counts it.
@@ -312,25 +312,19 @@ void Fp4RoundNonneg(const float* x, int64_t n, float* out) {
   }
 }
 
+inline constexpr PolyBatchSimd kPolyBatchSimd{&PolyBatchLanes, &PolyBatch, &BatchTranspose, &Fp4RoundNonneg};
+
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 }  // namespace HWY_NAMESPACE
 }  // namespace qobs::kernels::detail
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include "kernels/simd/simd_dispatch.h"  // QOBS_SIMD_DISPATCH
+#include "kernels/simd/simd_dispatch.h"
 
 namespace qobs::kernels::detail {
 
-int poly_batch_lanes(SimdLevel level) { QOBS_SIMD_DISPATCH(PolyBatchLanes()); }
-void poly_batch_simd(SimdLevel level, const PolyBatchArgs& args) { QOBS_SIMD_DISPATCH(PolyBatch(args)); }
-bool batch_transpose_simd(SimdLevel level, const float* const* groups, int64_t n, bool abs_values, float* xt,
-                          float* lo, float* hi) {
-  QOBS_SIMD_DISPATCH(BatchTranspose(groups, n, abs_values, xt, lo, hi));
-}
-void fp4_round_nonneg_simd(SimdLevel level, const float* x, int64_t n, float* out) {
-  QOBS_SIMD_DISPATCH(Fp4RoundNonneg(x, n, out));
-}
+const PolyBatchSimd* poly_batch_simd(SimdLevel level) { return QOBS_SIMD_TABLE(PolyBatchSimd, kPolyBatchSimd); }
 
 }  // namespace qobs::kernels::detail
 #endif  // HWY_ONCE

@@ -1,6 +1,6 @@
 // The batch kernel (poly_batch_simd.cc): small f32 groups one per vector lane, the whole
 // certified-polynomial decision lane-wise. Scalar twin: the one-group path of
-// kernels/grid_search/certified.cc (certified_improvements), whose decisions -- the reference's --
+// kernels/grid_certified.cc (certified_improvements), whose decisions -- the reference's --
 // the tests compare with the batch's (fast_kernels_test.cc).
 #pragma once
 
@@ -22,7 +22,7 @@ inline constexpr int64_t kPolyBatchMaxLen = 256;
 /// the sum of a lane's n terms kept in one f32), and the reference's improvement rule
 /// against the lane's best so far. A comparison the intervals cannot decide calls
 /// `exact` for the lane (the reference's error, rounded to f32) -- the decisions are
-/// the same as the one-group path (search/certified.cc) makes, which are the reference's.
+/// the same as the one-group path (certified.cc) makes, which are the reference's.
 /// Every lane must hold a group: the caller pads a short batch with copies.
 struct PolyBatchArgs {
   const float* xt = nullptr;  ///< n x lanes: xt[j * lanes + l] = element j of lane l's group (|x| for FP4)
@@ -46,16 +46,21 @@ struct PolyBatchArgs {
   uint32_t* improved = nullptr;
 };
 
-/// Groups per batch of poly_batch_simd at `level` (the float lanes).
-int poly_batch_lanes(SimdLevel level);
-void poly_batch_simd(SimdLevel level, const PolyBatchArgs& args);
-/// The batch kernel's input: groups[l] (l < lanes) holds n values; writes xt[j * lanes +
-/// l] (|value| when abs_values) and each group's min and max (for a zero result its sign
-/// is unspecified: the caller settles it). False when some value is NaN.
-bool batch_transpose_simd(SimdLevel level, const float* const* groups, int64_t n, bool abs_values, float* xt,
-                          float* lo, float* hi);
-/// The batch kernel's FP4 rounding of n non-negative values <= 6 (tests: it must equal
-/// the interval table's).
-void fp4_round_nonneg_simd(SimdLevel level, const float* x, int64_t n, float* out);
+/// The polynomial batch kernel and its input transpose (simd_dispatch.h).
+struct PolyBatchSimd {
+  /// Groups per batch (the float lanes).
+  int (*lanes)();
+  void (*run)(const PolyBatchArgs& args);
+  /// The batch kernel's input: groups[l] (l < lanes) holds n values; writes xt[j *
+  /// lanes + l] (|value| when abs_values) and each group's min and max (for a zero
+  /// result its sign is unspecified: the caller settles it). False when some value is
+  /// NaN.
+  bool (*transpose)(const float* const* groups, int64_t n, bool abs_values, float* xt, float* lo, float* hi);
+  /// The batch kernel's FP4 rounding of n non-negative values <= 6 (tests: it must
+  /// equal the interval table's).
+  void (*fp4_round_nonneg)(const float* x, int64_t n, float* out);
+};
+/// The table for a vector level; nullptr for kScalar (the batch kernels are vector-only).
+const PolyBatchSimd* poly_batch_simd(SimdLevel level);
 
 }  // namespace qobs::kernels::detail

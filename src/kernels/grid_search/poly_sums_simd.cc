@@ -5,6 +5,9 @@
 #define HWY_TARGET_INCLUDE "kernels/grid_search/poly_sums_simd.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, DH, DD, VF, VD, ...
+#include "kernels/simd/grid_round-inl.h"  // fp4_round
+#include "kernels/grid_search/poly_terms-inl.h"  // exp_table16, eval_poly, poly_dispatch
 
 #include <cmath>
 
@@ -20,9 +23,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Highway always adds stays empty.
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
-#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, DH, DD, VF, VD, ...
-#include "kernels/simd/grid_round-inl.h"  // fp4_round
-#include "kernels/grid_search/poly_terms-inl.h"  // exp_table16, eval_poly, poly_dispatch
 
 /// kPowPoly sums (pow_poly.h). The quantization steps are the reference's (as in
 /// BlockErrorsT; the division stays: a reciprocal multiply measured no faster), so q is
@@ -87,17 +87,19 @@ struct PolySumsKernel {
 
 void PolySums(const PolySumArgs& A) { poly_dispatch<PolySumsKernel>(A, A.has_zp); }
 
+inline constexpr PolySumsSimd kPolySumsSimd{&PolySums};
+
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 }  // namespace HWY_NAMESPACE
 }  // namespace qobs::kernels::detail
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include "kernels/simd/simd_dispatch.h"  // QOBS_SIMD_DISPATCH
+#include "kernels/simd/simd_dispatch.h"
 
 namespace qobs::kernels::detail {
 
-void poly_sums_simd(SimdLevel level, const PolySumArgs& args) { QOBS_SIMD_DISPATCH(PolySums(args)); }
+const PolySumsSimd* poly_sums_simd(SimdLevel level) { return QOBS_SIMD_TABLE(PolySumsSimd, kPolySumsSimd); }
 
 }  // namespace qobs::kernels::detail
 #endif  // HWY_ONCE

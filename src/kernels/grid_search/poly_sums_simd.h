@@ -1,7 +1,7 @@
 // The certified polynomial sums of the one-group search path (poly_sums_simd.cc): not
 // the reference's errors but sums with a rigorous interval around them (pow_poly.h).
 // Its scalar counterpart is the reference's error itself: the tests check that it
-// always lies inside the interval (pow_poly_test.cc); search/certified.cc builds the
+// always lies inside the interval (pow_poly_test.cc); certified.cc builds the
 // intervals and settles every open comparison exactly.
 #pragma once
 
@@ -31,6 +31,11 @@ struct PolySumArgs {
   double* sums = nullptr;
 };
 
-void poly_sums_simd(SimdLevel level, const PolySumArgs& args);
+/// The certified polynomial sums (simd_dispatch.h).
+struct PolySumsSimd {
+  void (*run)(const PolySumArgs& args);
+};
+/// The table for a vector level; nullptr for kScalar (the certified path is vector-only).
+const PolySumsSimd* poly_sums_simd(SimdLevel level);
 
 }  // namespace qobs::kernels::detail

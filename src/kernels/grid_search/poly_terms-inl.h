@@ -1,22 +1,32 @@
 // Per-target pieces of the certified polynomial terms (pow_poly.h) shared by the
 // one-group sums (poly_sums_simd.cc) and the batch kernel (poly_batch_simd.cc): the
-// 16-entry 2^(p k) table lookup, the polynomial in m, and the dispatch that
-// instantiates a kernel per (zero point, grid, degree). Included inside each kernel
-// file's per-target namespace after lane_types-inl.h, once per Highway target -- hence
-// no include guard.
-
-/// 2^(p k) for the exponent fields `ef` (only their low 4 bits are read): one 16-lane
-/// permute on AVX-512; two 8-lane permutes and a blend on bit 3 on AVX2 (Highway 1.0.3
-/// has no two-table lookup).
-HWY_INLINE VF exp_table16(const float* table, hn::Vec<DI> ef) {
-#if HWY_TARGET == HWY_AVX3
-  return VF{_mm512_permutexvar_ps(ef.raw, _mm512_load_ps(table))};
+// 16-entry 2^(p k) table lookup, the polynomial in m, and the dispatch that instantiates
+// a kernel per (zero point, grid, degree).
+//
+// A per-target header (Highway's -inl.h convention): a unit includes it after
+// <hwy/highway.h>, outside any namespace, and foreach_target.h re-reads it once per
+// target, each time into that target's namespace (the include guard toggles with
+// HWY_TARGET_TOGGLE). It carries code for the AVX2 and AVX-512 passes only
+// (simd_targets.h).
+#if defined(QOBS_KERNELS_GRID_SEARCH_POLY_TERMS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QOBS_KERNELS_GRID_SEARCH_POLY_TERMS_INL_H_
+#undef QOBS_KERNELS_GRID_SEARCH_POLY_TERMS_INL_H_
 #else
-  const __m256 lo = _mm256_permutevar8x32_ps(_mm256_load_ps(table), ef.raw);
-  const __m256 hi = _mm256_permutevar8x32_ps(_mm256_load_ps(table + 8), ef.raw);
-  return VF{_mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(ef.raw, 28)))};
+#define QOBS_KERNELS_GRID_SEARCH_POLY_TERMS_INL_H_
 #endif
-}
+
+#include <hwy/highway.h>
+#include "kernels/grid_search/pow_poly.h"
+#include "qparams/qparam_math.h"
+
+#include "kernels/simd/lane_types-inl.h"
+#include "kernels/simd/table_lookups_x86-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qobs::kernels::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
 /// sum c[i] m^i by Horner's rule: fewest ops. (Estrin's scheme, one op more for a
 /// shorter dependency chain, measured slower: the kernel is bound by issue, not latency.)
@@ -45,3 +55,10 @@ void poly_dispatch(const Args& A, bool has_zp) {
   if (A.grid == qobs::detail::GridKind::kFp4) return poly_degree_dispatch<K, false, true>(A);  // symmetric (R4.1)
   return has_zp ? poly_degree_dispatch<K, true, false>(A) : poly_degree_dispatch<K, false, false>(A);
 }
+
+#endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+}  // namespace HWY_NAMESPACE
+}  // namespace qobs::kernels::detail
+HWY_AFTER_NAMESPACE();
+
+#endif  // QOBS_KERNELS_GRID_SEARCH_POLY_TERMS_INL_H_

@@ -7,6 +7,9 @@
 #define HWY_TARGET_INCLUDE "kernels/lsq/lsq_candidates_simd.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, VF, ...
+#include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round
+#include "kernels/qparams/qparams_lanes-inl.h"  // shrunk_qparams_lanes
 
 #include "kernels/lsq/lsq_candidates_simd.h"
 #include "kernels/simd/narrow.h"
@@ -18,11 +21,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
-#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, VF, ...
 
-#include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round
 
-#include "kernels/qparams/qparams_lanes-inl.h"  // shrunk_qparams_lanes
 
 template <bool kZp>
 void LsqCandidatesT(const qobs::detail::ShrunkQParams& Q, float m0, float M0, const float* shrink, int64_t n,
@@ -51,19 +51,20 @@ void LsqCandidates(const qobs::detail::ShrunkQParams& Q, float m0, float M0, con
   else LsqCandidatesT<true>(Q, m0, M0, shrink, n, scale, zp);
 }
 
+inline constexpr LsqCandidatesSimd kLsqCandidatesSimd{&LsqCandidates};
+
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 }  // namespace HWY_NAMESPACE
 }  // namespace qobs::kernels::detail
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include "kernels/simd/simd_dispatch.h"  // QOBS_SIMD_DISPATCH
+#include "kernels/simd/simd_dispatch.h"
 
 namespace qobs::kernels::detail {
 
-void lsq_candidates_simd(SimdLevel level, const qobs::detail::ShrunkQParams& q, float m0, float M0,
-                         const float* shrink, int64_t n, float* scale, float* zp) {
-  QOBS_SIMD_DISPATCH(LsqCandidates(q, m0, M0, shrink, n, scale, zp));
+const LsqCandidatesSimd* lsq_candidates_simd(SimdLevel level) {
+  return QOBS_SIMD_TABLE(LsqCandidatesSimd, kLsqCandidatesSimd);
 }
 
 }  // namespace qobs::kernels::detail

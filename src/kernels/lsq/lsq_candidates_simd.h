@@ -11,9 +11,15 @@
 
 namespace qobs::kernels::detail {
 
-/// scale[i], zp[i] of ShrunkQParams::compute(m0, M0, shrink, n) for a usable plan, bit
-/// for bit, at `level` (kAvx2 or kAvx512).
-void lsq_candidates_simd(SimdLevel level, const qobs::detail::ShrunkQParams& q, float m0, float M0,
-                         const float* shrink, int64_t n, float* scale, float* zp);
+/// The lsq search's candidate qparams in lanes (simd_dispatch.h).
+struct LsqCandidatesSimd {
+  /// scale[i], zp[i] of ShrunkQParams::compute(m0, M0, shrink, n) for a usable plan,
+  /// bit for bit.
+  void (*run)(const qobs::detail::ShrunkQParams& q, float m0, float M0, const float* shrink, int64_t n, float* scale,
+              float* zp);
+};
+/// The table for a vector level; nullptr for kScalar (the scalar twin:
+/// ShrunkQParams::compute).
+const LsqCandidatesSimd* lsq_candidates_simd(SimdLevel level);
 
 }  // namespace qobs::kernels::detail

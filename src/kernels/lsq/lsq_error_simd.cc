@@ -8,6 +8,9 @@
 #define HWY_TARGET_INCLUDE "kernels/lsq/lsq_error_simd.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, VF, ...
+#include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round, fp4_round
+#include "kernels/qdq/qdq_lanes-inl.h"  // quantize_lanes, dequantize_lanes
 
 #include <algorithm>
 #include <cmath>
@@ -22,11 +25,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
-#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, VF, ...
 
-#include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round, fp4_round
 
-#include "kernels/qdq/qdq_lanes-inl.h"  // quantize_lanes, dequantize_lanes
 
 /// The partial sums of the canonical order: kLsqPartials doubles in kAcc vectors
 /// (AVX2: 2 x 4 lanes, AVX-512: 1 x 8). A float vector spans a whole number of
@@ -285,39 +285,19 @@ void LsqIdealErrors(const float* ax, const float* lim, const float* w, int64_t n
   else LsqIdealErrorsT<false, false>(ax, lim, w, n, s, nullptr, count, 0.0f, 0.0f, err, prune_above);
 }
 
+inline constexpr LsqSimd kLsqSimd{&LsqErrors, &LsqRefitSums, &LsqBoundOf, &LsqIdealErrors, &LsqIdealErrorsAsym};
+
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 }  // namespace HWY_NAMESPACE
 }  // namespace qobs::kernels::detail
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include "kernels/simd/simd_dispatch.h"  // QOBS_SIMD_DISPATCH
+#include "kernels/simd/simd_dispatch.h"
 
 namespace qobs::kernels::detail {
 
-bool lsq_errors_simd(SimdLevel level, const LsqGroupArgs& g, const float* s, const float* zx, const float* zs,
-                     int64_t count, double* err) {
-  QOBS_SIMD_DISPATCH(LsqErrors(g, s, zx, zs, count, err));
-}
-
-bool lsq_refit_sums_simd(SimdLevel level, const LsqGroupArgs& g, float s, float zx, double* sums,
-                         bool code_sums_only) {
-  QOBS_SIMD_DISPATCH(LsqRefitSums(g, s, zx, code_sums_only, sums));
-}
-
-double lsq_bound_simd(SimdLevel level, LsqBound kind, const float* x, const float* w, int64_t n, double t) {
-  QOBS_SIMD_DISPATCH(LsqBoundOf(kind, x, w, n, t));
-}
-
-void lsq_ideal_errors_simd(SimdLevel level, const float* ax, const float* lim, const float* w, int64_t n,
-                           const float* s, int64_t count, float* err, float prune_above) {
-  QOBS_SIMD_DISPATCH(LsqIdealErrors(ax, lim, w, n, s, count, err, prune_above));
-}
-
-void lsq_ideal_errors_asym_simd(SimdLevel level, const float* x, const float* w, int64_t n, const float* s,
-                                const float* z, int64_t count, float q_min, float q_max, float* err) {
-  QOBS_SIMD_DISPATCH(LsqIdealErrorsAsym(x, w, n, s, z, count, q_min, q_max, err));
-}
+const LsqSimd* lsq_simd(SimdLevel level) { return QOBS_SIMD_TABLE(LsqSimd, kLsqSimd); }
 
 }  // namespace qobs::kernels::detail
 #endif  // HWY_ONCE

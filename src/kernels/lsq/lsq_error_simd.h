@@ -35,26 +35,11 @@ struct LsqGroupArgs {
   float q_min = 0, q_max = 0;
 };
 
-/// err[c] for candidate c of `count`: scale s[c] as the QDQ applies it (on s_dt's
-/// grid), zero point zx[c] cast to x's dtype and zs[c] cast to s_dt (read only with
-/// has_zp). Level kAvx2 or kAvx512. Returns false, with err unspecified, when a
-/// candidate needs the scalar steps: a NaN quotient or a non-finite error, whose NaN
-/// encodings the lanes do not reproduce.
-bool lsq_errors_simd(SimdLevel level, const LsqGroupArgs& g, const float* s, const float* zx, const float* zs,
-                     int64_t count, double* err);
-
 /// The least-squares refit's sums (docs/LSQ.md#L2) over the quantized values q_j
 /// (R5.1.1 steps 2-4, the raw codes) of one candidate, each summed in the canonical
 /// order of the error: Σ w, Σ w x, Σ w q, Σ (w q) q, Σ (w q) x, in f64 (w = 1
 /// unweighted).
 enum LsqRefitSum { kSumW, kSumWX, kSumWQ, kSumWQQ, kSumWQX, kLsqRefitSums };
-
-/// sums[kSumW .. kSumWQX] for one candidate (scale s on s_dt's grid, zero point zx cast
-/// to x's dtype). Returns false, with sums unspecified, on a NaN quotient.
-/// code_sums_only: just kSumWQQ and kSumWQX (the same bits), the rest NaN -- all that a
-/// symmetric refit reads, for about half the work.
-bool lsq_refit_sums_simd(SimdLevel level, const LsqGroupArgs& g, float s, float zx, double* sums,
-                         bool code_sums_only = false);
 
 /// Symmetric integer grids: the error of the ideal quantizer (nearest code, clamped;
 /// none of the dtype roundings) at each scale of a grid, the proxy that picks which
@@ -69,8 +54,6 @@ bool lsq_refit_sums_simd(SimdLevel level, const LsqGroupArgs& g, float s, float 
 /// exceeds it, its err then +inf: every err is either the sum above or +inf for a
 /// candidate whose sum exceeds prune_above (the sums never fall; a caller that keeps the
 /// least few, with prune_above the largest of those so far, keeps the same ones).
-void lsq_ideal_errors_simd(SimdLevel level, const float* ax, const float* lim, const float* w, int64_t n,
-                           const float* s, int64_t count, float* err, float prune_above = HUGE_VALF);
 inline void lsq_ideal_errors_scalar(const float* ax, const float* lim, const float* w, int64_t n, const float* s,
                                     int64_t count, float* err) {
   for (int64_t c = 0; c < count; ++c) {
@@ -93,8 +76,6 @@ inline void lsq_ideal_errors_scalar(const float* ax, const float* lim, const flo
 /// 1 / s_c, z_c))), d = fma(-(q - z_c), s_c, x_j), acc = fma(d, d, acc) (weighted:
 /// fma(w_j d, d, acc)) for j = 0, 1, ..., n - 1; lanes hold candidates. s_c: positive
 /// normal floats with a finite reciprocal; z_c: integers.
-void lsq_ideal_errors_asym_simd(SimdLevel level, const float* x, const float* w, int64_t n, const float* s,
-                                const float* z, int64_t count, float q_min, float q_max, float* err);
 inline void lsq_ideal_errors_asym_scalar(const float* x, const float* w, int64_t n, const float* s, const float* z,
                                          int64_t count, float q_min, float q_max, float* err) {
   for (int64_t c = 0; c < count; ++c) {
@@ -117,7 +98,6 @@ inline void lsq_ideal_errors_asym_scalar(const float* x, const float* w, int64_t
 ///             element rounds to 0).
 /// Elements outside the condition add nothing. The same bits at every level.
 enum class LsqBound { kClipped, kZeroed };
-double lsq_bound_simd(SimdLevel level, LsqBound kind, const float* x, const float* w, int64_t n, double t);
 inline double lsq_bound_scalar(LsqBound kind, const float* x, const float* w, int64_t n, double t) {
   double part[kLsqPartials] = {};
   for (int64_t j = 0; j < n; ++j) {
@@ -157,5 +137,29 @@ inline void lsq_refit_sums_scalar(const float* x, const float* w, int64_t n, dou
   }
   for (int i = 0; i < kLsqRefitSums; ++i) sums[i] = combine_partials(part[i]);
 }
+
+/// The least-squares scorer's vector kernels (simd_dispatch.h); the scalar twins are
+/// the lsq_*_scalar functions above.
+struct LsqSimd {
+  /// err[c] for candidate c of `count`: scale s[c] as the QDQ applies it (on s_dt's
+  /// grid), zero point zx[c] cast to x's dtype and zs[c] cast to s_dt (read only with
+  /// has_zp). Returns false, with err unspecified, when a
+  /// candidate needs the scalar steps: a NaN quotient or a non-finite error, whose NaN
+  /// encodings the lanes do not reproduce.
+  bool (*errors)(const LsqGroupArgs& g, const float* s, const float* zx, const float* zs, int64_t count,
+                 double* err);
+  /// sums[kSumW .. kSumWQX] for one candidate (scale s on s_dt's grid, zero point zx cast
+  /// to x's dtype). Returns false, with sums unspecified, on a NaN quotient.
+  /// code_sums_only: just kSumWQQ and kSumWQX (the same bits), the rest NaN -- all that a
+  /// symmetric refit reads, for about half the work.
+  bool (*refit_sums)(const LsqGroupArgs& g, float s, float zx, bool code_sums_only, double* sums);
+  double (*bound)(LsqBound kind, const float* x, const float* w, int64_t n, double t);
+  void (*ideal_errors)(const float* ax, const float* lim, const float* w, int64_t n, const float* s, int64_t count,
+                       float* err, float prune_above);
+  void (*ideal_errors_asym)(const float* x, const float* w, int64_t n, const float* s, const float* z,
+                            int64_t count, float q_min, float q_max, float* err);
+};
+/// The table for a vector level; nullptr for kScalar.
+const LsqSimd* lsq_simd(SimdLevel level);
 
 }  // namespace qobs::kernels::detail

@@ -148,7 +148,9 @@ struct Group {
   const float* w;  // nullptr: unweighted
   int64_t n;
   const LsqPlan* P;
-  SimdLevel level = SimdLevel::kScalar;  ///< kScalar: element by element (the reference)
+  /// The vector kernels, or null: element by element (the scalar twins).
+  const lanes::LsqSimd* simd = nullptr;
+  const lanes::LsqCandidatesSimd* candidates = nullptr;
   int64_t evaluations = 0;
 
   /// A zero point in a dtype's arithmetic. +-0 (every symmetric candidate) casts to
@@ -161,7 +163,7 @@ struct Group {
     return a.div(s, *P->global);
   }
   /// Whether the lanes can follow this group's arithmetic at this level.
-  bool lanes_ok() const { return level != SimdLevel::kScalar && P->y_narrow && P->s_narrow; }
+  bool lanes_ok() const { return simd && P->y_narrow && P->s_narrow; }
   lanes::LsqGroupArgs lanes_args() const {
     return {x, w, n, !P->symmetric, *P->y_narrow, *P->s_narrow, P->dplan.grid, static_cast<float>(P->dplan.q_min),
             static_cast<float>(P->dplan.q_max)};
@@ -172,7 +174,6 @@ struct Group {
   /// and the dtypes allow it; the same bits either way.
   void errors(const std::pair<double, double>* sz, std::size_t count, double* err) {
     evaluations += static_cast<int64_t>(count);
-#if QOBS_HAVE_FAST_KERNELS
     if (lanes_ok()) {
       const lanes::LsqGroupArgs G = lanes_args();
       const Arith ax{P->dplan.x_dt, P->cfg.mode}, as{P->dplan.s_dt, P->cfg.mode};
@@ -184,9 +185,8 @@ struct Group {
         zs[i] = static_cast<float>(cast_zero_point(as, sz[i].second));
       }
       // false: a NaN quotient or a non-finite error somewhere; the scalar steps redo it
-      if (lanes::lsq_errors_simd(level, G, sv, zx, zs, static_cast<int64_t>(count), err)) return;
+      if (simd->errors(G, sv, zx, zs, static_cast<int64_t>(count), err)) return;
     }
-#endif
     for (std::size_t i = 0; i < count; ++i) err[i] = error_scalar(sz[i].first, sz[i].second);
   }
   double error(double s, double z) {
@@ -199,15 +199,13 @@ struct Group {
   /// the canonical order (lsq_error_simd.h: Σ w, Σ w x, Σ w q, Σ (w q) q, Σ (w q) x).
   void refit_sums(double s, double z, double* sums) const {
     const double sa = applied(s);
-#if QOBS_HAVE_FAST_KERNELS
     if (lanes_ok()) {
       const Arith ax{P->dplan.x_dt, P->cfg.mode};
       // false: a NaN quotient; the scalar steps redo it
       // symmetric: refit() reads the code sums alone
       const float zx = static_cast<float>(cast_zero_point(ax, z));
-      if (lanes::lsq_refit_sums_simd(level, lanes_args(), static_cast<float>(sa), zx, sums, P->symmetric)) return;
+      if (simd->refit_sums(lanes_args(), static_cast<float>(sa), zx, P->symmetric, sums)) return;
     }
-#endif
     lanes::lsq_refit_sums_scalar(x, w, n, sa, z, P->dplan, sums);
   }
 };
@@ -325,9 +323,7 @@ struct ErrorBounds {
   }
   double zeroed(double s) const { return bound(lanes::LsqBound::kZeroed, 0.48 * g.P->grid_min * g.applied(s)); }
   double bound(lanes::LsqBound kind, double t) const {
-#if QOBS_HAVE_FAST_KERNELS
-    if (g.level != SimdLevel::kScalar) return lanes::lsq_bound_simd(g.level, kind, g.x, g.w, g.n, t);
-#endif
+    if (g.simd) return g.simd->bound(kind, g.x, g.w, g.n, t);
     return lanes::lsq_bound_scalar(kind, g.x, g.w, g.n, t);
   }
 };
@@ -432,8 +428,7 @@ void ideal_grid_scales(const Group& g, double base, double f_lo, double f_hi, st
       kept = std::min(kept + 1, top.size());
     }
   };
-#if QOBS_HAVE_FAST_KERNELS
-  if (g.level != SimdLevel::kScalar) {
+  if (g.simd) {
     // Chunks of scales from the one nearest 0.9 x base outwards, each with the
     // kIdealBest-th least error so far as its bound: a chunk whose sums all pass it
     // partway holds none of the kIdealBest least (its errors read +inf), so the
@@ -449,12 +444,11 @@ void ideal_grid_scales(const Group& g, double base, double f_lo, double f_hi, st
       const int64_t c = k % 2 == 0 ? centre + k / 2 : centre - (k + 1) / 2;
       if (c < 0 || c >= chunks) continue;
       const int64_t from = c * kChunk, num = std::min(kChunk, cnt - from);
-      lanes::lsq_ideal_errors_simd(g.level, ax_tl.data(), lim_tl.data(), g.w, g.n, s_tl.data() + from, num,
-                                   err_tl.data() + from, kept == top.size() ? top.back().first : HUGE_VALF);
+      g.simd->ideal_errors(ax_tl.data(), lim_tl.data(), g.w, g.n, s_tl.data() + from, num, err_tl.data() + from,
+                           kept == top.size() ? top.back().first : HUGE_VALF);
       select(static_cast<std::size_t>(from), static_cast<std::size_t>(from + num));
     }
   } else
-#endif
   {
     lanes::lsq_ideal_errors_scalar(ax_tl.data(), lim_tl.data(), g.w, g.n, s_tl.data(), cnt, err_tl.data());
     select(0, count);
@@ -497,12 +491,9 @@ void ideal_best_asym(const Group& g, std::vector<std::pair<double, double>>& can
   }
   const float q_min = static_cast<float>(g.P->qplan.q_min), q_max = static_cast<float>(g.P->qplan.q_max);
   const auto cnt = static_cast<int64_t>(count);
-#if QOBS_HAVE_FAST_KERNELS
-  if (g.level != SimdLevel::kScalar)
-    lanes::lsq_ideal_errors_asym_simd(g.level, g.x, g.w, g.n, s_tl.data(), z_tl.data(), cnt, q_min, q_max,
-                                      err_tl.data());
+  if (g.simd)
+    g.simd->ideal_errors_asym(g.x, g.w, g.n, s_tl.data(), z_tl.data(), cnt, q_min, q_max, err_tl.data());
   else
-#endif
     lanes::lsq_ideal_errors_asym_scalar(g.x, g.w, g.n, s_tl.data(), z_tl.data(), cnt, q_min, q_max, err_tl.data());
   order.resize(count);
   for (std::size_t i = 0; i < count; ++i) order[i] = i;
@@ -606,13 +597,11 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   auto shrunk_scales = [&](double m0, double M0, const std::vector<float>& pf) {
     scratch(fs, pf.size());
     scratch(fz, pf.size());
-#if QOBS_HAVE_FAST_KERNELS
-    if (g.level != SimdLevel::kScalar) {
-      lanes::lsq_candidates_simd(g.level, P.shrunk, static_cast<float>(m0), static_cast<float>(M0), pf.data(),
-                                 static_cast<int64_t>(pf.size()), fs.data(), fz.data());
+    if (g.candidates) {
+      g.candidates->run(P.shrunk, static_cast<float>(m0), static_cast<float>(M0), pf.data(),
+                        static_cast<int64_t>(pf.size()), fs.data(), fz.data());
       return;
     }
-#endif
     P.shrunk.compute(static_cast<float>(m0), static_cast<float>(M0), pf.data(), static_cast<int64_t>(pf.size()),
                      fs.data(), fz.data());
   };
@@ -1002,7 +991,7 @@ LsqSearchResult run(const FlatView& flat, const QuantizationArgs& args, const Ls
     for (int64_t q = t * per_task; q < std::min(nq, (t + 1) * per_task); ++q) {
       flat.gather(q, x.data());
       if (weights) weights->gather(q, w.data());
-      Group g{x.data(), weights ? w.data() : nullptr, len, &P, level};
+      Group g{x.data(), weights ? w.data() : nullptr, len, &P, lanes::lsq_simd(level), lanes::lsq_candidates_simd(level)};
       const ElemQParams r = search_group(g, P);
       res.scale[static_cast<std::size_t>(q)] = r.scale;
       res.zero_point[static_cast<std::size_t>(q)] = r.zero_point;
@@ -1017,12 +1006,7 @@ LsqSearchResult run(const FlatView& flat, const QuantizationArgs& args, const Ls
 
 LsqSearchResult lsq_search(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
                            const FlatView* weights, const Tensor* global_scale) {
-#if QOBS_HAVE_FAST_KERNELS
-  const SimdLevel level = active_simd_level();
-#else
-  const SimdLevel level = SimdLevel::kScalar;
-#endif
-  return run(flat, args, cfg, weights, global_scale, cfg.num_threads, level);
+  return run(flat, args, cfg, weights, global_scale, cfg.num_threads, active_simd_level());
 }
 
 namespace ref {

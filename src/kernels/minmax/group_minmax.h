@@ -9,23 +9,32 @@
 
 #include "kernels/kernels.h"
 #include "kernels/minmax/minmax_simd.h"
+#include "kernels/simd/convert_simd.h"
 #include "kernels/simd/simd_level.h"
 #include "qparams/qparam_math.h"
 
-namespace qobs::kernels::fast {
+namespace qobs::kernels::cpu {
+
+/// The vector kernels that read groups, picked once per call for a SimdLevel: both null
+/// at kScalar, where the scalar twins run.
+struct GroupKernels {
+  const detail::MinmaxSimd* minmax = nullptr;
+  const detail::ConvertSimd* convert = nullptr;
+  static GroupKernels at(SimdLevel level) { return {detail::minmax_simd(level), detail::convert_simd(level)}; }
+};
 
 // Inline: called twice per group (131k groups for a 4096x4096 INT4 g128 weight), where
 // an out-of-line call cost ~10% of the bf16 min-max kernel.
 
 /// The len values of qparam element q as floats: in place for contiguous f32, else
 /// widened / gathered into buf (len floats).
-inline const float* load_group_to(const FlatView& f, bool contiguous, int64_t q, int64_t len, SimdLevel level,
-                                  float* buf) {
+inline const float* load_group_to(const FlatView& f, bool contiguous, int64_t q, int64_t len,
+                                  const GroupKernels& k, float* buf) {
   if (contiguous) {
     const int64_t off = f.group_offset(q);
     if (f.dtype == DType::kF32) return static_cast<const float*>(f.data) + off;
-    if ((f.dtype == DType::kBF16 || f.dtype == DType::kF16) && level != SimdLevel::kScalar) {
-      detail::widen_simd(level, static_cast<const uint16_t*>(f.data) + off, len, f.dtype == DType::kBF16, buf);
+    if ((f.dtype == DType::kBF16 || f.dtype == DType::kF16) && k.convert) {
+      k.convert->widen(static_cast<const uint16_t*>(f.data) + off, len, f.dtype == DType::kBF16, buf);
       return buf;
     }
   }
@@ -34,10 +43,10 @@ inline const float* load_group_to(const FlatView& f, bool contiguous, int64_t q,
 }
 
 /// load_group_to with a buffer that grows as needed.
-inline const float* load_group(const FlatView& f, bool contiguous, int64_t q, int64_t len, SimdLevel level,
+inline const float* load_group(const FlatView& f, bool contiguous, int64_t q, int64_t len, const GroupKernels& k,
                                std::vector<float>& buf) {
   buf.resize(static_cast<std::size_t>(len));
-  return load_group_to(f, contiguous, q, len, level, buf.data());
+  return load_group_to(f, contiguous, q, len, k, buf.data());
 }
 
 
@@ -56,8 +65,8 @@ inline void settle_zero_signs(const float* x, int64_t n, float* lo, float* hi) {
 /// R6.3.1 min / max of one group, equal to the reference's sequential nan_min /
 /// nan_max loop: NaN wins, and for a zero result the sign of the last zero in index
 /// order (the loop keeps the later of two equal values).
-inline void group_minmax(const float* x, int64_t n, SimdLevel level, double* lo, double* hi) {
-  if (level == SimdLevel::kScalar || n < 8) {
+inline void group_minmax(const float* x, int64_t n, const GroupKernels& k, double* lo, double* hi) {
+  if (!k.minmax || n < 8) {
     double l = INFINITY, h = -INFINITY;
     for (int64_t j = 0; j < n; ++j) {
       l = qobs::detail::nan_min(l, x[j]);
@@ -68,10 +77,10 @@ inline void group_minmax(const float* x, int64_t n, SimdLevel level, double* lo,
     return;
   }
   float l, h;
-  detail::minmax_simd(level, x, n, &l, &h);
+  k.minmax->minmax(x, n, &l, &h);
   settle_zero_signs(x, n, &l, &h);
   *lo = l;
   *hi = h;
 }
 
-}  // namespace qobs::kernels::fast
+}  // namespace qobs::kernels::cpu

@@ -1,4 +1,4 @@
-// fast::minmax (search.h): R6.3.1 min / max of every group, threaded, with the
+// cpu::minmax (search.h): R6.3.1 min / max of every group, threaded, with the
 // vector kernels of minmax_simd.h. Bit-identical to ref::minmax.
 #include <algorithm>
 #include <cmath>
@@ -7,13 +7,13 @@
 #include "core/check.h"
 #include "kernels/parallel/thread_pool.h"
 #include "kernels/minmax/group_minmax.h"
-#include "kernels/grid_search/grid_search_cpu.h"
+#include "kernels/minmax/minmax_cpu.h"
 #include "kernels/minmax/minmax_simd.h"
 #include "kernels/simd/stream_store.h"
 #include "qobs/formats.h"
 #include "qparams/qparam_math.h"
 
-namespace qobs::kernels::fast {
+namespace qobs::kernels::cpu {
 
 using namespace qobs::kernels::detail;
 
@@ -38,14 +38,14 @@ bool values_contiguous(const FlatView& flat) {
 
 /// Min-max results as Tensor::from_floats stores them in dt (f32, or bf16 / f16 for
 /// results of such tensors, which convert exactly).
-void store_results(DType dt, const float* v, int64_t n, void* out, int64_t at, SimdLevel level) {
+void store_results(DType dt, const float* v, int64_t n, void* out, int64_t at, const detail::ConvertSimd* cv) {
   if (dt == DType::kF32) {
     std::copy(v, v + n, static_cast<float*>(out) + at);
     return;
   }
   const bool bf16 = dt == DType::kBF16;
   uint16_t* dst = static_cast<uint16_t*>(out) + at;
-  if (level != SimdLevel::kScalar) return narrow16_simd(level, v, n, bf16, dst);
+  if (cv) return cv->narrow16(v, n, bf16, dst);
   for (int64_t i = 0; i < n; ++i)
     dst[i] = v[i] != v[i] ? (bf16 ? double_to_bf16(v[i]) : double_to_f16(v[i]))
                           : (bf16 ? float_to_bf16(v[i]) : float_to_f16(v[i]));
@@ -53,7 +53,7 @@ void store_results(DType dt, const float* v, int64_t n, void* out, int64_t at, S
 
 /// Groups [q, q_end) of many (the not-one-huge-group case) into mins / maxs, indexed from q.
 void minmax_range(const FlatView& flat, bool contiguous, bool eight_at_once, int64_t q, int64_t q_end, int64_t len,
-                  SimdLevel level, std::vector<float>& buf, float* mins, float* maxs) {
+                  const GroupKernels& k, std::vector<float>& buf, float* mins, float* maxs) {
   const int64_t q0 = q;
   if (eight_at_once) {
     const int64_t whole = (q_end - q) / 8 * 8;
@@ -61,20 +61,20 @@ void minmax_range(const FlatView& flat, bool contiguous, bool eight_at_once, int
     const auto* x = static_cast<const unsigned char*>(flat.data) + static_cast<std::size_t>(flat.group_offset(q)) * es;
     // NaN: the per-group loop below redoes the range with the reference's propagation
     bool zero_result = false;
-    if (whole > 0 && minmax_groups_simd(level, x, flat.dtype, whole, len, mins, maxs, &zero_result)) {
+    if (whole > 0 && k.minmax->groups(x, flat.dtype, whole, len, mins, maxs, &zero_result)) {
       for (int64_t g = q; zero_result && g < q + whole; ++g)
         if (mins[g - q0] == 0.0f || maxs[g - q0] == 0.0f) {
           // the zero's sign, from the group's values as floats
-          const float* v = load_group(flat, contiguous, g, len, level, buf);
+          const float* v = load_group(flat, contiguous, g, len, k, buf);
           settle_zero_signs(v, len, mins + (g - q0), maxs + (g - q0));
         }
       q += whole;
     }
   }
   for (; q < q_end; ++q) {
-    const float* x = load_group(flat, contiguous, q, len, level, buf);
+    const float* x = load_group(flat, contiguous, q, len, k, buf);
     double l, h;
-    group_minmax(x, len, level, &l, &h);
+    group_minmax(x, len, k, &l, &h);
     mins[q - q0] = static_cast<float>(l);
     maxs[q - q0] = static_cast<float>(h);
   }
@@ -86,12 +86,11 @@ void minmax_range(const FlatView& flat, bool contiguous, bool eight_at_once, int
 /// settle_zero_signs does on floats (the last zero of the group). Returns the groups
 /// done: count, with *ranges the StoredKeyRanges of the statistics written; or 0 when the
 /// level or shape has no such pass or a NaN needs the per-group loop.
-int64_t minmax_to16(const FlatView& flat, int64_t q, int64_t count, int64_t len, SimdLevel level, bool stream,
+int64_t minmax_to16(const FlatView& flat, int64_t q, int64_t count, int64_t len, const detail::MinmaxSimd& k, bool stream,
                     uint16_t* mins, uint16_t* maxs, StoredKeyRanges* ranges) {
   const auto* x = static_cast<const uint16_t*>(flat.data) + flat.group_offset(q);
   bool zero_result = false;
-  if (minmax_groups_to16_simd(level, x, flat.dtype == DType::kBF16, count, len, mins + q, maxs + q, &zero_result,
-                              stream, ranges) != 1)
+  if (k.groups_to16(x, flat.dtype == DType::kBF16, count, len, mins + q, maxs + q, &zero_result, stream, ranges) != 1)
     return 0;
   if (!zero_result) return count;
   for (int64_t g = 0; g < count; ++g) {
@@ -107,7 +106,7 @@ int64_t minmax_to16(const FlatView& flat, int64_t q, int64_t count, int64_t len,
   }
   // a settled zero's key moved between those of +0 and -0: the ranges from the patterns
   // as they now are (rare: a group's min or max exactly zero)
-  *ranges = stored_key_ranges16(level, mins + q, maxs + q, count);
+  *ranges = stored_key_ranges16(k, mins + q, maxs + q, count);
   return count;
 }
 
@@ -122,20 +121,20 @@ struct TaskExtremes {
 
 /// The task's statistics [q, q_end) in out_dt, read while they are in its cache (f32:
 /// the task's whole range once; 16-bit: merged into what the task has).
-void read_back(DType out_dt, const void* out_mins, const void* out_maxs, int64_t q, int64_t q_end, SimdLevel level,
+void read_back(DType out_dt, const void* out_mins, const void* out_maxs, int64_t q, int64_t q_end, const detail::MinmaxSimd& k,
                TaskExtremes& t) {
   const int64_t n = q_end - q;
   if (n <= 0) return;
   if (out_dt == DType::kF32) {
     float lo, hi, lo2, hi2;
-    minmax_simd(level, static_cast<const float*>(out_mins) + q, n, &lo, &hi);
-    minmax_simd(level, static_cast<const float*>(out_maxs) + q, n, &lo2, &hi2);
+    k.minmax(static_cast<const float*>(out_mins) + q, n, &lo, &hi);
+    k.minmax(static_cast<const float*>(out_maxs) + q, n, &lo2, &hi2);
     t.fnan = std::isnan(lo) || std::isnan(hi) || std::isnan(lo2) || std::isnan(hi2);
     t.fmins_lo = lo;
     t.fmaxs_hi = hi2;
     return;
   }
-  t.keys.merge(stored_key_ranges16(level, static_cast<const uint16_t*>(out_mins) + q,
+  t.keys.merge(stored_key_ranges16(k, static_cast<const uint16_t*>(out_mins) + q,
                                    static_cast<const uint16_t*>(out_maxs) + q, n));
 }
 
@@ -160,7 +159,7 @@ StatisticsExtremes combine_extremes(DType out_dt, const std::vector<TaskExtremes
 
 /// The kernel, results stored in out_dt (f32 written in place; bf16 / f16 a block at a
 /// time from a small float buffer, so no float copy of all the results is made).
-void minmax_impl(const FlatView& flat, DType out_dt, void* out_mins, void* out_maxs, SimdLevel level,
+void minmax_impl(const FlatView& flat, DType out_dt, void* out_mins, void* out_maxs, const GroupKernels& k,
                  int num_threads, std::optional<StatisticsExtremes>* extremes) {
   if (extremes) extremes->reset();
   const int64_t nq = flat.layout.num_qparams();
@@ -176,15 +175,15 @@ void minmax_impl(const FlatView& flat, DType out_dt, void* out_mins, void* out_m
     const std::size_t es = dtype_size(flat.dtype);
     const auto* base = static_cast<const unsigned char*>(flat.data) + static_cast<std::size_t>(flat.group_offset(0)) * es;
     const int64_t parts = threads == 1 ? 1 : threads * 4, step = (len + parts - 1) / parts;
-    if (flat.dtype != DType::kF32 && level != SimdLevel::kScalar) {
+    if (flat.dtype != DType::kF32 && k.minmax) {
       // bf16 / f16 in one pass of int16 keys (32 lanes, no widening; an activation batch
       // at stream speed). A NaN or a zero extreme takes the float loop below, which
       // gives the reference's NaN and the last zero's sign.
-      const KeyExtremes k = minmax16_threaded(level, reinterpret_cast<const uint16_t*>(base), len,
-                                              flat.dtype == DType::kBF16, parts, threads);
-      if (!k.nan && !k.zero) {
-        store_results(out_dt, &k.lo, 1, out_mins, 0, SimdLevel::kScalar);
-        store_results(out_dt, &k.hi, 1, out_maxs, 0, SimdLevel::kScalar);
+      const KeyExtremes ke = minmax16_threaded(*k.minmax, reinterpret_cast<const uint16_t*>(base), len,
+                                               flat.dtype == DType::kBF16, parts, threads);
+      if (!ke.nan && !ke.zero) {
+        store_results(out_dt, &ke.lo, 1, out_mins, 0, nullptr);
+        store_results(out_dt, &ke.hi, 1, out_maxs, 0, nullptr);
         return;
       }
     }
@@ -194,16 +193,16 @@ void minmax_impl(const FlatView& flat, DType out_dt, void* out_mins, void* out_m
       const int64_t b = p * step, e = std::min(len, b + step);
       double l = INFINITY, h = -INFINITY;
       if (flat.dtype == DType::kF32) {
-        if (e > b) group_minmax(reinterpret_cast<const float*>(base) + b, e - b, level, &l, &h);
+        if (e > b) group_minmax(reinterpret_cast<const float*>(base) + b, e - b, k, &l, &h);
       } else {
         const auto* src = reinterpret_cast<const uint16_t*>(base);
         const bool bf16 = flat.dtype == DType::kBF16;
         float buf[kChunk];
         for (int64_t c = b; c < e; c += kChunk) {  // chunks in index order: later equal zeros win
           const int64_t n = std::min(kChunk, e - c);
-          widen_simd(level, src + c, n, bf16, buf);
+          widen16(k.convert, src + c, n, bf16, buf);
           double cl, ch;
-          group_minmax(buf, n, level, &cl, &ch);
+          group_minmax(buf, n, k, &cl, &ch);
           l = qobs::detail::nan_min(l, cl);
           h = qobs::detail::nan_max(h, ch);
         }
@@ -217,8 +216,8 @@ void minmax_impl(const FlatView& flat, DType out_dt, void* out_mins, void* out_m
       h = qobs::detail::nan_max(h, hi[static_cast<std::size_t>(p)]);
     }
     const float fl = static_cast<float>(l), fh = static_cast<float>(h);
-    store_results(out_dt, &fl, 1, out_mins, 0, SimdLevel::kScalar);
-    store_results(out_dt, &fh, 1, out_maxs, 0, SimdLevel::kScalar);
+    store_results(out_dt, &fl, 1, out_mins, 0, nullptr);
+    store_results(out_dt, &fh, 1, out_maxs, 0, nullptr);
     return;
   }
   const int64_t target_tasks = threads == 1 ? 1 : threads * 8;
@@ -227,7 +226,7 @@ void minmax_impl(const FlatView& flat, DType out_dt, void* out_mins, void* out_m
   // in registers: one group at a time widened each group into a buffer first (bf16 INT4
   // g128 at ~55% of a plain read; ~80% now).
   const bool eight_at_once =
-      level != SimdLevel::kScalar && vec_dtype && len % 8 == 0 && len <= 128 && flat.groups_end_to_end();
+      k.minmax && vec_dtype && len % 8 == 0 && len <= 128 && flat.groups_end_to_end();
   // tasks of whole 32-group passes: the AVX-512 16-bit kernel takes 32 at a time
   const int64_t unit = eight_at_once ? 32 : 1;
   const int64_t per_task = (std::max<int64_t>(1, (nq + target_tasks - 1) / target_tasks) + unit - 1) / unit * unit;
@@ -245,10 +244,10 @@ void minmax_impl(const FlatView& flat, DType out_dt, void* out_mins, void* out_m
     const int64_t q_begin = task * per_task, q_end = std::min(nq, (task + 1) * per_task);
     std::vector<float>& buf = bufs[static_cast<std::size_t>(worker)];
     if (out_dt == DType::kF32) {
-      minmax_range(flat, contiguous, eight_at_once, q_begin, q_end, len, level, buf,
+      minmax_range(flat, contiguous, eight_at_once, q_begin, q_end, len, k, buf,
                    static_cast<float*>(out_mins) + q_begin, static_cast<float*>(out_maxs) + q_begin);
       if (read_extremes)
-        read_back(out_dt, out_mins, out_maxs, q_begin, q_end, level, task_extremes[static_cast<std::size_t>(task)]);
+        read_back(out_dt, out_mins, out_maxs, q_begin, q_end, *k.minmax, task_extremes[static_cast<std::size_t>(task)]);
       return;
     }
     constexpr int64_t kBlock = 1024;  // a multiple of 32: blocks keep the 8- and 32-group passes
@@ -258,15 +257,15 @@ void minmax_impl(const FlatView& flat, DType out_dt, void* out_mins, void* out_m
       int64_t done = 0;  // groups [q, q + done) stored as 16-bit patterns directly
       StoredKeyRanges ranges;
       if (eight_at_once && flat.dtype == out_dt && (e - q) >= 32)
-        done = minmax_to16(flat, q, (e - q) / 32 * 32, len, level, stream, static_cast<uint16_t*>(out_mins),
+        done = minmax_to16(flat, q, (e - q) / 32 * 32, len, *k.minmax, stream, static_cast<uint16_t*>(out_mins),
                            static_cast<uint16_t*>(out_maxs), &ranges);
       if (read_extremes && done > 0) task_extremes[static_cast<std::size_t>(task)].keys.merge(ranges);
       if (q + done == e) continue;
-      minmax_range(flat, contiguous, eight_at_once, q + done, e, len, level, buf, lo, hi);
-      store_results(out_dt, lo, e - q - done, out_mins, q + done, level);
-      store_results(out_dt, hi, e - q - done, out_maxs, q + done, level);
+      minmax_range(flat, contiguous, eight_at_once, q + done, e, len, k, buf, lo, hi);
+      store_results(out_dt, lo, e - q - done, out_mins, q + done, k.convert);
+      store_results(out_dt, hi, e - q - done, out_maxs, q + done, k.convert);
       if (read_extremes)
-        read_back(out_dt, out_mins, out_maxs, q + done, e, level, task_extremes[static_cast<std::size_t>(task)]);
+        read_back(out_dt, out_mins, out_maxs, q + done, e, *k.minmax, task_extremes[static_cast<std::size_t>(task)]);
     }
   });
   if (read_extremes) *extremes = combine_extremes(out_dt, task_extremes);
@@ -275,14 +274,14 @@ void minmax_impl(const FlatView& flat, DType out_dt, void* out_mins, void* out_m
 }  // namespace
 
 void minmax(const FlatView& flat, float* mins, float* maxs, SimdLevel level, int num_threads) {
-  minmax_impl(flat, DType::kF32, mins, maxs, level, num_threads, nullptr);
+  minmax_impl(flat, DType::kF32, mins, maxs, GroupKernels::at(level), num_threads, nullptr);
 }
 
 void minmax_stats(const FlatView& flat, void* mins, void* maxs, SimdLevel level, int num_threads,
                   std::optional<StatisticsExtremes>* extremes) {
   QOBS_CHECK(flat.dtype == DType::kF32 || flat.dtype == DType::kBF16 || flat.dtype == DType::kF16, InvalidArgument,
              "minmax_stats: statistics of a ", dtype_name(flat.dtype), " tensor (f32, bf16 or f16 only)");
-  minmax_impl(flat, flat.dtype, mins, maxs, level, num_threads, extremes);
+  minmax_impl(flat, flat.dtype, mins, maxs, GroupKernels::at(level), num_threads, extremes);
 }
 
-}  // namespace qobs::kernels::fast
+}  // namespace qobs::kernels::cpu

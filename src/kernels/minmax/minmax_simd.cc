@@ -1,10 +1,14 @@
-// Min-max and widening (minmax_simd.h), compiled for AVX2 and AVX-512.
+// Min-max of f32 / bf16 / f16 values and groups (minmax_simd.h), compiled for AVX2 and
+// AVX-512.
 #include "kernels/simd/simd_targets.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/minmax/minmax_simd.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, DH, DD, VF, VD, ...
+#include "kernels/simd/transpose8-inl.h"  // D8, V8, load8, transpose8x8
+#include "kernels/minmax/minmax_keys16_x86-inl.h"  // KeyPassesTo16, KeyPassesToFloats
 
 #include <algorithm>
 #include <climits>
@@ -23,24 +27,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Highway always adds stays empty.
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
-#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, DH, DD, VF, VD, ...
-#include "kernels/simd/transpose8-inl.h"  // D8, V8, load8, transpose8x8
-
-/// Whether both output pointers are aligned for streaming stores of `bytes`.
-HWY_INLINE bool aligned_pair(const void* a, const void* b, uintptr_t bytes) {
-  return ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) & (bytes - 1)) == 0;
-}
-
-/// The running key vectors of a 16-bit pass (least / greatest key of the mins and of
-/// the maxs stored) reduced into *ranges.
-template <class V16>
-HWY_INLINE void reduce_key_ranges(V16 mins_lo, V16 mins_hi, V16 maxs_lo, V16 maxs_hi, StoredKeyRanges* ranges) {
-  const hn::DFromV<V16> d;
-  ranges->mins_lo = hn::GetLane(hn::MinOfLanes(d, mins_lo));
-  ranges->mins_hi = hn::GetLane(hn::MaxOfLanes(d, mins_hi));
-  ranges->maxs_lo = hn::GetLane(hn::MinOfLanes(d, maxs_lo));
-  ranges->maxs_hi = hn::GetLane(hn::MaxOfLanes(d, maxs_hi));
-}
 
 /// MinMaxGroups: num_groups (a multiple of 8) consecutive groups of len (a multiple of
 /// 8) values; per group min and max, eight groups per pass, reduced by a transpose.
@@ -102,322 +88,16 @@ HWY_INLINE void StorePatterns16(V8 v, bool bf16, uint16_t* out) {
   }
 }
 
-#if HWY_TARGET == HWY_AVX3
-// 16-bit groups on AVX-512, 32 groups per pass, in 32 int16 lanes: a bf16 / f16 pattern b
-// maps to the int16 key b ^ ((b >> 15) & 0x7FFF), whose signed order is the values'
-// order for every non-NaN (-0 just below +0; the caller settles zero signs anyway), and
-// back by the same map. NaNs become keys beyond +-inf's, so the group results alone
-// show them. Each group's partial results are halved by a tree of shuffles, four steps
-// from 16 partials (two groups per vector) to one (32 groups per vector).
-
-/// The key map (an involution): b ^ ((b >> 15) & 0x7FFF), the and-xor in one ternlog.
-HWY_INLINE __m512i key16(__m512i b) {
-  return _mm512_ternarylogic_epi32(b, _mm512_srai_epi16(b, 15), _mm512_set1_epi16(0x7FFF), 0x78);
-}
-
-template <bool kMax>
-HWY_INLINE __m512i pick16(__m512i a, __m512i b) {
-  return kMax ? _mm512_max_epi16(a, b) : _mm512_min_epi16(a, b);
-}
-
-/// Steps 2-4 of the tree on eight vectors of four groups x 8 partials (one group per
-/// 128-bit block): 32 results, one int16 per group, in the tree's lane order.
-template <bool kMax>
-HWY_INLINE __m512i tree_tail(const __m512i (&m)[8], __m512i order) {
-  __m512i r[4], t[2];
-  // step 2: the two qwords of a block are one group's 8 partials -> 4
-  for (int j = 0; j < 4; ++j)
-    r[j] = pick16<kMax>(_mm512_unpacklo_epi64(m[2 * j], m[2 * j + 1]), _mm512_unpackhi_epi64(m[2 * j], m[2 * j + 1]));
-  // step 3: a block holds two groups (qwords), each in two dwords -> 2 partials
-  for (int j = 0; j < 2; ++j) {
-    const __m512 a = _mm512_castsi512_ps(r[2 * j]), b = _mm512_castsi512_ps(r[2 * j + 1]);
-    t[j] = pick16<kMax>(_mm512_castps_si512(_mm512_shuffle_ps(a, b, 0x88)),
-                        _mm512_castps_si512(_mm512_shuffle_ps(a, b, 0xDD)));
-  }
-  // step 4: each dword holds one group's two partials -> the low word of each dword
-  const __m512i a = pick16<kMax>(t[0], _mm512_srli_epi32(t[0], 16));
-  const __m512i b = pick16<kMax>(t[1], _mm512_srli_epi32(t[1], 16));
-  return _mm512_permutex2var_epi16(a, order, b);
-}
-
-/// Step 1 on two vectors of two groups x 16 partials each: blocks 0 / 2 against 1 / 3.
-template <bool kMax>
-HWY_INLINE __m512i step1(__m512i a, __m512i b) {
-  return pick16<kMax>(_mm512_shuffle_i64x2(a, b, 0x88), _mm512_shuffle_i64x2(a, b, 0xDD));
-}
-
-/// The final permutation: even words of the two step-4 vectors, reordered so that lane
-/// g holds group g. Found by running the tree's shuffles on groups whose keys are their
-/// numbers, so that it cannot drift from the steps above.
-__m512i make_tree_order_index() {
-  // groups 0..31 with all partials equal to their number; the identity permutation
-  // (even words of a, then of b) shows where each lands
-  __m512i v[16];
-  for (int i = 0; i < 16; ++i) {
-    alignas(64) int16_t w[32];
-    for (int l = 0; l < 32; ++l) w[l] = static_cast<int16_t>(2 * i + l / 16);
-    v[i] = _mm512_load_si512(w);
-  }
-  __m512i m[8];
-  for (int i = 0; i < 8; ++i)
-    m[i] = _mm512_min_epi16(_mm512_shuffle_i64x2(v[2 * i], v[2 * i + 1], 0x88),
-                            _mm512_shuffle_i64x2(v[2 * i], v[2 * i + 1], 0xDD));
-  __m512i r[4], t[2];
-  for (int j = 0; j < 4; ++j)
-    r[j] = _mm512_min_epi16(_mm512_unpacklo_epi64(m[2 * j], m[2 * j + 1]), _mm512_unpackhi_epi64(m[2 * j], m[2 * j + 1]));
-  for (int j = 0; j < 2; ++j) {
-    const __m512 a = _mm512_castsi512_ps(r[2 * j]), b = _mm512_castsi512_ps(r[2 * j + 1]);
-    t[j] = _mm512_min_epi16(_mm512_castps_si512(_mm512_shuffle_ps(a, b, 0x88)),
-                            _mm512_castps_si512(_mm512_shuffle_ps(a, b, 0xDD)));
-  }
-  alignas(64) int16_t wa[32], wb[32];
-  _mm512_store_si512(wa, t[0]);
-  _mm512_store_si512(wb, t[1]);
-  alignas(64) int16_t idx[32];
-  for (int s = 0; s < 16; ++s) {  // source word 2s of a (index s) and of b (index 32 + s)
-    idx[wa[2 * s]] = static_cast<int16_t>(2 * s);
-    idx[wb[2 * s]] = static_cast<int16_t>(32 + 2 * s);
-  }
-  return _mm512_load_si512(idx);
-}
-
-/// Min and max of 32 consecutive groups of len 16-bit values (len 16 or a multiple of
-/// 32) as keys; false when a group holds a NaN (its keys lie beyond +-inf's).
-HWY_INLINE bool minmax_keys32(const uint16_t* x, int64_t len, int16_t nan_hi, int16_t nan_lo, __m512i order,
-                              __m512i& lo, __m512i& hi) {
-  // after step 1: eight vectors of four groups x 8 partials, for the mins and the maxs
-  __m512i ml[8], mh[8];
-  if (len == 16) {
-    // two groups per load; step 1's shuffles serve both trees
-    for (int i = 0; i < 8; ++i) {
-      const __m512i a = key16(_mm512_loadu_si512(x + 64 * i)), b = key16(_mm512_loadu_si512(x + 64 * i + 32));
-      const __m512i p = _mm512_shuffle_i64x2(a, b, 0x88), q = _mm512_shuffle_i64x2(a, b, 0xDD);
-      ml[i] = _mm512_min_epi16(p, q);
-      mh[i] = _mm512_max_epi16(p, q);
-    }
-  } else {
-    for (int i = 0; i < 8; ++i) {
-      __m512i vl[2], vh[2];
-      for (int h = 0; h < 2; ++h) {
-        __m512i gl[2], gh[2];
-        for (int k = 0; k < 2; ++k) {
-          const uint16_t* p = x + (4 * i + 2 * h + k) * len;
-          gl[k] = gh[k] = key16(_mm512_loadu_si512(p));
-          for (int64_t j = 32; j < len; j += 32) {
-            const __m512i v = key16(_mm512_loadu_si512(p + j));
-            gl[k] = _mm512_min_epi16(gl[k], v);
-            gh[k] = _mm512_max_epi16(gh[k], v);
-          }
-        }
-        // two groups' 32 partials -> 16 each, one group per 256-bit half
-        vl[h] = _mm512_min_epi16(_mm512_shuffle_i64x2(gl[0], gl[1], 0x44), _mm512_shuffle_i64x2(gl[0], gl[1], 0xEE));
-        vh[h] = _mm512_max_epi16(_mm512_shuffle_i64x2(gh[0], gh[1], 0x44), _mm512_shuffle_i64x2(gh[0], gh[1], 0xEE));
-      }
-      ml[i] = step1<false>(vl[0], vl[1]);
-      mh[i] = step1<true>(vh[0], vh[1]);
-    }
-  }
-  lo = tree_tail<false>(ml, order);
-  hi = tree_tail<true>(mh, order);
-  return !_mm512_cmpgt_epi16_mask(hi, _mm512_set1_epi16(nan_hi)) && !_mm512_cmplt_epi16_mask(lo, _mm512_set1_epi16(nan_lo));
-}
-
-/// Keys back to values, widened to float (exact).
-HWY_INLINE void store_keys_as_floats(__m512i k, bool bf16, float* out) {
-  const __m512i b = key16(k);
-  const __m256i b0 = _mm512_castsi512_si256(b), b1 = _mm512_extracti64x4_epi64(b, 1);
-  if (bf16) {
-    _mm512_storeu_ps(out, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b0), 16)));
-    _mm512_storeu_ps(out + 16, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b1), 16)));
-  } else {
-    _mm512_storeu_ps(out, _mm512_cvtph_ps(b0));
-    _mm512_storeu_ps(out + 16, _mm512_cvtph_ps(b1));
-  }
-}
-
-/// Runs the 32-group passes over the first num_groups / 32 * 32 groups, handing each
-/// pass's min and max keys to store(g, lo, hi); false when a group holds a NaN.
-template <typename Store>
-HWY_INLINE bool MinMaxPasses16(const uint16_t* x, bool bf16, int64_t num_groups, int64_t len, bool* zero_result,
-                               Store store) {
-  // NaN keys: |b| above the infinity pattern, mapped (positive ones stay, negative ones
-  // fall below the key of -inf)
-  const uint16_t inf = bf16 ? 0x7F80 : 0x7C00;
-  const auto nan_hi = static_cast<int16_t>(inf), nan_lo = static_cast<int16_t>((inf | 0x8000) ^ 0x7FFF);
-  const int64_t whole = num_groups / 32 * 32;
-  static const __m512i order = make_tree_order_index();
-  for (int64_t g = 0; g < whole; g += 32) {
-    __m512i lo, hi;
-    if (!minmax_keys32(x + g * len, len, nan_hi, nan_lo, order, lo, hi)) return false;
-    store(g, lo, hi);
-    // the keys of +0 and -0 are 0 and -1
-    const __m512i minus1 = _mm512_set1_epi16(-1), zero = _mm512_setzero_si512();
-    if (_mm512_cmpeq_epi16_mask(lo, zero) | _mm512_cmpeq_epi16_mask(lo, minus1) | _mm512_cmpeq_epi16_mask(hi, zero) |
-        _mm512_cmpeq_epi16_mask(hi, minus1))
-      *zero_result = true;
-  }
-  return true;
-}
-
-/// The groups of 16-bit values 32 at a time; the rest (a multiple of 8) by MinMaxGroupsT.
-bool MinMaxGroups16(const uint16_t* x, bool bf16, int64_t num_groups, int64_t len, float* mins, float* maxs,
-                    bool* zero_result) {
-  if (!MinMaxPasses16(x, bf16, num_groups, len, zero_result, [&](int64_t g, __m512i lo, __m512i hi) HWY_ATTR {
-        store_keys_as_floats(lo, bf16, mins + g);
-        store_keys_as_floats(hi, bf16, maxs + g);
-      }))
-    return false;
-  const int64_t whole = num_groups / 32 * 32;
-  if (whole == num_groups) return true;
-  return MinMaxGroupsT(x + whole * len, bf16, num_groups - whole, len, mins + whole, maxs + whole, zero_result);
-}
-#endif  // HWY_TARGET == HWY_AVX3
-
-#if HWY_TARGET == HWY_AVX2
-// 16-bit groups on AVX2, 16 groups per pass in 16 int16 lanes: AVX-512's key map and
-// tree (above) at half the width. One load is a group of 16; the tree halves the
-// partials in four steps (128-bit halves, qwords, dwords, words) and packs the 16
-// results into one vector. Instead of a final permutation (AVX2 has no 16-bit one), the
-// groups are loaded into the slots whose results land in their own lanes.
-
-HWY_INLINE __m256i key16_avx2(__m256i b) {
-  return _mm256_xor_si256(b, _mm256_and_si256(_mm256_srai_epi16(b, 15), _mm256_set1_epi16(0x7FFF)));
-}
-
-template <bool kMax>
-HWY_INLINE __m256i pick16_avx2(__m256i a, __m256i b) {
-  return kMax ? _mm256_max_epi16(a, b) : _mm256_min_epi16(a, b);
-}
-
-/// 16 slots of 16 partial keys each -> one vector of 16 results (lane order: slot_of_lane).
-template <bool kMax>
-HWY_INLINE __m256i tree16_avx2(const __m256i (&k)[16]) {
-  __m256i m[8], r[4], t[2];
-  // step 1: a slot pair's 128-bit halves against each other: one slot per half, 8 partials
-  for (int i = 0; i < 8; ++i)
-    m[i] = pick16_avx2<kMax>(_mm256_permute2x128_si256(k[2 * i], k[2 * i + 1], 0x20),
-                             _mm256_permute2x128_si256(k[2 * i], k[2 * i + 1], 0x31));
-  // step 2: a half's two qwords are one slot's partials -> two slots per half, 4 each
-  for (int j = 0; j < 4; ++j)
-    r[j] = pick16_avx2<kMax>(_mm256_unpacklo_epi64(m[2 * j], m[2 * j + 1]), _mm256_unpackhi_epi64(m[2 * j], m[2 * j + 1]));
-  // step 3: each slot's two dwords -> one dword (2 partials) per slot
-  for (int j = 0; j < 2; ++j) {
-    const __m256 a = _mm256_castsi256_ps(r[2 * j]), b = _mm256_castsi256_ps(r[2 * j + 1]);
-    t[j] = pick16_avx2<kMax>(_mm256_castps_si256(_mm256_shuffle_ps(a, b, 0x88)),
-                             _mm256_castps_si256(_mm256_shuffle_ps(a, b, 0xDD)));
-  }
-  // step 4: the low word of each dword against the high one, packed (exact: 0..65535)
-  const __m256i low = _mm256_set1_epi32(0xFFFF);
-  return _mm256_packus_epi32(_mm256_and_si256(pick16_avx2<kMax>(t[0], _mm256_srli_epi32(t[0], 16)), low),
-                             _mm256_and_si256(pick16_avx2<kMax>(t[1], _mm256_srli_epi32(t[1], 16)), low));
-}
-
-/// slot_of_lane[l]: the slot whose result the tree puts in lane l. Found by running the
-/// tree on slots whose keys are their numbers, so it cannot drift from the steps above.
-struct TreeSlots16 {
-  int slot_of_lane[16];
-  TreeSlots16() {
-    __m256i k[16];
-    for (int i = 0; i < 16; ++i) k[i] = _mm256_set1_epi16(static_cast<int16_t>(i));
-    alignas(32) int16_t lanes[16];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), tree16_avx2<false>(k));
-    for (int l = 0; l < 16; ++l) slot_of_lane[l] = lanes[l];
-  }
-};
-
-/// num_groups (a multiple of 16) groups of len (a multiple of 16) bf16 / f16 values:
-/// 16-bit results; 1 done, 0 some value NaN (keys beyond +-inf's).
-int MinMaxGroupsKeys16(const uint16_t* x, bool bf16, int64_t num_groups, int64_t len, uint16_t* mins, uint16_t* maxs,
-                       bool* zero_result, bool stream, StoredKeyRanges* ranges) {
-  static const TreeSlots16 slots;
-  const bool nt = stream && aligned_pair(mins, maxs, 32);
-  __m256i mins_lo = _mm256_set1_epi16(INT16_MAX), mins_hi = _mm256_set1_epi16(INT16_MIN), maxs_lo = mins_lo,
-          maxs_hi = mins_hi;
-  const int16_t inf = bf16 ? 0x7F80 : 0x7C00;
-  const __m256i pos_inf_key = _mm256_set1_epi16(inf);
-  const __m256i neg_inf_key = _mm256_set1_epi16(static_cast<int16_t>((0x8000 | inf) ^ 0x7FFF));
-  const __m256i magnitude = _mm256_set1_epi16(0x7FFF), zero = _mm256_setzero_si256();
-  __m256i nan = zero, zeros = zero;
-  for (int64_t g0 = 0; g0 < num_groups; g0 += 16) {
-    __m256i lo[16], hi[16];
-    for (int l = 0; l < 16; ++l) {
-      const uint16_t* p = x + (g0 + l) * len;
-      const int s = slots.slot_of_lane[l];
-      lo[s] = hi[s] = key16_avx2(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-      for (int64_t j = 16; j < len; j += 16) {
-        const __m256i k = key16_avx2(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + j)));
-        lo[s] = _mm256_min_epi16(lo[s], k);
-        hi[s] = _mm256_max_epi16(hi[s], k);
-      }
-    }
-    const __m256i lo_key = tree16_avx2<false>(lo), hi_key = tree16_avx2<true>(hi);
-    nan = _mm256_or_si256(nan, _mm256_or_si256(_mm256_cmpgt_epi16(hi_key, pos_inf_key),
-                                               _mm256_cmpgt_epi16(neg_inf_key, lo_key)));
-    mins_lo = _mm256_min_epi16(mins_lo, lo_key);
-    mins_hi = _mm256_max_epi16(mins_hi, lo_key);
-    maxs_lo = _mm256_min_epi16(maxs_lo, hi_key);
-    maxs_hi = _mm256_max_epi16(maxs_hi, hi_key);
-    const __m256i lo_b = key16_avx2(lo_key), hi_b = key16_avx2(hi_key);  // the map is an involution
-    zeros = _mm256_or_si256(zeros, _mm256_or_si256(_mm256_cmpeq_epi16(_mm256_and_si256(lo_b, magnitude), zero),
-                                                   _mm256_cmpeq_epi16(_mm256_and_si256(hi_b, magnitude), zero)));
-    if (nt) {
-      _mm256_stream_si256(reinterpret_cast<__m256i*>(mins + g0), lo_b);
-      _mm256_stream_si256(reinterpret_cast<__m256i*>(maxs + g0), hi_b);
-    } else {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(mins + g0), lo_b);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(maxs + g0), hi_b);
-    }
-  }
-  if (nt) _mm_sfence();  // the streamed stores before whatever tells another thread they are done
-  if (!_mm256_testz_si256(zeros, zeros)) *zero_result = true;
-  if (!_mm256_testz_si256(nan, nan)) return 0;
-  reduce_key_ranges(hn::Vec256<int16_t>{mins_lo}, hn::Vec256<int16_t>{mins_hi}, hn::Vec256<int16_t>{maxs_lo},
-                    hn::Vec256<int16_t>{maxs_hi}, ranges);
-  return 1;
-}
-#endif  // HWY_TARGET == HWY_AVX2
 
 void MinMaxKeys16(const uint16_t* x, int64_t n, int16_t* lo_out, int16_t* hi_out);  // below
 
-/// The results as 16-bit patterns of the data's own dtype (exact: they are elements),
-/// with no float statistics in between: AVX-512's 32-group passes where the length
-/// allows, AVX2's 16-group passes, else the eight-group passes with their results
-/// narrowed back in registers; 1 done, 0 a NaN, -1 not a shape these passes take. The
-/// stored results' key ranges come from the registers of the 32- and 16-group passes.
-int MinMaxGroupsTo16(const uint16_t* x, bool bf16, int64_t num_groups, int64_t len, uint16_t* mins, uint16_t* maxs,
-                     bool* zero_result, bool stream, StoredKeyRanges* ranges) {
-#if HWY_TARGET == HWY_AVX3
-  if (num_groups % 32 == 0 && (len == 16 || len % 32 == 0)) {
-    const bool nt = stream && aligned_pair(mins, maxs, 64);
-    __m512i mins_lo = _mm512_set1_epi16(INT16_MAX), mins_hi = _mm512_set1_epi16(INT16_MIN), maxs_lo = mins_lo,
-            maxs_hi = mins_hi;
-    const bool done =
-        MinMaxPasses16(x, bf16, num_groups, len, zero_result, [&](int64_t g, __m512i lo, __m512i hi) HWY_ATTR {
-          mins_lo = _mm512_min_epi16(mins_lo, lo);
-          mins_hi = _mm512_max_epi16(mins_hi, lo);
-          maxs_lo = _mm512_min_epi16(maxs_lo, hi);
-          maxs_hi = _mm512_max_epi16(maxs_hi, hi);
-          if (nt) {  // the key map is its own inverse
-            _mm512_stream_si512(reinterpret_cast<__m512i*>(mins + g), key16(lo));
-            _mm512_stream_si512(reinterpret_cast<__m512i*>(maxs + g), key16(hi));
-          } else {
-            _mm512_storeu_si512(mins + g, key16(lo));
-            _mm512_storeu_si512(maxs + g, key16(hi));
-          }
-        });
-    if (nt) _mm_sfence();  // the streamed stores before whatever tells another thread they are done
-    if (!done) return 0;
-    reduce_key_ranges(hn::Vec512<int16_t>{mins_lo}, hn::Vec512<int16_t>{mins_hi}, hn::Vec512<int16_t>{maxs_lo},
-                      hn::Vec512<int16_t>{maxs_hi}, ranges);
-    return 1;
-  }
-#endif
-#if HWY_TARGET == HWY_AVX2
-  if (num_groups % 16 == 0 && len % 16 == 0)
-    return MinMaxGroupsKeys16(x, bf16, num_groups, len, mins, maxs, zero_result, stream, ranges);
-#endif
+/// The portable form of MinMaxGroupsTo16: the eight-group passes with their results
+/// narrowed back to 16-bit patterns in registers (num_groups and len multiples of 8,
+/// else -1), the key ranges read back from the stored results while they are in cache.
+int MinMaxGroupsTo16Portable(const uint16_t* x, bool bf16, int64_t num_groups, int64_t len, uint16_t* mins,
+                             uint16_t* maxs, bool* zero_result, bool /*stream*/, StoredKeyRanges* ranges) {
+  *zero_result = false;
   if (num_groups % 8 != 0 || len % 8 != 0) return -1;
-  // the rare shapes: ordinary stores, the ranges read back while in cache
   if (!MinMaxGroupsT(x, bf16, num_groups, len, zero_result, [&](int64_t g0, V8 lo, V8 hi) HWY_ATTR {
         StorePatterns16(lo, bf16, mins + g0);
         StorePatterns16(hi, bf16, maxs + g0);
@@ -429,16 +109,29 @@ int MinMaxGroupsTo16(const uint16_t* x, bool bf16, int64_t num_groups, int64_t l
   return 1;
 }
 
+/// The results as 16-bit patterns of the data's own dtype (exact: they are elements),
+/// with no float statistics in between: the x86 key passes where the shape allows
+/// (minmax_keys16_x86-inl.h; their key ranges come from the registers), else the
+/// portable eight-group passes; 1 done, 0 a NaN, -1 not a shape these passes take.
+int MinMaxGroupsTo16(const uint16_t* x, bool bf16, int64_t num_groups, int64_t len, uint16_t* mins, uint16_t* maxs,
+                     bool* zero_result, bool stream, StoredKeyRanges* ranges) {
+  *zero_result = false;
+  const int keyed = KeyPassesTo16(x, bf16, num_groups, len, mins, maxs, zero_result, stream, ranges);
+  if (keyed >= 0) return keyed;
+  return MinMaxGroupsTo16Portable(x, bf16, num_groups, len, mins, maxs, zero_result, stream, ranges);
+}
+
 bool MinMaxGroups(const void* x, DType dt, int64_t num_groups, int64_t len, float* mins, float* maxs,
                   bool* zero_result) {
+  *zero_result = false;
   if (dt == DType::kF32)
     return MinMaxGroupsT(static_cast<const float*>(x), false, num_groups, len, mins, maxs, zero_result);
-#if HWY_TARGET == HWY_AVX3
-  if (len == 16 || len % 32 == 0)
-    return MinMaxGroups16(static_cast<const uint16_t*>(x), dt == DType::kBF16, num_groups, len, mins, maxs,
-                          zero_result);
-#endif
-  return MinMaxGroupsT(static_cast<const uint16_t*>(x), dt == DType::kBF16, num_groups, len, mins, maxs, zero_result);
+  const auto* x16 = static_cast<const uint16_t*>(x);
+  const bool bf16 = dt == DType::kBF16;
+  const int64_t done = KeyPassesToFloats(x16, bf16, num_groups, len, mins, maxs, zero_result);
+  if (done < 0) return false;
+  if (done == num_groups) return true;
+  return MinMaxGroupsT(x16 + done * len, bf16, num_groups - done, len, mins + done, maxs + done, zero_result);
 }
 
 void MinMax(const float* x, int64_t n, float* lo_out, float* hi_out) {
@@ -511,42 +204,8 @@ void MinMaxKeys16(const uint16_t* x, int64_t n, int16_t* lo_out, int16_t* hi_out
   *hi_out = hi;
 }
 
-void Widen(const uint16_t* src, int64_t n, bool is_bf16, float* dst) {
-  const DF df;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  int64_t j = 0;
-  for (; j + N <= n; j += N) hn::StoreU(load_widen16(src + j, is_bf16), df, dst + j);
-  for (; j < n; ++j) {
-    if (is_bf16) {
-      const uint32_t u = static_cast<uint32_t>(src[j]) << 16;
-      std::memcpy(dst + j, &u, 4);
-    } else {
-      dst[j] = f16_to_float(src[j]);
-    }
-  }
-}
-
-void Narrow16(const float* src, int64_t n, bool is_bf16, uint16_t* dst) {
-  const DF df;
-  const hn::Rebind<uint16_t, DF> d16;
-  const hn::Rebind<hwy::float16_t, DF> dh16;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  auto nan = hn::FirstN(df, 0);
-  int64_t j = 0;
-  for (; j + N <= n; j += N) {
-    const VF v = hn::LoadU(df, src + j);
-    nan = hn::Or(nan, hn::IsNaN(v));
-    if (is_bf16) {
-      hn::StoreU(bf16_bits(v), d16, dst + j);  // float_to_bf16's RNE
-    } else {
-      hn::StoreU(hn::BitCast(d16, hn::DemoteTo(dh16, v)), d16, dst + j);  // the hardware's RNE
-    }
-  }
-  for (; j < n; ++j) dst[j] = is_bf16 ? float_to_bf16(src[j]) : float_to_f16(src[j]);
-  if (hn::AllFalse(df, nan)) return;
-  for (int64_t i = 0; i < n; ++i)
-    if (std::isnan(src[i])) dst[i] = is_bf16 ? double_to_bf16(src[i]) : double_to_f16(src[i]);
-}
+inline constexpr MinmaxSimd kMinmaxSimd{&MinMax,        &MinMaxGroups,  &MinMaxGroupsTo16,
+                                       &MinMaxGroupsTo16Portable, &MinMaxKeys16};
 
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 }  // namespace HWY_NAMESPACE
@@ -557,32 +216,17 @@ HWY_AFTER_NAMESPACE();
 #include <vector>
 
 #include "kernels/parallel/thread_pool.h"  // parallel_for
-#include "kernels/simd/simd_dispatch.h"    // QOBS_SIMD_DISPATCH
+#include "kernels/simd/simd_dispatch.h"
 
 namespace qobs::kernels::detail {
 
-void minmax_simd(SimdLevel level, const float* x, int64_t n, float* lo, float* hi) {
-  QOBS_SIMD_DISPATCH(MinMax(x, n, lo, hi));
-}
-bool minmax_groups_simd(SimdLevel level, const void* x, DType dt, int64_t num_groups, int64_t len, float* mins,
-                        float* maxs, bool* zero_result) {
-  *zero_result = false;
-  QOBS_SIMD_DISPATCH(MinMaxGroups(x, dt, num_groups, len, mins, maxs, zero_result));
-}
-int minmax_groups_to16_simd(SimdLevel level, const uint16_t* x, bool bf16, int64_t num_groups, int64_t len,
-                            uint16_t* mins, uint16_t* maxs, bool* zero_result, bool stream, StoredKeyRanges* ranges) {
-  *zero_result = false;
-  if (level == SimdLevel::kScalar) return -1;
-  QOBS_SIMD_DISPATCH(MinMaxGroupsTo16(x, bf16, num_groups, len, mins, maxs, zero_result, stream, ranges));
-}
-StoredKeyRanges stored_key_ranges16(SimdLevel level, const uint16_t* mins, const uint16_t* maxs, int64_t n) {
+const MinmaxSimd* minmax_simd(SimdLevel level) { return QOBS_SIMD_TABLE(MinmaxSimd, kMinmaxSimd); }
+
+StoredKeyRanges stored_key_ranges16(const MinmaxSimd& k, const uint16_t* mins, const uint16_t* maxs, int64_t n) {
   StoredKeyRanges r;
-  minmax_keys16_simd(level, mins, n, &r.mins_lo, &r.mins_hi);
-  minmax_keys16_simd(level, maxs, n, &r.maxs_lo, &r.maxs_hi);
+  k.keys16(mins, n, &r.mins_lo, &r.mins_hi);
+  k.keys16(maxs, n, &r.maxs_lo, &r.maxs_hi);
   return r;
-}
-void minmax_keys16_simd(SimdLevel level, const uint16_t* x, int64_t n, int16_t* lo, int16_t* hi) {
-  QOBS_SIMD_DISPATCH(MinMaxKeys16(x, n, lo, hi));
 }
 KeyExtremes key_extremes16(int16_t lo, int16_t hi, bool is_bf16) {
   const uint16_t inf = is_bf16 ? 0x7F80u : 0x7C00u;
@@ -597,24 +241,15 @@ KeyExtremes key_extremes16(int16_t lo, int16_t hi, bool is_bf16) {
   r.hi = value_of(hi);
   return r;
 }
-KeyExtremes minmax16_threaded(SimdLevel level, const uint16_t* x, int64_t n, bool is_bf16, int64_t parts, int threads) {
+KeyExtremes minmax16_threaded(const MinmaxSimd& k, const uint16_t* x, int64_t n, bool is_bf16, int64_t parts,
+                              int threads) {
   const int64_t step = (n + parts - 1) / parts;
   std::vector<int16_t> lo(static_cast<std::size_t>(parts), INT16_MAX), hi(static_cast<std::size_t>(parts), INT16_MIN);
   parallel_for(parts, threads, [&](int64_t p, int) {
     const int64_t b = p * step, e = std::min(n, b + step);
-    if (e > b) minmax_keys16_simd(level, x + b, e - b, &lo[static_cast<std::size_t>(p)], &hi[static_cast<std::size_t>(p)]);
+    if (e > b) k.keys16(x + b, e - b, &lo[static_cast<std::size_t>(p)], &hi[static_cast<std::size_t>(p)]);
   });
   return key_extremes16(*std::min_element(lo.begin(), lo.end()), *std::max_element(hi.begin(), hi.end()), is_bf16);
-}
-void widen_simd(SimdLevel level, const uint16_t* src, int64_t n, bool is_bf16, float* dst) {
-  if (level == SimdLevel::kScalar) {  // the scalar twin, so that callers need no fallback of their own
-    for (int64_t j = 0; j < n; ++j) dst[j] = is_bf16 ? bf16_to_float(src[j]) : f16_to_float(src[j]);
-    return;
-  }
-  QOBS_SIMD_DISPATCH(Widen(src, n, is_bf16, dst));
-}
-void narrow16_simd(SimdLevel level, const float* src, int64_t n, bool is_bf16, uint16_t* dst) {
-  QOBS_SIMD_DISPATCH(Narrow16(src, n, is_bf16, dst));
 }
 
 }  // namespace qobs::kernels::detail

@@ -12,15 +12,12 @@
 #include "kernels/kernels.h"
 #include "qobs/formats.h"
 #include "qparams/packing_rows.h"
-#if QOBS_HAVE_FAST_KERNELS
-#include "kernels/parallel/thread_pool.h"
 #include "kernels/pack/pack_simd.h"
+#include "kernels/parallel/thread_pool.h"
 #include "kernels/simd/simd_level.h"
-#endif
 
 namespace qobs::kernels {
 
-#if QOBS_HAVE_FAST_KERNELS
 namespace {
 
 using qobs::detail::PackedRows;
@@ -171,14 +168,14 @@ Tensor pack_fp4(const Tensor& q, std::string_view label, int num_threads) {
   Tensor out = Tensor::uninitialized(DType::kU8, qobs::detail::check_pack_fp4(q, label));
   const int64_t cols = q.shape().back(), rows = cols == 0 ? 0 : q.numel() / cols;
   uint8_t* dst = out.data_as<uint8_t>();
-  const SimdLevel level = active_simd_level();
+  const detail::PackSimd* simd = detail::pack_simd(active_simd_level());
   // cols is even, so a block of rows owns whole output bytes
   for_row_blocks(rows, cols, num_threads, [&](int64_t r0, int64_t r1) {
     const int64_t b = r0 * cols, e = r1 * cols;
     // bf16 / f16 in vector lanes; a block with an element off the E2M1 grid is redone by
     // the table loop below, which names it
     const bool is16 = q.dtype() == DType::kBF16 || q.dtype() == DType::kF16;
-    if (is16 && detail::pack_fp4_16_simd(level, q.data_as<uint16_t>() + b, e - b, q.dtype() == DType::kBF16, dst + b / 2))
+    if (is16 && simd && simd->fp4_16(q.data_as<uint16_t>() + b, e - b, q.dtype() == DType::kBF16, dst + b / 2))
       return;
     switch (q.dtype()) {
       case DType::kF32: return pack_fp4_by_bits<uint32_t>(q, 22, label, dst, b, e);
@@ -210,18 +207,5 @@ Tensor unpack_fp4(const Tensor& packed, DType out_dtype, std::string_view label,
   return out;
 }
 
-#else
-// Built with QOBS_FAST_KERNELS=OFF: the scalar references.
-Tensor pack_int_rows(const Tensor& q, int num_bits, std::string_view label, int) {
-  return ref::pack_int_rows(q, num_bits, label);
-}
-Tensor unpack_int_rows(const Tensor& packed, int num_bits, int64_t cols, std::string_view label, int) {
-  return ref::unpack_int_rows(packed, num_bits, cols, label);
-}
-Tensor pack_fp4(const Tensor& q, std::string_view label, int) { return ref::pack_fp4(q, label); }
-Tensor unpack_fp4(const Tensor& packed, DType out_dtype, std::string_view label, int) {
-  return ref::unpack_fp4(packed, out_dtype, label);
-}
-#endif
 
 }  // namespace qobs::kernels

@@ -67,20 +67,19 @@ bool PackFp4(const uint16_t* src, int64_t n, bool is_bf16, uint8_t* dst) {
   return is_bf16 ? PackFp4T<6, 0xFC>(src, n, dst) : PackFp4T<9, 0x1C>(src, n, dst);
 }
 
+inline constexpr PackSimd kPackSimd{&PackFp4};
+
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 }  // namespace HWY_NAMESPACE
 }  // namespace qobs::kernels::detail
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include "kernels/simd/simd_dispatch.h"  // QOBS_SIMD_DISPATCH
+#include "kernels/simd/simd_dispatch.h"
 
 namespace qobs::kernels::detail {
 
-bool pack_fp4_16_simd(SimdLevel level, const uint16_t* src, int64_t n, bool is_bf16, uint8_t* dst) {
-  if (level == SimdLevel::kScalar) return false;
-  QOBS_SIMD_DISPATCH(PackFp4(src, n, is_bf16, dst));
-}
+const PackSimd* pack_simd(SimdLevel level) { return QOBS_SIMD_TABLE(PackSimd, kPackSimd); }
 
 }  // namespace qobs::kernels::detail
 #endif  // HWY_ONCE

@@ -9,12 +9,17 @@
 
 namespace qobs::kernels::detail {
 
-/// Packs n (even) bf16 (is_bf16) or f16 patterns that are E2M1 values, two codes per
-/// byte (element 2i in the low nibble, R8.5.1), into dst[0, n / 2). Code = sign << 3 |
-/// magnitude index of {0, 0.5, 1, 1.5, 2, 3, 4, 6}; -0 is code 8. Returns false when
-/// some element is not an E2M1 value (then dst is unspecified and the caller redoes the
-/// range with the scalar loop, which reports the first such element); always false at
-/// the scalar level.
-bool pack_fp4_16_simd(SimdLevel level, const uint16_t* src, int64_t n, bool is_bf16, uint8_t* dst);
+/// The vector packing kernels (simd_dispatch.h).
+struct PackSimd {
+  /// Packs n (even) bf16 (is_bf16) or f16 patterns that are E2M1 values, two codes per
+  /// byte (element 2i in the low nibble, R8.5.1), into dst[0, n / 2). Code = sign << 3
+  /// | magnitude index of {0, 0.5, 1, 1.5, 2, 3, 4, 6}; -0 is code 8. Returns false
+  /// when some element is not an E2M1 value (then dst is unspecified and the caller
+  /// redoes the range with the scalar loop, which reports the first such element).
+  bool (*fp4_16)(const uint16_t* src, int64_t n, bool is_bf16, uint8_t* dst);
+};
+/// The table for a vector level; nullptr for kScalar (the scalar twin: pack_fp4's
+/// element loop, pack_ref.cc).
+const PackSimd* pack_simd(SimdLevel level);
 
 }  // namespace qobs::kernels::detail

@@ -1,8 +1,29 @@
 // Per-target |e|^norm shared by the vector kernels (block_errors_simd.cc, pow_simd.cc):
 // pow_replay, the bit-exact replay of libm's powf (scalar twin: powf_replay in
 // libm_powf.cc), and pow_approx, the certified path's cheap pow (kPowApproxRelErr).
-// Included inside each kernel file's per-target namespace after lane_types-inl.h, once
-// per Highway target -- hence no include guard.
+//
+//
+// A per-target header (Highway's -inl.h convention): a unit includes it after
+// <hwy/highway.h>, outside any namespace, and foreach_target.h re-reads it once per
+// target, each time into that target's namespace (the include guard toggles with
+// HWY_TARGET_TOGGLE). It carries code for the AVX2 and AVX-512 passes only
+// (simd_targets.h).
+#if defined(QOBS_KERNELS_POW_POW_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QOBS_KERNELS_POW_POW_INL_H_
+#undef QOBS_KERNELS_POW_POW_INL_H_
+#else
+#define QOBS_KERNELS_POW_POW_INL_H_
+#endif
+
+#include <hwy/highway.h>
+#include "kernels/pow/libm_powf.h"
+#include "kernels/simd/lane_types-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qobs::kernels::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
 /// The libm powf replay (libm_powf.cc powf_replay) on half a vector, in double.
 /// ix: the (normalized) bit patterns, as int32 lanes of the half.
@@ -126,3 +147,10 @@ HWY_INLINE VF pow_approx(VF a, float y) {
   r = hn::IfThenZeroElse(hn::Lt(z, hn::Set(df, -125.0f)), r);
   return hn::IfThenZeroElse(hn::Lt(a, hn::Set(df, 0x1p-125f)), r);
 }
+
+#endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+}  // namespace HWY_NAMESPACE
+}  // namespace qobs::kernels::detail
+HWY_AFTER_NAMESPACE();
+
+#endif  // QOBS_KERNELS_POW_POW_INL_H_

@@ -7,6 +7,8 @@
 #define HWY_TARGET_INCLUDE "kernels/pow/pow_simd.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, DH, DD, VF, VD, ...
+#include "kernels/pow/pow-inl.h"  // pow_replay, pow_approx
 
 #include <cmath>
 
@@ -21,8 +23,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Highway always adds stays empty.
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
-#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, DH, DD, VF, VD, ...
-#include "kernels/pow/pow-inl.h"  // pow_replay, pow_approx
 
 void PowApprox(const float* x, int64_t n, float y, float* out) {
   const DF df;
@@ -43,22 +43,19 @@ void PowReplay(const float* x, int64_t n, float y, const PowfTables& t, float* o
   }
 }
 
+inline constexpr PowSimd kPowSimd{&PowReplay, &PowApprox};
+
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 }  // namespace HWY_NAMESPACE
 }  // namespace qobs::kernels::detail
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include "kernels/simd/simd_dispatch.h"  // QOBS_SIMD_DISPATCH
+#include "kernels/simd/simd_dispatch.h"
 
 namespace qobs::kernels::detail {
 
-void pow_replay_simd(SimdLevel level, const float* x, int64_t n, float y, const PowfTables& t, float* out) {
-  QOBS_SIMD_DISPATCH(PowReplay(x, n, y, t, out));
-}
-void pow_approx_simd(SimdLevel level, const float* x, int64_t n, float y, float* out) {
-  QOBS_SIMD_DISPATCH(PowApprox(x, n, y, out));
-}
+const PowSimd* pow_simd(SimdLevel level) { return QOBS_SIMD_TABLE(PowSimd, kPowSimd); }
 
 }  // namespace qobs::kernels::detail
 #endif  // HWY_ONCE

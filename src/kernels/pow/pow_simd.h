@@ -16,9 +16,14 @@ inline constexpr double kPowApproxRelErr = 0x1p-13;
 /// Absolute slack per term: results (or inputs, with norm >= 1) below 2^-125 count as 0.
 inline constexpr double kPowApproxAbsErr = 0x1p-124;
 
-/// |x|^y for n non-negative finite x with the libm replay, vectorized (tests).
-void pow_replay_simd(SimdLevel level, const float* x, int64_t n, float y, const PowfTables& t, float* out);
-/// The kPowApprox terms of n non-negative x (tests).
-void pow_approx_simd(SimdLevel level, const float* x, int64_t n, float y, float* out);
+/// The array forms of pow-inl.h's functions, for the tests (simd_dispatch.h).
+struct PowSimd {
+  /// |x|^y for n non-negative finite x with the libm replay.
+  void (*replay)(const float* x, int64_t n, float y, const PowfTables& t, float* out);
+  /// The kPowApprox terms of n non-negative x.
+  void (*approx)(const float* x, int64_t n, float y, float* out);
+};
+/// The table for a vector level; nullptr for kScalar (the scalar twin: powf_replay).
+const PowSimd* pow_simd(SimdLevel level);
 
 }  // namespace qobs::kernels::detail

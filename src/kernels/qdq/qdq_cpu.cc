@@ -19,7 +19,7 @@
 #include "kernels/qdq/qdq_call.h"
 #include "kernels/qdq/qdq_simd.h"
 
-namespace qobs::kernels::fast {
+namespace qobs::kernels::cpu {
 namespace {
 
 using detail::Narrow;
@@ -82,7 +82,7 @@ class FastQdq {
     rows_ = cols_ == 0 ? 0 : out.numel() / cols_;
     col_idx_.resize(static_cast<std::size_t>(cols_));
     for (int64_t col = 0; col < cols_; ++col) col_idx_[static_cast<std::size_t>(col)] = column_index(col);
-    if (level != SimdLevel::kScalar) setup_simd(level);
+    if (const detail::QdqSimd* k = detail::qdq_simd(level)) setup_simd(k);
   }
 
   /// The scales and zero points as doubles, for the scalar steps: built on first use
@@ -127,7 +127,7 @@ class FastQdq {
     return 0;
   }
 
-  void setup_simd(SimdLevel level) {
+  void setup_simd(const detail::QdqSimd* k) {
     const auto& p = c_.plan;
     const auto xs = storage_of(x_.dtype), os = storage_of(out_.dtype());
     const auto ny = narrow_of(p.y_dt, p.mode), ns = narrow_of(p.s_dt, p.mode), nx = narrow_of(p.x_dt, p.mode);
@@ -143,7 +143,6 @@ class FastQdq {
     for (int64_t col = 0; col < cols_; ++col)
       if (col_idx_[static_cast<std::size_t>(col)] != idx0 + col / g) return;
     group_ = g;
-    level_ = level;
     // the per-element constants of qdq_element, evaluated once per scale element
     const Arith ax{p.x_dt, p.mode}, as{p.s_dt, p.mode};
     sf_ = floats_of(c_.scale, sf_owned_);  // exact for f32 / bf16 / f16 scales; f64 rounds as a cast does
@@ -179,7 +178,7 @@ class FastQdq {
     args_.grid = p.grid;
     args_.q_min = static_cast<float>(p.q_min);
     args_.q_max = static_cast<float>(p.q_max);
-    simd_ = true;
+    simd_ = k;  // last: an early return above leaves the scalar loop
   }
 
   /// A tensor's values as floats: its own data when it is f32 (no copy), else
@@ -211,7 +210,7 @@ class FastQdq {
     a.group = group_;
     // a piece of a long row may start inside a group
     a.head = group_ - c0 % group_;
-    if (!detail::qdq_run_simd(level_, a)) scalar(base, off, c0, c1);  // NaN / Inf: the scalar steps
+    if (!simd_->run(a)) scalar(base, off, c0, c1);  // NaN / Inf: the scalar steps
   }
 
   void scalar(int64_t base, int64_t off, int64_t c0, int64_t c1) {
@@ -233,8 +232,7 @@ class FastQdq {
   std::vector<double> s_, z_;  // ensure_doubles()
   int64_t rows_ = 0, cols_ = 0;
   std::vector<int64_t> col_idx_;
-  bool simd_ = false;
-  SimdLevel level_ = SimdLevel::kScalar;
+  const detail::QdqSimd* simd_ = nullptr;  ///< null: the scalar loop
   int64_t group_ = 1;
   // f32 scales and zero points for the lanes: the tensors' own data, or conversions
   const float* sf_ = nullptr;
@@ -266,4 +264,4 @@ Tensor qdq(QdqOp op, const TensorView& x, const Tensor& scale, const Tensor* zer
   return out;
 }
 
-}  // namespace qobs::kernels::fast
+}  // namespace qobs::kernels::cpu

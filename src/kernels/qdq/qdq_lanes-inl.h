@@ -1,8 +1,30 @@
 // The R5.1 element steps on a vector of lanes, shared by the QDQ runs (qdq_simd.cc) and
 // the least-squares scorer (lsq_error_simd.cc): each op rounded once, RNE, to its dtype
-// by narrow_to, as Arith does. Included inside a kernel file's per-target namespace,
-// after lane_types-inl.h and grid_round-inl.h, once per Highway target -- hence no
-// include guard. The scalar twins are quantize_elem / dequantize_elem (qparam_math.h).
+// by narrow_to, as Arith does. The scalar twins are quantize_elem / dequantize_elem (qparam_math.h).
+//
+// A per-target header (Highway's -inl.h convention): a unit includes it after
+// <hwy/highway.h>, outside any namespace, and foreach_target.h re-reads it once per
+// target, each time into that target's namespace (the include guard toggles with
+// HWY_TARGET_TOGGLE). It carries code for the AVX2 and AVX-512 passes only
+// (simd_targets.h).
+#if defined(QOBS_KERNELS_QDQ_QDQ_LANES_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QOBS_KERNELS_QDQ_QDQ_LANES_INL_H_
+#undef QOBS_KERNELS_QDQ_QDQ_LANES_INL_H_
+#else
+#define QOBS_KERNELS_QDQ_QDQ_LANES_INL_H_
+#endif
+
+#include <hwy/highway.h>
+#include "kernels/simd/narrow.h"
+#include "qparams/qparam_math.h"
+#include "kernels/simd/lane_types-inl.h"
+#include "kernels/simd/grid_round-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qobs::kernels::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
 /// R5.1.1 steps 2-4: the quantized value of x (x / s + z in y's dtype, clamped and
 /// rounded to the grid). A NaN quotient sets `bad`: the vector clamp does not propagate
@@ -34,3 +56,10 @@ HWY_INLINE VF dequantize_lanes(VF q, VF s, VF zs, bool has_zp, Narrow ns) {
   if (has_zp) d = narrow_to(ns, hn::Sub(d, zs));
   return narrow_to(ns, hn::Mul(d, s));
 }
+
+#endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+}  // namespace HWY_NAMESPACE
+}  // namespace qobs::kernels::detail
+HWY_AFTER_NAMESPACE();
+
+#endif  // QOBS_KERNELS_QDQ_QDQ_LANES_INL_H_

@@ -14,6 +14,9 @@
 #define HWY_TARGET_INCLUDE "kernels/qdq/qdq_simd.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, VF, ...
+#include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round, fp4_round
+#include "kernels/qdq/qdq_lanes-inl.h"  // quantize_lanes, dequantize_lanes
 
 #include <algorithm>
 #include <cstring>
@@ -27,11 +30,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
-#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, VF, ...
 
-#include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round, fp4_round
 
-#include "kernels/qdq/qdq_lanes-inl.h"  // quantize_lanes, dequantize_lanes
 
 HWY_INLINE VF load_x(QdqStorage st, const void* p, int64_t j) {
   const DF df;
@@ -175,17 +175,19 @@ bool QdqRun(const QdqRunArgs& A) {
   }
 }
 
+inline constexpr QdqSimd kQdqSimd{&QdqRun};
+
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 }  // namespace HWY_NAMESPACE
 }  // namespace qobs::kernels::detail
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include "kernels/simd/simd_dispatch.h"  // QOBS_SIMD_DISPATCH
+#include "kernels/simd/simd_dispatch.h"
 
 namespace qobs::kernels::detail {
 
-bool qdq_run_simd(SimdLevel level, const QdqRunArgs& args) { QOBS_SIMD_DISPATCH(QdqRun(args)); }
+const QdqSimd* qdq_simd(SimdLevel level) { return QOBS_SIMD_TABLE(QdqSimd, kQdqSimd); }
 
 }  // namespace qobs::kernels::detail
 #endif  // HWY_ONCE

@@ -40,9 +40,15 @@ struct QdqRunArgs {
   float q_min = 0, q_max = 0;
 };
 
-/// Evaluates a run at `level` (kAvx2 or kAvx512). Returns false, with the run's output
-/// unspecified, when an element needs the scalar steps: a non-finite x or a NaN
-/// quotient, whose NaN encodings the vector lanes do not reproduce.
-bool qdq_run_simd(SimdLevel level, const QdqRunArgs& args);
+/// The vector QDQ run (simd_dispatch.h).
+struct QdqSimd {
+  /// Evaluates a run. Returns false, with the run's output unspecified, when an element
+  /// needs the scalar steps: a non-finite x or a NaN quotient, whose NaN encodings the
+  /// vector lanes do not reproduce.
+  bool (*run)(const QdqRunArgs& args);
+};
+/// The table for a vector level; nullptr for kScalar (the scalar twin: the element
+/// loop of qdq_cpu.cc over qdq_elem).
+const QdqSimd* qdq_simd(SimdLevel level);
 
 }  // namespace qobs::kernels::detail

@@ -1,5 +1,5 @@
 // Vectorized R4.1: the element-wise qparams of the common plans in
-// SIMD lanes (shrunk_qparams_simd: ShrunkQParams's operations, which equal
+// SIMD lanes (qparams_simd.h: ShrunkQParams's operations, which equal
 // compute_qparams_elem's), straight from the statistics into the output tensors -- no
 // per-element double copies -- in threaded chunks.
 #include "kernels/qparams/qparams_cpu.h"
@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "kernels/parallel/thread_pool.h"
-#include "kernels/minmax/minmax_simd.h"  // narrow16_simd
+#include "kernels/simd/convert_simd.h"
 #include "kernels/qparams/qparams_simd.h"
 #include "qparams/qparam_math.h"
 
-namespace qobs::kernels::fast {
+namespace qobs::kernels::cpu {
 
 namespace {
 
@@ -36,7 +36,8 @@ bool float_stat_dtype(DType dt) { return dt == DType::kF32 || dt == DType::kBF16
 std::optional<ScaleZeroPoint> calculate_qparams_simd(const Tensor& min_vals, const Tensor& max_vals,
                                                      const QuantizationArgs& args_in, const Tensor* global_scale,
                                                      NumericMode mode, SimdLevel level, int num_threads) {
-  if (level == SimdLevel::kScalar) return std::nullopt;
+  const detail::QParamsSimd* k = detail::qparams_simd(level);
+  if (!k) return std::nullopt;
   const DType stat_dt = min_vals.dtype();
   if (!float_stat_dtype(stat_dt) || max_vals.dtype() != stat_dt) return std::nullopt;
   // shapes: a mismatch is the scalar path's error; 0-dimensional statistics take its
@@ -56,6 +57,7 @@ std::optional<ScaleZeroPoint> calculate_qparams_simd(const Tensor& min_vals, con
   ScaleZeroPoint out{Tensor::uninitialized(plan.scale_dt, min_vals.shape()),
                      zero_zp ? Tensor(plan.zp_dtype, min_vals.shape())
                              : Tensor::uninitialized(plan.zp_dtype, min_vals.shape())};
+  const detail::ConvertSimd* convert = detail::convert_simd(level);
   constexpr int64_t kChunk = 8192;  // below that a thread costs more than it saves
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   const int threads = static_cast<int>(std::min<int64_t>(resolve_num_threads(num_threads), chunks));
@@ -72,22 +74,21 @@ std::optional<ScaleZeroPoint> calculate_qparams_simd(const Tensor& min_vals, con
       if (stat_dt != DType::kF32) {
         // bf16 / f16 statistics widened, and 16-bit scales narrowed, in the lanes
         auto* scale = static_cast<unsigned char*>(out.scale.data()) + b * static_cast<int64_t>(dtype_size(plan.scale_dt));
-        if (!detail::shrunk_qparams16_simd(level, q, min_vals.data_as<uint16_t>() + b, max_vals.data_as<uint16_t>() + b,
-                                           stat_dt == DType::kBF16, len, plan.scale_dt, scale, wzp)) {
+        if (!k->f16(q, min_vals.data_as<uint16_t>() + b, max_vals.data_as<uint16_t>() + b, stat_dt == DType::kBF16, len,
+                    plan.scale_dt, scale, wzp)) {
           non_finite.store(true, std::memory_order_relaxed);
           return;
         }
       } else {
         float* scale = plan.scale_dt == DType::kF32 ? out.scale.data_as<float>() + b : wscale;
-        if (!detail::shrunk_qparams_simd(level, q, min_vals.data_as<float>() + b, max_vals.data_as<float>() + b, len,
-                                         scale, wzp)) {
+        if (!k->f32(q, min_vals.data_as<float>() + b, max_vals.data_as<float>() + b, len, scale, wzp)) {
           non_finite.store(true, std::memory_order_relaxed);
           return;
         }
         // scales in a 16-bit dtype: float_to_bf16 / float_to_f16 (finite statistics give
-        // finite or +inf scales, never the NaN that narrow16_simd treats differently)
+        // finite or +inf scales, never the NaN that ConvertSimd::narrow16 treats differently)
         if (plan.scale_dt != DType::kF32)
-          detail::narrow16_simd(level, scale, len, plan.scale_dt == DType::kBF16, out.scale.data_as<uint16_t>() + b);
+          convert->narrow16(scale, len, plan.scale_dt == DType::kBF16, out.scale.data_as<uint16_t>() + b);
       }
       if (zero_zp) continue;  // Tensor's zero fill: a symmetric plan's zero points, +0 in every float dtype
       switch (plan.zp_dtype) {
@@ -103,4 +104,4 @@ std::optional<ScaleZeroPoint> calculate_qparams_simd(const Tensor& min_vals, con
   return out;
 }
 
-}  // namespace qobs::kernels::fast
+}  // namespace qobs::kernels::cpu

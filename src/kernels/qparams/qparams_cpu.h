@@ -1,5 +1,5 @@
-// The vectorized R4.1 for the common plans (qparams_fast.cc), behind
-// kernels::calculate_qparams. Private to src/kernels (dispatch.cc, tests).
+// The vectorized R4.1 for the common plans (qparams_cpu.cc), behind
+// kernels::calculate_qparams. Private to src/kernels (the driver qparams.cc, tests).
 #pragma once
 
 #include <optional>
@@ -7,7 +7,7 @@
 #include "kernels/kernels.h"
 #include "kernels/simd/simd_level.h"
 
-namespace qobs::kernels::fast {
+namespace qobs::kernels::cpu {
 
 /// calculate_qparams for f32 / bf16 / f16 statistics (one dtype), not MX, with at most an
 /// FP8 E4M3 scale_dtype and a global scale (NVFP4), an integer zero-point dtype or a
@@ -19,4 +19,4 @@ std::optional<ScaleZeroPoint> calculate_qparams_simd(const Tensor& min_vals, con
                                                      const QuantizationArgs& args, const Tensor* global_scale,
                                                      NumericMode mode, SimdLevel level, int num_threads);
 
-}  // namespace qobs::kernels::fast
+}  // namespace qobs::kernels::cpu

@@ -1,7 +1,31 @@
 // Per-target R4.1 for candidate statistics (shrunk_qparams_lanes), shared by the array
-// form (shrunk_qparams_simd.cc) and the batch kernel (poly_batch_simd.cc). Scalar twin:
-// ShrunkQParams::compute (qparam_math.h). Included inside each kernel file's per-target
-// namespace after grid_round-inl.h, once per Highway target -- hence no include guard.
+// form (qparams_simd.cc) and the batch kernel (poly_batch_simd.cc). Scalar twin:
+// ShrunkQParams::compute (qparam_math.h).
+//
+// A per-target header (Highway's -inl.h convention): a unit includes it after
+// <hwy/highway.h>, outside any namespace, and foreach_target.h re-reads it once per
+// target, each time into that target's namespace (the include guard toggles with
+// HWY_TARGET_TOGGLE). It carries code for the AVX2 and AVX-512 passes only
+// (simd_targets.h).
+#if defined(QOBS_KERNELS_QPARAMS_QPARAMS_LANES_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QOBS_KERNELS_QPARAMS_QPARAMS_LANES_INL_H_
+#undef QOBS_KERNELS_QPARAMS_QPARAMS_LANES_INL_H_
+#else
+#define QOBS_KERNELS_QPARAMS_QPARAMS_LANES_INL_H_
+#endif
+
+#include <hwy/highway.h>
+#include "kernels/simd/narrow.h"
+#include "qobs/formats.h"
+#include "qparams/qparam_math.h"
+#include "kernels/simd/lane_types-inl.h"
+#include "kernels/simd/grid_round-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qobs::kernels::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
 /// R4.1 lane-wise for f32 statistics under a ShrunkQParams-usable plan: the same f32
 /// operations, in the same order, as ShrunkQParams::compute (tested bit for bit against
@@ -36,3 +60,10 @@ HWY_INLINE void shrunk_qparams_lanes(const qobs::detail::ShrunkQParams& Q, VF cm
   if (Q.fp8_scale) s = fp8_round(hn::Min(s, hn::Set(df, qobs::kFp8E4M3Max)));
   s = hn::IfThenElse(hn::Eq(s, zero), hn::Set(df, Q.eps), s);
 }
+
+#endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+}  // namespace HWY_NAMESPACE
+}  // namespace qobs::kernels::detail
+HWY_AFTER_NAMESPACE();
+
+#endif  // QOBS_KERNELS_QPARAMS_QPARAMS_LANES_INL_H_

@@ -1,4 +1,4 @@
-// R4.1 on arrays of f32 statistics (shrunk_qparams_simd.h), compiled for AVX2 and
+// R4.1 on arrays of f32 statistics (qparams_simd.h), compiled for AVX2 and
 // AVX-512.
 #include "kernels/simd/simd_targets.h"
 
@@ -6,6 +6,9 @@
 #define HWY_TARGET_INCLUDE "kernels/qparams/qparams_simd.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, DH, DD, VF, VD, ...
+#include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round
+#include "kernels/qparams/qparams_lanes-inl.h"  // shrunk_qparams_lanes
 
 #include "kernels/simd/narrow.h"
 #include "kernels/qparams/qparams_simd.h"
@@ -20,9 +23,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Highway always adds stays empty.
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
-#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, DH, DD, VF, VD, ...
-#include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round
-#include "kernels/qparams/qparams_lanes-inl.h"  // shrunk_qparams_lanes
 
 template <bool kZp>
 bool ShrunkQParamsT(const qobs::detail::ShrunkQParams& Q, const float* lo, const float* hi, int64_t n, float* scale,
@@ -125,24 +125,19 @@ bool ShrunkQParams16N(const qobs::detail::ShrunkQParams& Q, const uint16_t* lo, 
   return ShrunkQParams16T<true>(Q, lo, hi, in_bf16, n, scale_dt, scale, zp);
 }
 
+inline constexpr QParamsSimd kQParamsSimd{&ShrunkQParamsN, &ShrunkQParams16N};
+
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 }  // namespace HWY_NAMESPACE
 }  // namespace qobs::kernels::detail
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include "kernels/simd/simd_dispatch.h"  // QOBS_SIMD_DISPATCH
+#include "kernels/simd/simd_dispatch.h"
 
 namespace qobs::kernels::detail {
 
-bool shrunk_qparams_simd(SimdLevel level, const qobs::detail::ShrunkQParams& q, const float* lo, const float* hi,
-                         int64_t n, float* scale, float* zp) {
-  QOBS_SIMD_DISPATCH(ShrunkQParamsN(q, lo, hi, n, scale, zp));
-}
-bool shrunk_qparams16_simd(SimdLevel level, const qobs::detail::ShrunkQParams& q, const uint16_t* lo,
-                           const uint16_t* hi, bool in_bf16, int64_t n, DType scale_dt, void* scale, float* zp) {
-  QOBS_SIMD_DISPATCH(ShrunkQParams16N(q, lo, hi, in_bf16, n, scale_dt, scale, zp));
-}
+const QParamsSimd* qparams_simd(SimdLevel level) { return QOBS_SIMD_TABLE(QParamsSimd, kQParamsSimd); }
 
 }  // namespace qobs::kernels::detail
 #endif  // HWY_ONCE

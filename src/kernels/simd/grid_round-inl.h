@@ -1,8 +1,30 @@
-// Per-target vector rounding shared by the SIMD kernels (the search kernels, qdq_simd.cc):
-// narrowing an f32 vector to bf16 / f16 (R0.4b), and rounding to the FP8 E4M3 and FP4
-// E2M1 grids (R2.2.1, R2.3.1). Included inside each kernel file's per-target namespace,
-// after its DF / DU aliases, once per Highway target -- hence no include guard.
-// Each has a scalar twin in qparam_math.h / core/arith.h.
+// Per-target vector rounding shared by the SIMD kernels (the search kernels,
+// qdq_simd.cc): narrowing an f32 vector to bf16 / f16 (R0.4b), and rounding to the FP8
+// E4M3 and FP4 E2M1 grids (R2.2.1, R2.3.1). Each has a scalar twin in qparam_math.h /
+// core/arith.h.
+//
+// A per-target header (Highway's -inl.h convention): a unit includes it after
+// <hwy/highway.h>, outside any namespace, and foreach_target.h re-reads it once per
+// target, each time into that target's namespace (the include guard toggles with
+// HWY_TARGET_TOGGLE). It carries code for the AVX2 and AVX-512 passes only
+// (simd_targets.h).
+#if defined(QOBS_KERNELS_SIMD_GRID_ROUND_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QOBS_KERNELS_SIMD_GRID_ROUND_INL_H_
+#undef QOBS_KERNELS_SIMD_GRID_ROUND_INL_H_
+#else
+#define QOBS_KERNELS_SIMD_GRID_ROUND_INL_H_
+#endif
+
+#include <hwy/highway.h>
+#include "kernels/simd/narrow.h"
+#include "qobs/formats.h"
+#include "kernels/simd/lane_types-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qobs::kernels::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
 /// RNE of an f32 vector to bf16 / f16, kept in f32 containers (finite or inf input).
 HWY_INLINE VF narrow_to(Narrow kind, VF v) {
@@ -63,3 +85,10 @@ HWY_INLINE VF fp4_round_nonneg(VF c) {
   const VF big = hn::Mul(hn::Max(binade, hn::Set(df, 1.0f)), hn::Set(df, 0x1p22f));
   return hn::Sub(hn::Add(c, big), big);
 }
+
+#endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+}  // namespace HWY_NAMESPACE
+}  // namespace qobs::kernels::detail
+HWY_AFTER_NAMESPACE();
+
+#endif  // QOBS_KERNELS_SIMD_GRID_ROUND_INL_H_

@@ -1,6 +1,25 @@
-// The vector types of the kernel files, per Highway target, the exact widening of
-// 16-bit float patterns into them and the RNE narrowing to bf16 patterns: included inside each file's per-target namespace
-// (after `namespace hn`), once per target -- hence no include guard.
+// The vector types of the kernel files, per Highway target, the exact widening of 16-bit
+// float patterns into them and the RNE narrowing to bf16 patterns.
+//
+// A per-target header (Highway's -inl.h convention): a unit includes it after
+// <hwy/highway.h>, outside any namespace, and foreach_target.h re-reads it once per
+// target, each time into that target's namespace (the include guard toggles with
+// HWY_TARGET_TOGGLE). It carries code for the AVX2 and AVX-512 passes only
+// (simd_targets.h).
+#if defined(QOBS_KERNELS_SIMD_LANE_TYPES_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QOBS_KERNELS_SIMD_LANE_TYPES_INL_H_
+#undef QOBS_KERNELS_SIMD_LANE_TYPES_INL_H_
+#else
+#define QOBS_KERNELS_SIMD_LANE_TYPES_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace qobs::kernels::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
 using DF = hn::ScalableTag<float>;
 using DU = hn::RebindToUnsigned<DF>;
@@ -28,3 +47,10 @@ HWY_INLINE hn::Vec<hn::Rebind<uint16_t, DF>> bf16_bits(VF v) {
   u = hn::ShiftRight<16>(hn::Add(u, hn::Add(hn::Set(du, 0x7FFFu), hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u)))));
   return hn::DemoteTo(hn::Rebind<uint16_t, DF>(), hn::BitCast(DI(), u));
 }
+
+#endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+}  // namespace HWY_NAMESPACE
+}  // namespace qobs::kernels::detail
+HWY_AFTER_NAMESPACE();
+
+#endif  // QOBS_KERNELS_SIMD_LANE_TYPES_INL_H_

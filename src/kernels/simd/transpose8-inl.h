@@ -1,8 +1,27 @@
 // Per-target eight-float vectors (256 bits, on AVX-512 too): the load of eight f32 /
 // bf16 / f16 values as floats and the 8 x 8 transpose, shared by the batch kernel's
 // input (poly_batch_simd.cc BatchTranspose), the eight-groups-per-pass min-max
-// (minmax_simd.cc) and the report's error sums (error_sums_simd.cc). Included inside each kernel file's per-target namespace,
-// once per Highway target -- hence no include guard.
+// (minmax_simd.cc) and the report's error sums (error_sums_simd.cc).
+//
+// A per-target header (Highway's -inl.h convention): a unit includes it after
+// <hwy/highway.h>, outside any namespace, and foreach_target.h re-reads it once per
+// target, each time into that target's namespace (the include guard toggles with
+// HWY_TARGET_TOGGLE). It carries code for the AVX2 and AVX-512 passes only
+// (simd_targets.h).
+#if defined(QOBS_KERNELS_SIMD_TRANSPOSE8_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QOBS_KERNELS_SIMD_TRANSPOSE8_INL_H_
+#undef QOBS_KERNELS_SIMD_TRANSPOSE8_INL_H_
+#else
+#define QOBS_KERNELS_SIMD_TRANSPOSE8_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace qobs::kernels::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
 using D8 = hn::FixedTag<float, 8>;  // 256-bit vectors, on AVX-512 too
 using V8 = hn::Vec<D8>;
@@ -42,3 +61,10 @@ HWY_INLINE void transpose8x8(D8 d8, const V8* row, V8* col) {
     col[k + 4] = hn::ConcatUpperUpper(d8, u[4 + k], u[k]);
   }
 }
+
+#endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+}  // namespace HWY_NAMESPACE
+}  // namespace qobs::kernels::detail
+HWY_AFTER_NAMESPACE();
+
+#endif  // QOBS_KERNELS_SIMD_TRANSPOSE8_INL_H_

@@ -10,6 +10,7 @@
 #define HWY_TARGET_INCLUDE "kernels/stats/error_sums_simd.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+#include "kernels/simd/transpose8-inl.h"  // D8, V8, load8
 
 #include "kernels/stats/error_sums_simd.h"
 
@@ -20,7 +21,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
-#include "kernels/simd/transpose8-inl.h"  // D8, V8, load8
 
 template <typename TX, typename TY>
 int64_t ErrorSumsT(const TX* x, bool x_bf16, const TY* y, bool y_bf16, int64_t n, double* sig, double* err) {
@@ -70,21 +70,19 @@ int64_t ErrorSums(const void* x, DType xdt, const void* y, DType ydt, int64_t n,
   return ydt == DType::kF32 ? ErrorSumsT(xh, xb, yf, false, n, sig, err) : ErrorSumsT(xh, xb, yh, yb, n, sig, err);
 }
 
+inline constexpr ErrorSumsSimd kErrorSumsSimd{&ErrorSums};
+
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 }  // namespace HWY_NAMESPACE
 }  // namespace qobs::kernels::detail
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include "kernels/simd/simd_dispatch.h"  // QOBS_SIMD_DISPATCH
+#include "kernels/simd/simd_dispatch.h"
 
 namespace qobs::kernels::detail {
 
-int64_t error_sums_simd(SimdLevel level, const void* x, DType xdt, const void* y, DType ydt, int64_t n, double* sig,
-                        double* err) {
-  if (level == SimdLevel::kScalar) return 0;
-  QOBS_SIMD_DISPATCH(ErrorSums(x, xdt, y, ydt, n, sig, err));
-}
+const ErrorSumsSimd* error_sums_simd(SimdLevel level) { return QOBS_SIMD_TABLE(ErrorSumsSimd, kErrorSumsSimd); }
 
 }  // namespace qobs::kernels::detail
 #endif  // HWY_ONCE

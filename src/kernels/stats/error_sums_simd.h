@@ -12,11 +12,15 @@
 
 namespace qobs::kernels::detail {
 
-/// Adds elements [0, n / 8 * 8) of x and y (contiguous, dtype xdt / ydt: f32, bf16 or
-/// f16) to the eight partials sig[i % 8] += x_i * x_i and err[i % 8] += d * d, d = x_i − y_i
-/// in double; returns how many elements it took (the caller adds the rest). 0 at the
-/// scalar level.
-int64_t error_sums_simd(SimdLevel level, const void* x, DType xdt, const void* y, DType ydt, int64_t n, double* sig,
-                        double* err);
+/// The report's error sums in vector lanes (simd_dispatch.h).
+struct ErrorSumsSimd {
+  /// Adds elements [0, n / 8 * 8) of x and y (contiguous, dtype xdt / ydt: f32, bf16
+  /// or f16) to the eight partials sig[i % 8] += x_i * x_i and err[i % 8] += d * d, d =
+  /// x_i - y_i in double; returns how many elements it took (the caller adds the rest).
+  int64_t (*add)(const void* x, DType xdt, const void* y, DType ydt, int64_t n, double* sig, double* err);
+};
+/// The table for a vector level; nullptr for kScalar (the scalar twin:
+/// ref::add_error_sums).
+const ErrorSumsSimd* error_sums_simd(SimdLevel level);
 
 }  // namespace qobs::kernels::detail

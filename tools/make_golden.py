@@ -86,9 +86,9 @@ OBSERVERS = [
     "nvfp4_expanded_mse",
     "imatrix_mse",
 ]
-# Observers added after the first files were committed: their cases are appended by
-# ObserverCases.build_new_observers, after every older case, so that the older cases
-# (and the rotations that pick their shapes and distributions) stay byte-identical.
+# Observers whose cases ObserverCases.build_new_observers appends after every other
+# case, so that the other cases (and the rotations that pick their shapes and
+# distributions) do not depend on them: adding one here leaves those bytes unchanged.
 NEW_OBSERVERS = ["nvfp4_expanded_imatrix", "fouroversix"]
 IMATRIX = {"imatrix_mse", "nvfp4_expanded_imatrix"}
 STATEFUL = {"static_minmax", "minmax", "mse"}
@@ -948,10 +948,10 @@ class ObserverCases:
                  {"members": {"gate_proj": "nvfp4 tensor_group", "up_proj": None}},
                  fuse_missing)
 
-    # observers added later (NEW_OBSERVERS) ------------------------------------------
+    # NEW_OBSERVERS, appended after every other case --------------------------------
     def build_new_observers(self):
         """nvfp4_expanded_imatrix (R6.12) and fouroversix (R6.13): matrix, kwargs
-        variants, fallbacks, fused groups and errors. Runs after every older builder."""
+        variants, fallbacks, fused groups and errors. Runs after every other builder."""
         imx, fos = NEW_OBSERVERS
         weight_slots = {
             imx: [("channel", "int4_sym", None), ("group", "int4_sym", 16),

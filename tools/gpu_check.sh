@@ -67,7 +67,22 @@ test_binaries() {
 matching_tests() {  # BINARY FILTER: how many tests the filter selects
   "$1" --gtest_filter="$2" --gtest_list_tests | grep -c '^  '
 }
-export -f sanitizer test_binaries matching_tests
+run_on_tests() {  # FILTER [WRAPPER...]: every carried test binary with tests the filter selects
+  local filter=$1 rc=0 ran=0 bin
+  shift
+  for bin in $(test_binaries); do
+    if [ "$(matching_tests "$bin" "$filter")" = 0 ]; then
+      echo "-- $(basename "$bin"): no test matches $filter"
+      continue
+    fi
+    ran=1
+    echo "-- ${*:+$* }$(basename "$bin") --gtest_filter=$filter"
+    "$@" "$bin" --gtest_filter="$filter" --gtest_color=no || rc=1
+  done
+  [ $ran = 1 ] || { echo "no carried test matches: skipped"; return 77; }
+  return $rc
+}
+export -f sanitizer test_binaries matching_tests run_on_tests
 
 stage_nvidia_smi() {
   if ! command -v nvidia-smi >/dev/null; then
@@ -115,17 +130,7 @@ EOF
 
 stage_cpp_tests() {
   "$QOBS_CARRY/bin/qobs" --version || exit 1
-  local rc=0 ran=0 bin
-  for bin in $(test_binaries); do
-    if [ "$(matching_tests "$bin" "$QOBS_TEST_FILTER")" = 0 ]; then
-      echo "-- $(basename "$bin"): no test matches $QOBS_TEST_FILTER"; continue
-    fi
-    ran=1
-    echo "-- $(basename "$bin") --gtest_filter=$QOBS_TEST_FILTER"
-    "$bin" --gtest_filter="$QOBS_TEST_FILTER" --gtest_color=no || rc=1
-  done
-  [ $ran = 1 ] || { echo "no carried test matches: skipped"; exit 77; }
-  exit $rc
+  run_on_tests "$QOBS_TEST_FILTER"
 }
 
 run_sanitizer() {  # TOOL
@@ -135,18 +140,7 @@ run_sanitizer() {  # TOOL
     [ "$QOBS_DRY" = 1 ] && { echo "no compute-sanitizer (dry run): skipped"; exit 77; }
     echo "compute-sanitizer not found"; exit 1
   fi
-  local rc=0 ran=0 bin
-  for bin in $(test_binaries); do
-    if [ "$(matching_tests "$bin" "$QOBS_SANITIZE_FILTER")" = 0 ]; then
-      echo "-- $(basename "$bin"): no test matches $QOBS_SANITIZE_FILTER"; continue
-    fi
-    ran=1
-    echo "-- $1: $(basename "$bin") --gtest_filter=$QOBS_SANITIZE_FILTER"
-    "$cs" --tool "$1" --error-exitcode 9 --print-limit 20 "$bin" --gtest_filter="$QOBS_SANITIZE_FILTER" \
-      --gtest_color=no --gtest_brief=1 || rc=1
-  done
-  [ $ran = 1 ] || { echo "no carried test matches: skipped"; exit 77; }
-  exit $rc
+  run_on_tests "$QOBS_SANITIZE_FILTER" "$cs" --tool "$1" --error-exitcode 9 --print-limit 20
 }
 stage_memcheck() { run_sanitizer memcheck; }
 stage_racecheck() { run_sanitizer racecheck; }

@@ -77,11 +77,8 @@ def qobs_side(a):
 def reference_side(a):
     import numpy as np
     import torch
-    from compressed_tensors.quantization import QuantizationArgs, QuantizationStrategy
-    from compressed_tensors.quantization.lifecycle.forward import fake_quantize
-    from compressed_tensors.quantization.utils import calculate_qparams
+    from compressed_tensors.quantization import QuantizationArgs
     from llmcompressor.observers.base import Observer
-    from llmcompressor.observers.helpers import flatten_for_calibration
 
     torch.set_num_threads(a.threads)
     w = load_weight(a, torch)
@@ -91,36 +88,66 @@ def reference_side(a):
     ref_min, ref_max = obs.min_vals.reshape(-1), obs.max_vals.reshape(-1)
     q_min = torch.from_numpy(np.load(os.path.join(a.tmp, "qobs_min.npy"))).to(ref_min.dtype)
     q_max = torch.from_numpy(np.load(os.path.join(a.tmp, "qobs_max.npy"))).to(ref_min.dtype)
-    differ = ((ref_min != q_min) | (ref_max != q_max)).nonzero().reshape(-1)
+    print(json.dumps(tie_report(w, args, obs, ref_min, ref_max, q_min, q_max)))
+
+
+def tie_report(w, args, obs, ref_min, ref_max, other_min, other_max, importance=None):
+    """Classifies the groups where (other_min, other_max) differ from the reference's
+    chosen (ref_min, ref_max) for weight `w` (unflattened, on any device).
+
+    `obs` is the reference observer that ran (its maxshrink, grid, norm and expand are
+    read); `args` its QuantizationArgs. With `importance` (the validated 1-D importance
+    sum / count of an imatrix observer) the search is imatrix_mse's (R6.8.6): S + 1
+    candidates, terms |f32(q) - f32(x)|^norm times the normalized importance, summed in
+    f32 and never rounded to the observed dtype. Without it, the eager MSE search of
+    R6.6.6. Returns {"groups", "disagreements", "ties", "tie_details", "non_ties"}."""
+    import torch
+    from compressed_tensors.quantization import QuantizationStrategy
+    from compressed_tensors.quantization.lifecycle.forward import fake_quantize
+    from compressed_tensors.quantization.utils import calculate_qparams
+    from llmcompressor.observers.helpers import flatten_for_calibration
+
+    other_min = other_min.to(device=ref_min.device, dtype=ref_min.dtype)
+    other_max = other_max.to(device=ref_max.device, dtype=ref_max.dtype)
+    differ = ((ref_min != other_min) | (ref_max != other_max)).nonzero().reshape(-1)
     result = {"groups": ref_min.numel(), "disagreements": int(differ.numel()), "ties": 0, "tie_details": [],
               "non_ties": []}
     if differ.numel() == 0:
-        print(json.dumps(result))
-        return
+        return result
 
-    # the reference's search (llmcompressor.observers.mse_quant._grid_search_mse), on the
-    # differing groups only: every step is element-wise per group
+    # the reference's search (llmcompressor.observers.mse_quant._grid_search_mse, or
+    # imatrix._grid_search), on the differing groups only: every step is element-wise per group
     search_args, token_args = args, args.model_copy(update={"strategy": QuantizationStrategy.TOKEN})
     if args.strategy == QuantizationStrategy.TENSOR_GROUP and args.scale_dtype is not None:
         search_args = args.model_copy(update={"scale_dtype": None})
         token_args = token_args.model_copy(update={"scale_dtype": None})
     observed = flatten_for_calibration(w, "weight", args)
-    observed = observed.reshape(observed.shape[0], -1, observed.shape[-1])[:, differ, :]
+    weights = None
+    if importance is not None:
+        imp = importance.to(device=observed.device, dtype=torch.float32)
+        imp = imp / (imp.mean() + torch.finfo(torch.float32).tiny)
+        weights = flatten_for_calibration(imp.unsqueeze(0).expand(observed.shape[1], -1), "weight", args)
+        weights = weights.reshape(weights.shape[0], -1, weights.shape[-1])[:, differ.to(observed.device), :]
+    observed = observed.reshape(observed.shape[0], -1, observed.shape[-1])[:, differ.to(observed.device), :]
     n = observed.shape[0] * observed.shape[-1]
     min_val = torch.amin(observed, dim=(0, -1)) * obs.expand
     max_val = torch.amax(observed, dim=(0, -1)) * obs.expand
-    steps = int(obs.maxshrink * obs.grid)
+    steps = int(obs.maxshrink * obs.grid) if weights is None else max(1, int(obs.maxshrink * obs.grid)) + 1
     sums, mins, maxs = [], [], []
     for i in range(steps):
         p = 1 - i / obs.grid
         cm, cM = min_val * p, max_val * p
         s, z = calculate_qparams(min_vals=cm, max_vals=cM, quantization_args=search_args, global_scale=None)
-        q = fake_quantize(observed, s.unsqueeze(-1), z.unsqueeze(-1), token_args).to(observed.dtype)
-        terms = (q - observed).abs().pow(obs.norm)  # as the reference forms them
+        q = fake_quantize(observed, s.unsqueeze(-1), z.unsqueeze(-1), token_args)
+        if weights is None:
+            terms = (q.to(observed.dtype) - observed).abs().pow(obs.norm)  # as the reference forms them
+        else:
+            terms = (q.float() - observed.float()).abs().pow(obs.norm) * weights
         sums.append(terms.double().sum(dim=(0, -1)))
         mins.append(cm)
         maxs.append(cM)
-    S, M, X = torch.stack(sums), torch.stack(mins), torch.stack(maxs)  # [step, group]
+    S, M, X = torch.stack(sums).cpu(), torch.stack(mins).cpu(), torch.stack(maxs).cpu()  # [step, group]
+    ref_min, ref_max, other_min, other_max = (t.cpu() for t in (ref_min, ref_max, other_min, other_max))
     g32 = (n - 1) * 2.0 ** -24
     bound = S * (g32 / (1 - g32)) + S * (n * 2.0 ** -52)  # f32 accumulation + the f64 sum here
     finfo = torch.finfo(observed.dtype)
@@ -129,13 +156,14 @@ def reference_side(a):
             hit = ((M[:, k] == lo) & (X[:, k] == hi)).nonzero()
             return int(hit[0]) if hit.numel() else None
 
-        i_ref, i_q = chosen(ref_min[g], ref_max[g]), chosen(q_min[g], q_max[g])
+        i_ref, i_q = chosen(ref_min[g], ref_max[g]), chosen(other_min[g], other_max[g])
         if i_ref is None or i_q is None:
             result["non_ties"].append({"group": g, "why": "chosen range not on the candidate grid"})
             continue
         s_r, s_q = float(S[i_ref, k]), float(S[i_q, k])
-        # final rounding of the f32 sum to the observed dtype: half an ulp each
-        ulp = 0.0 if observed.dtype == torch.float32 else max(s_r, s_q) * finfo.eps
+        # final rounding of the f32 sum to the observed dtype: half an ulp each (the
+        # imatrix search keeps its f32 sum)
+        ulp = 0.0 if observed.dtype == torch.float32 or weights is not None else max(s_r, s_q) * finfo.eps
         slack = float(bound[i_ref, k]) + float(bound[i_q, k]) + ulp
         if abs(s_r - s_q) <= slack:
             result["ties"] += 1
@@ -144,7 +172,7 @@ def reference_side(a):
         else:
             result["non_ties"].append({"group": g, "ref_step": i_ref, "qobs_step": i_q, "ref_err": s_r, "qobs_err": s_q,
                                        "slack": slack})
-    print(json.dumps(result))
+    return result
 
 
 def main():

@@ -23,12 +23,12 @@ echo "== sanitizers (${QOBS_SANITIZE:-address,undefined}): configure, build, cte
 # they leave out the five searches that take minutes under ASan. Every test still runs
 # under the sanitizers with the default powf, and each variant still runs the LibmPowf
 # and golden tests and the other searches.
-powf_variant_filter="LibmPowf.*:FastGridSearch.*:GoldenObservers.*"
-powf_variant_filter+="-FastGridSearch.ExactBatchKernelMatchesReferenceOn16BitData"
-powf_variant_filter+=":FastGridSearch.EveryFormatStrategyDtypeAndSize"
-powf_variant_filter+=":FastGridSearch.SplitNarrowingEqualsIntegerRneOnEveryNormalFloat"
-powf_variant_filter+=":FastGridSearch.ModesVariantsAndNorms"
-powf_variant_filter+=":FastGridSearch.BatchKernelMatchesReferenceOnManyGroups"
+powf_variant_filter="LibmPowf.*:GridSearchKernels.*:GoldenObservers.*"
+powf_variant_filter+="-GridSearchKernels.ExactBatchKernelMatchesReferenceOn16BitData"
+powf_variant_filter+=":GridSearchKernels.EveryFormatStrategyDtypeAndSize"
+powf_variant_filter+=":GridSearchKernels.SplitNarrowingEqualsIntegerRneOnEveryNormalFloat"
+powf_variant_filter+=":GridSearchKernels.ModesVariantsAndNorms"
+powf_variant_filter+=":GridSearchKernels.BatchKernelMatchesReferenceOnManyGroups"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
   -DQOBS_SANITIZE="${QOBS_SANITIZE:-address,undefined}" -DQOBS_WERROR="${QOBS_WERROR:-OFF}" \
   -DQOBS_POWF_VARIANT_FILTER="$powf_variant_filter" \

@@ -67,7 +67,7 @@ class MseObserver : public Observer {
   void update_state(std::map<std::string, Tensor>& st, const FlatView& flat) const override;
   std::vector<std::pair<std::string, ReduceOp>> sync_table() const override;
   // a group holding NaN / Inf has a non-finite min or max, which no candidate improves
-  // on, so the search returns it unchanged (FastGridSearch.NonFiniteGroups...)
+  // on, so the search returns it unchanged (GridSearchKernels.NonFiniteGroups...)
   bool statistics_reveal_non_finite() const override { return true; }
   const kernels::GridSearchConfig& search_config() const { return cfg_; }
 

@@ -33,7 +33,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 /// RNE to bf16 by Veltkamp's splitting: c = v (2^16 + 1), then c - (c - v) keeps the
 /// top 8 significant bits, rounded to nearest even. Three FP ops against narrow_to's
 /// five integer ones, and equal to it on zeros and on every normal |v| < 2^110 (checked
-/// exhaustively, both signs, by tests/kernels/fast_kernels_test.cc
+/// exhaustively, both signs, by tests/kernels/grid_search/grid_search_test.cc
 /// "SplitNarrowingEqualsIntegerRneOnEveryNormalFloat"). It needs unfused FP operations
 /// (the kernels are built with -ffp-contract=off) and a range the caller guarantees
 /// (SplitGuard, below); below the normal range it may differ.
@@ -52,7 +52,7 @@ HWY_INLINE VF narrow_bf16_split(VF v) {
 /// the f32 quotient lie within 2^-23 of x / s, on the same side of every midpoint, so
 /// bf16 rounding decides both as it decides x / s. Checked for every bf16 x against every
 /// bf16 significand of s over the guard's exponent range by
-/// tests/kernels/fast_kernels_test.cc "SplitQuotientEqualsRoundedDivisionOnBf16Operands".
+/// tests/kernels/grid_search/grid_search_test.cc "SplitQuotientEqualsRoundedDivisionOnBf16Operands".
 /// One multiply in place of a division, which issues once per ~16 cycles at 512 bits on
 /// some x86 cores (and in place of a Markstein correction of the product, two more
 /// fused multiply-adds). Callers hold SplitGuard's range; a
@@ -165,7 +165,7 @@ HWY_INLINE VF exact_abs_error(const BlockKernelArgs& A, VF x, VF s, VF inv_s, VF
 ///   [1/2, 2] after the two roundings (2^-8 each);
 /// - a clamped code has |x| <= max |x| <= 2 |r|, as r = bf16(q_top s) at the nearer end.
 /// Checked for every bf16 x against every bf16 significand of s over the guard's range
-/// by tests/kernels/fast_kernels_test.cc "ExactDiffSkipsOnlyIdentityRoundings".
+/// by tests/kernels/grid_search/grid_search_test.cc "ExactDiffSkipsOnlyIdentityRoundings".
 HWY_INLINE bool exact_diff_ok(const BlockKernelArgs& A, VF s, VF xmax) {
   const DF df;
   const VF q_top = hn::Min(hn::Set(df, A.q_max), hn::Set(df, -A.q_min));
@@ -185,7 +185,7 @@ HWY_INLINE bool exact_diff_ok(const BlockKernelArgs& A, VF s, VF xmax) {
 /// exact_abs_error (the lower clamp, FP4's |c| and sign copy, the final |.|), for a
 /// caller that only looks |r - x| up in a table that holds both signs. Checked against
 /// exact_abs_error for every bf16 x and s of the guard's range by
-/// tests/kernels/fast_kernels_test.cc "MagnitudeChainEqualsExactDiffChain".
+/// tests/kernels/grid_search/grid_search_test.cc "MagnitudeChainEqualsExactDiffChain".
 template <int kG>
 HWY_INLINE VF exact_diff_of_magnitude(const BlockKernelArgs& A, VF ax, VF top, VF s, VF inv_s) {
   const VF c = hn::Min(quotient_bf16_split(ax, inv_s), top);

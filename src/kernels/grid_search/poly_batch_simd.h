@@ -1,7 +1,7 @@
 // The batch kernel (poly_batch_simd.cc): small f32 groups one per vector lane, the whole
 // certified-polynomial decision lane-wise. Scalar twin: the one-group path of
 // kernels/grid_certified.cc (certified_improvements), whose decisions -- the reference's --
-// the tests compare with the batch's (fast_kernels_test.cc).
+// the tests compare with the batch's (tests/kernels/grid_search/grid_search_test.cc).
 #pragma once
 
 #include <cstdint>

@@ -8,7 +8,7 @@
 //
 // Portable twin: the eight-groups-per-pass kernel of minmax_simd.cc
 // (MinMaxSimd::groups_to16_portable), compared with these passes bit for bit by
-// tests/kernels/fast_kernels_test.cc (X86KeyPassesEqualPortableEightGroupPasses).
+// tests/kernels/minmax/minmax_test.cc (X86KeyPassesEqualPortableEightGroupPasses).
 //
 // Per target it defines int KeyPassesTo16(x, bf16, num_groups, len, mins, maxs,
 // zero_result, stream, ranges) -- 1 done, 0 some value NaN, -1 not a shape the passes

@@ -1,7 +1,7 @@
 // The certified cheap error terms of the INT grid search (kernels/grid_search/pow_poly.h): r =
 // q - y for e / s, and the table + polynomial power. Their bound must hold for every input, or the fast search could decide a comparison
 // differently from the reference. The fast-vs-reference search tests
-// (fast_kernels_test.cc) check the end result bit for bit; these check the bound itself,
+// (tests/kernels/grid_search/grid_search_test.cc) check the end result bit for bit; these check the bound itself,
 // on adversarial data (quotients a few ulps from a rounding tie, elements on the grid,
 // heavy clamping, tiny and huge scales), so that a bound that is merely rarely
 // exceeded cannot hide behind the interval logic's exact fallback.

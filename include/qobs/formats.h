@@ -11,9 +11,12 @@
 #pragma once
 
 #include <bit>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "qobs/dtype.h"
+#include "qobs/host_device.h"
 
 namespace qobs {
 
@@ -39,7 +42,7 @@ inline constexpr FormatSpec kE8M0Spec{"e8m0", 8, 8, 0, 127, false, true, false, 
 // compile-time: using them costs nothing at run time).
 
 /// 2^e, exact for the exponents of these formats.
-constexpr double exp2_int(int e) {
+QOBS_HD constexpr double exp2_int(int e) {
   double r = 1.0;
   for (; e > 0; --e) r *= 2.0;
   for (; e < 0; ++e) r /= 2.0;
@@ -64,35 +67,129 @@ inline constexpr int kE8M0Bias = kE8M0Spec.bias;
 
 /// bf16 bits -> float (exact). Inline, like float_to_bf16: the per-element loops of
 /// other files (tensor loads, scale conversions) call them millions of times.
-inline float bf16_to_float(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+QOBS_HD inline float bf16_to_float(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
 /// float -> bf16 bits, round to nearest even; NaN stays NaN (quiet).
-inline uint16_t float_to_bf16(float v) {
+QOBS_HD inline uint16_t float_to_bf16(float v) {
   uint32_t u = std::bit_cast<uint32_t>(v);
   if (v != v) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN: keep the sign, quiet
   u += 0x7FFFu + ((u >> 16) & 1u);  // RNE: add 0x7FFF plus the lowest kept bit, then truncate
   return static_cast<uint16_t>(u >> 16);
 }
 /// f16 bits -> float (exact).
-float f16_to_float(uint16_t bits);
-/// float -> f16 bits, round to nearest even, overflow to Inf, subnormals kept.
-uint16_t float_to_f16(float v);
+QOBS_HD inline float f16_to_float(uint16_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1Fu;
+  const uint32_t man = h & 0x3FFu;
+  if (exp == 0) {
+    // zero or subnormal: man * 2^-24, exact in float
+    const float f = std::ldexp(static_cast<float>(man), -24);
+    return sign ? -f : f;
+  }
+  if (exp == 31) return std::bit_cast<float>(sign | 0x7F800000u | (man << 13));
+  return std::bit_cast<float>(sign | ((exp + 112) << 23) | (man << 13));
+}
 /// double -> f16 bits with a single rounding (no double rounding through float).
-uint16_t double_to_f16(double v);
+QOBS_HD inline uint16_t double_to_f16(double v) {
+  if (std::isnan(v)) return 0x7E00u;
+  const uint16_t sign = std::signbit(v) ? 0x8000u : 0u;
+  const double a = std::fabs(v);
+  if (a == 0) return sign;
+  if (a >= 65520.0) return sign | 0x7C00u;  // 65520 is the midpoint to 2^16: ties -> Inf
+  int e;
+  std::frexp(a, &e);  // a = f * 2^e, f in [0.5, 1)
+  int exp = e - 1;    // a in [2^exp, 2^(exp+1))
+  if (exp < -14) {
+    // subnormal: multiples of 2^-24
+    const double q = std::nearbyint(std::ldexp(a, 24));  // RNE (default rounding mode)
+    return sign | static_cast<uint16_t>(q);  // q == 1024 rolls into the min normal
+  }
+  const double q = std::nearbyint(std::ldexp(a, 10 - exp));  // in [1024, 2048]
+  uint32_t m = static_cast<uint32_t>(q);
+  if (m == 2048) {
+    m = 1024;
+    ++exp;
+  }
+  if (exp > 15) return sign | 0x7C00u;
+  return sign | static_cast<uint16_t>(((exp + 15) << 10) | (m - 1024));
+}
+/// float -> f16 bits, round to nearest even, overflow to Inf, subnormals kept.
+QOBS_HD inline uint16_t float_to_f16(float v) { return double_to_f16(static_cast<double>(v)); }
 /// double -> bf16 bits with a single rounding.
-uint16_t double_to_bf16(double v);
+QOBS_HD inline uint16_t double_to_bf16(double v) {
+  // An f32 value (most callers' arithmetic is f32) needs no second rounding: its bf16
+  // RNE is float_to_bf16's integer one, a few operations in place of frexp, ldexp and
+  // nearbyint below (~4% of the lsq searches' instructions on bf16 weights). Both are
+  // the one RNE of R0.4a (tests/core/formats_test.cc R0_4a_DoubleToBf16OfFloatsIsNearestEven).
+  // NaN compares unequal to itself and stays on the path below.
+  const float f = static_cast<float>(v);
+  if (static_cast<double>(f) == v) return float_to_bf16(f);
+  if (std::isnan(v)) return 0x7FC0u | (std::signbit(v) ? 0x8000u : 0u);
+  const uint16_t sign = std::signbit(v) ? 0x8000u : 0u;
+  const double a = std::fabs(v);
+  if (a == 0) return sign;
+  if (std::isinf(a)) return sign | 0x7F80u;
+  int e;
+  std::frexp(a, &e);
+  int exp = e - 1;
+  if (exp < -126) {
+    const double q = std::nearbyint(std::ldexp(a, 133));  // multiples of 2^-133
+    return sign | static_cast<uint16_t>(q);
+  }
+  const double q = std::nearbyint(std::ldexp(a, 7 - exp));  // [128, 256]
+  uint32_t m = static_cast<uint32_t>(q);
+  if (m == 256) {
+    m = 128;
+    ++exp;
+  }
+  if (exp > 127) return sign | 0x7F80u;
+  return sign | static_cast<uint16_t>(((exp + 127) << 7) | (m - 128));
+}
 
 // ---- FP8 E4M3 (R2.2) --------------------------------------------------------------
 
 /// Code -> value (NaN for 0x7F / 0xFF).
-float fp8_e4m3_to_float(uint8_t code);
+QOBS_HD inline float fp8_e4m3_to_float(uint8_t code) {
+  constexpr int kBias = kFp8E4M3Spec.bias, kMantissa = kFp8E4M3Spec.mantissa_bits;
+  const bool neg = code & 0x80u;
+  const int exp = (code >> 3) & 0xF;
+  const int man = code & 0x7;
+  if (exp == 15 && man == 7) return std::numeric_limits<float>::quiet_NaN();
+  const float v = exp == 0 ? std::ldexp(static_cast<float>(man), 1 - kBias - kMantissa)
+                           : std::ldexp(1.0f + static_cast<float>(man) / static_cast<float>(1 << kMantissa), exp - kBias);
+  return neg ? -v : v;
+}
 /// Value -> code, round to nearest even on the exact value. Values beyond 448 (Inf
 /// included) saturate to +-448 as the installed reference's CPU cast does (R2.2.1
 /// describes NaN; every quantization path clamps to +-448 first, so both agree there).
-uint8_t fp8_e4m3_from_double(double v);
+QOBS_HD inline uint8_t fp8_e4m3_from_double(double v) {
+  constexpr int kBias = kFp8E4M3Spec.bias, kMantissa = kFp8E4M3Spec.mantissa_bits;
+  if (std::isnan(v)) return 0x7F;
+  const uint8_t sign = std::signbit(v) ? 0x80u : 0u;
+  const double a = std::fabs(v);
+  if (a == 0) return sign;
+  if (a > kFp8E4M3Spec.max_finite) return sign | 0x7E;  // saturate, Inf included (torch 2.14 CPU cast)
+  int e;
+  std::frexp(a, &e);
+  int exp = e - 1;
+  if (exp < 1 - kBias) {
+    // subnormal: multiples of 2^-9; q == 8 is exactly the min normal code 0x08
+    const double q = std::nearbyint(std::ldexp(a, kBias - 1 + kMantissa));
+    return sign | static_cast<uint8_t>(q);
+  }
+  const double q = std::nearbyint(std::ldexp(a, 3 - exp));  // [8, 16]
+  int m = static_cast<int>(q);
+  if (m == 16) {
+    m = 8;
+    ++exp;
+  }
+  const int biased = exp + kBias;
+  if (biased > 15 || (biased == 15 && m - 8 == 7)) return sign | 0x7E;  // rounds beyond 448: saturate
+  return sign | static_cast<uint8_t>((biased << 3) | (m - 8));
+}
 /// fp8_e4m3_from_double of a float by integer arithmetic: the same code for every float.
 /// Inline: the CLI converts a million NVFP4 scales per weight, and the loop of
 /// Tensor::to vectorizes only when it sees the body.
-inline uint8_t fp8_e4m3_from_float(float v) {
+QOBS_HD inline uint8_t fp8_e4m3_from_float(float v) {
   const uint32_t bits = std::bit_cast<uint32_t>(v);
   const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
   const uint32_t abs_bits = bits & 0x7FFFFFFFu;
@@ -115,21 +212,77 @@ inline uint8_t fp8_e4m3_from_float(float v) {
 /// The reference FP4 rounding of R2.3.1: nearest grid value, ties to even mantissa, the
 /// sign re-applied by multiplication with sign(x) (so -0.0 -> +0.0, -0.1 -> -0.0).
 /// NaN stays NaN. The input must already be clamped to [-6, 6].
-float fp4_round(float x);
+QOBS_HD inline float fp4_round(float x) {
+  if (std::isnan(x)) return x;
+  const float a = std::fabs(x);
+  float m;
+  // R2.3.1 intervals; closed ends give the tie to the even-mantissa code.
+  if (a <= 0.25f) m = 0.0f;
+  else if (a < 0.75f) m = 0.5f;
+  else if (a <= 1.25f) m = 1.0f;
+  else if (a < 1.75f) m = 1.5f;
+  else if (a <= 2.5f) m = 2.0f;
+  else if (a < 3.5f) m = 3.0f;
+  else if (a <= 5.0f) m = 4.0f;
+  else m = kFp4E2M1Max;
+  // sign(x) * m with sign(+-0) = +0: -0.0 -> +0.0, small negatives -> -0.0.
+  const float s = x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f);
+  return s * m;
+}
+/// FP4 E2M1 magnitude of a 3-bit magnitude index (R2.3); index 7 is the maximum.
+QOBS_HD inline float fp4_magnitude(uint8_t index) {
+  switch (index & 0x7u) {
+    case 0: return 0.0f;
+    case 1: return 0.5f;
+    case 2: return 1.0f;
+    case 3: return 1.5f;
+    case 4: return 2.0f;
+    case 5: return 3.0f;
+    case 6: return 4.0f;
+    default: return kFp4E2M1Max;
+  }
+}
 /// 4-bit code of an FP4 grid value: (sign bit << 3) | magnitude index (R8.5.1).
 /// Precondition: |q| is on the grid.
-uint8_t fp4_code(float q);
+QOBS_HD inline uint8_t fp4_code(float q) {
+  const float a = std::fabs(q);
+  uint8_t idx = 0;
+  for (uint8_t i = 0; i < 8; ++i)
+    if (fp4_magnitude(i) == a) idx = i;
+  return static_cast<uint8_t>((std::signbit(q) ? 0x8u : 0u) | idx);
+}
 /// Value of a 4-bit code.
-float fp4_value(uint8_t code);
+QOBS_HD inline float fp4_value(uint8_t code) {
+  const float m = fp4_magnitude(code);
+  return (code & 0x8u) ? -m : m;
+}
 
 // ---- generic narrowing ------------------------------------------------------------
 
 /// Converts a double to the nearest value of a floating dtype (f64, f32, bf16, f16, fp8)
 /// with one RNE rounding (R0.4a); the result is returned widened to double. For fp8 a
-/// value beyond 448 after rounding gives NaN (see fp8_e4m3_from_double).
-double round_to_float_dtype(DType dt, double v);
+/// value beyond 448 saturates (see fp8_e4m3_from_double). Not a float dtype: NaN (every
+/// caller passes a float dtype; the argument checks name a wrong one before).
+QOBS_HD inline double round_to_float_dtype(DType dt, double v) {
+  switch (dt) {
+    case DType::kF64: return v;
+    case DType::kF32: return static_cast<double>(static_cast<float>(v));
+    case DType::kBF16: return bf16_to_float(double_to_bf16(v));
+    case DType::kF16: return f16_to_float(double_to_f16(v));
+    case DType::kF8E4M3: return fp8_e4m3_to_float(fp8_e4m3_from_double(v));
+    default: return std::numeric_limits<double>::quiet_NaN();
+  }
+}
 /// Float view of round_to_float_dtype for the f32-representable dtypes (not f64).
-float round_to_float_dtype(DType dt, float v);
+QOBS_HD inline float round_to_float_dtype(DType dt, float v) {
+  switch (dt) {
+    case DType::kF32: return v;
+    case DType::kBF16: return bf16_to_float(float_to_bf16(v));
+    case DType::kF16: return f16_to_float(float_to_f16(v));
+    case DType::kF8E4M3: return fp8_e4m3_to_float(fp8_e4m3_from_double(v));
+    default: return static_cast<float>(round_to_float_dtype(dt, static_cast<double>(v)));
+  }
+}
 
 /// Smallest positive normal number of a floating dtype ("tiny", R4.2).
 double dtype_tiny(DType dt);
@@ -140,9 +293,55 @@ double dtype_min(DType dt);
 
 /// R2.4.1 round_to_power_2 on the bit pattern of dt (bf16, f16, f32; f64 in double):
 /// add 2^(M-2) to the integer pattern and clear the mantissa. v must be on dt's grid.
-double round_to_power_2(DType dt, double v);
+/// Another dtype: NaN (QuantizationArgs validation admits none).
+QOBS_HD inline double round_to_power_2(DType dt, double v) {
+  switch (dt) {
+    case DType::kBF16: {
+      uint16_t b = float_to_bf16(static_cast<float>(v));
+      b = static_cast<uint16_t>(b + (1u << 5));
+      b &= 0xFF80u;
+      return bf16_to_float(b);
+    }
+    case DType::kF16: {
+      uint16_t b = double_to_f16(v);
+      b = static_cast<uint16_t>(b + (1u << 8));
+      b &= 0xFC00u;
+      return f16_to_float(b);
+    }
+    case DType::kF32: {
+      uint32_t b = std::bit_cast<uint32_t>(static_cast<float>(v));
+      b += 1u << 21;
+      b &= 0xFF800000u;
+      return std::bit_cast<float>(b);
+    }
+    case DType::kF64: {
+      uint64_t b = std::bit_cast<uint64_t>(v);
+      b += uint64_t{1} << 50;
+      b &= 0xFFF0000000000000ull;
+      return std::bit_cast<double>(b);
+    }
+    default: return std::numeric_limits<double>::quiet_NaN();
+  }
+}
+
+/// log2 of a power of two (or of 0, +inf, NaN), exactly: ilogb for a finite positive
+/// value, whose result is then exact on every host and device libm; log2's special
+/// values (-inf for 0, +inf, NaN) otherwise.
+QOBS_HD inline double log2_of_power_of_2(double v) {
+  if (v > 0 && v < std::numeric_limits<double>::infinity()) return static_cast<double>(std::ilogb(v));
+  return std::log2(v);
+}
 
 /// R2.7 eps used to replace zero scales, for the dtype of the scale (or scale_dtype).
-double zero_scale_eps(DType dt);
+QOBS_HD inline double zero_scale_eps(DType dt) {
+  switch (dt) {
+    case DType::kF8E4M3: return exp2_int(-kFp8E4M3Spec.mantissa_bits);
+    case DType::kF32: return exp2_int(-23);
+    case DType::kBF16: return exp2_int(-7);
+    case DType::kF16: return exp2_int(-10);
+    case DType::kF64: return exp2_int(-52);
+    default: return 1.0;  // integer dtypes incl. uint8 (MX)
+  }
+}
 
 }  // namespace qobs

@@ -7,6 +7,7 @@
 #include "qobs/dtype.h"
 #include "qobs/error.h"
 #include "qobs/formats.h"
+#include "qobs/host_device.h"
 #include "qobs/io.h"
 #include "qobs/layout.h"
 #include "qobs/numeric.h"

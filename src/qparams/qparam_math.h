@@ -1,6 +1,7 @@
-// Element-level qparam and fake-quantization arithmetic, header-inline so that the
-// reference kernels and the fused fast kernels evaluate exactly the same sequence of
-// rounded operations, written down next to the code in the reference's order (divide or
+// Element-level qparam and fake-quantization arithmetic, header-inline (and QOBS_HD, so
+// that the CUDA kernels compile the same source) so that the reference kernels, the
+// fused CPU kernels and the CUDA kernels evaluate exactly the same sequence of rounded
+// operations, written down next to the code in the reference's order (divide or
 // multiply, round before clamp, dtype of intermediates). Every step cites RULES §4/§5.
 #pragma once
 
@@ -12,6 +13,7 @@
 #include "core/check.h"
 #include "qobs/args.h"
 #include "qobs/formats.h"
+#include "qobs/host_device.h"
 #include "qobs/qparams.h"
 #include "qobs/tensor.h"
 
@@ -94,7 +96,7 @@ inline std::optional<double> global_scale_value(const Tensor* g) {
 }
 
 /// R2.5 round_to_dtype for one value; returns the value as a double.
-inline double round_to_dtype_value(double v, const RoundTarget& t) {
+QOBS_HD inline double round_to_dtype_value(double v, const RoundTarget& t) {
   if (t.floating) return round_to_float_dtype(t.dt, clamp_nan(v, t.lo, t.hi));
   if (std::isnan(v)) return 0.0;  // Q23: defined as 0 (the reference's x86 cast gives 0)
   return round_half_even(clamp_nan(v, t.lo, t.hi));
@@ -106,7 +108,7 @@ struct ElemQParams {
 };
 
 /// R4.1 steps 1-8 for one element.
-inline ElemQParams compute_qparams_elem(double mn, double mx, const QParamPlan& p) {
+QOBS_HD inline ElemQParams compute_qparams_elem(double mn, double mx, const QParamPlan& p) {
   const Arith a{p.stat_dt, p.mode};
   // step 1: 0 is always representable
   mn = nan_min(mn, 0.0);
@@ -119,7 +121,7 @@ inline ElemQParams compute_qparams_elem(double mn, double mx, const QParamPlan& 
       // R2.4.2: E = 127 + floor(log2(round_to_power_2(a))) - off, in a's dtype (exact)
       const double off = p.num_bits == 4 ? 2.0 : 8.0;
       const double rp2 = round_to_power_2(p.stat_dt == DType::kF64 ? DType::kF64 : p.stat_dt, amax);
-      scale = a.sub(a.add(kE8M0Bias, std::floor(std::log2(rp2))), off);
+      scale = a.sub(a.add(kE8M0Bias, log2_of_power_of_2(rp2)), off);
     } else {
       // divide by the host scalar W/2 (127.5 for int8; Q13 clips the positive extreme)
       scale = a.div(amax, p.half_range);
@@ -192,9 +194,10 @@ struct ShrunkQParams {
   /// scale[i], zp[i] for finite m0, M0 and host shrink factors already in f32. (The
   /// zero point's rounding below assumes an integer dtype; a float one occurs only with
   /// symmetric plans, whose zero point is 0 either way.)
-  void compute(float m0, float M0, const float* shrink, int64_t n, float* scale, float* zp) const {
+  QOBS_HD void compute(float m0, float M0, const float* shrink, int64_t n, float* scale, float* zp) const {
     // Arith::narrow of the statistics' dtype
-    auto rnd = [this](float v) { return stat_round == DType::kF32 ? v : round_to_float_dtype(stat_round, v); };
+    const DType round_dt = stat_round;
+    auto rnd = [round_dt](float v) { return round_dt == DType::kF32 ? v : round_to_float_dtype(round_dt, v); };
     for (int64_t i = 0; i < n; ++i) {
       // R6.6.6 step 1 (Arith::mul), R4.1 step 1 as nan_min / nan_max
       const float cm = rnd(m0 * shrink[i]), cM = rnd(M0 * shrink[i]);
@@ -280,7 +283,7 @@ struct QdqPlan {
 };
 
 /// R2.6 round_to_grid on a value of dtype y_dt (already on its grid).
-inline double round_to_grid(double y, const QdqPlan& p) {
+QOBS_HD inline double round_to_grid(double y, const QdqPlan& p) {
   const double c = clamp_nan(y, p.q_min, p.q_max);
   switch (p.grid) {
     case GridKind::kInt: return round_half_even(c);
@@ -292,7 +295,7 @@ inline double round_to_grid(double y, const QdqPlan& p) {
 
 /// R5.1.1 steps 2-4: the quantized value (in y_dt) of x for scale s (s_dt) and zero
 /// point z (any dtype; ignored without zero point).
-inline double quantize_elem(double x, double s, double z, const QdqPlan& p) {
+QOBS_HD inline double quantize_elem(double x, double s, double z, const QdqPlan& p) {
   const Arith ay{p.y_dt, p.mode};
   double y = ay.div(x, s);  // division, never a reciprocal multiply
   if (p.has_zp) {
@@ -303,7 +306,7 @@ inline double quantize_elem(double x, double s, double z, const QdqPlan& p) {
 }
 
 /// R5.1.3 for one quantized value q.
-inline double dequantize_elem(double q, double s, double z, const QdqPlan& p) {
+QOBS_HD inline double dequantize_elem(double q, double s, double z, const QdqPlan& p) {
   const Arith as{p.s_dt, p.mode};
   double d = as.cast(q);
   if (p.has_zp) d = as.sub(d, as.cast(z));
@@ -311,7 +314,7 @@ inline double dequantize_elem(double q, double s, double z, const QdqPlan& p) {
 }
 
 /// R5.1.1 fused QDQ for one element; result in s_dt.
-inline double qdq_elem(double x, double s, double z, const QdqPlan& p) {
+QOBS_HD inline double qdq_elem(double x, double s, double z, const QdqPlan& p) {
   return dequantize_elem(quantize_elem(x, s, z, p), s, z, p);
 }
 

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "core/arith.h"
+#include "core/bytes.h"
 #include "core/check.h"
 #include "core/text.h"
 #include "observers/builtin_observers.h"
@@ -439,76 +440,41 @@ namespace {
 
 constexpr char kMagic[8] = {'Q', 'O', 'B', 'S', 'S', 'T', 'A', 'T'};
 
-template <typename T>
-void put(std::vector<uint8_t>& out, T v) {
-  const auto* p = reinterpret_cast<const uint8_t*>(&v);
-  out.insert(out.end(), p, p + sizeof(T));
-}
-void put_str(std::vector<uint8_t>& out, const std::string& s) {
-  put<uint32_t>(out, static_cast<uint32_t>(s.size()));
-  out.insert(out.end(), s.begin(), s.end());
-}
-
-struct Reader {
-  std::span<const uint8_t> b;
-  std::size_t pos = 0;
-  void need(std::size_t n, const char* what) {
-    QOBS_CHECK(n <= b.size() - pos, IoError, "statistics bytes truncated while reading ", what, " at offset ", pos,
-               " (", b.size(), " bytes)");
-  }
-  template <typename T>
-  T get(const char* what) {
-    need(sizeof(T), what);
-    T v;
-    std::memcpy(&v, b.data() + pos, sizeof(T));
-    pos += sizeof(T);
-    return v;
-  }
-  std::string str(const char* what) {
-    const uint32_t n = get<uint32_t>(what);
-    need(n, what);
-    std::string s(reinterpret_cast<const char*>(b.data() + pos), n);
-    pos += n;
-    return s;
-  }
-};
-
 }  // namespace
 
 std::vector<uint8_t> Statistics::serialize() const {
-  std::vector<uint8_t> out(kMagic, kMagic + 8);
-  put<uint32_t>(out, 1);
-  put_str(out, observer);
-  put<int64_t>(out, contributions);
-  put<uint32_t>(out, static_cast<uint32_t>(items.size()));
+  detail::ByteWriter w;
+  w.put_bytes(kMagic, sizeof kMagic);
+  w.put<uint32_t>(1);  // format version
+  w.put_string<uint32_t>(observer, "observer name");
+  w.put<int64_t>(contributions);
+  w.put<uint32_t>(static_cast<uint32_t>(items.size()));
   for (const auto& it : items) {
-    put_str(out, it.name);
-    put<uint8_t>(out, static_cast<uint8_t>(it.reduce));
-    put<uint8_t>(out, static_cast<uint8_t>(it.value.dtype()));
-    put<uint32_t>(out, static_cast<uint32_t>(it.value.dim()));
-    for (int64_t d : it.value.shape()) put<int64_t>(out, d);
-    put<uint64_t>(out, it.value.nbytes());
-    const auto* p = static_cast<const uint8_t*>(it.value.data());
-    out.insert(out.end(), p, p + it.value.nbytes());
+    w.put_string<uint32_t>(it.name, "statistic name");
+    w.put(it.reduce);
+    w.put(it.value.dtype());
+    w.put<uint32_t>(static_cast<uint32_t>(it.value.dim()));
+    for (int64_t d : it.value.shape()) w.put<int64_t>(d);
+    w.put<uint64_t>(it.value.nbytes());
+    w.put_bytes(it.value.data(), it.value.nbytes());  // the tensor's own (little-endian) element bytes
   }
-  return out;
+  return w.take();
 }
 
 Statistics Statistics::deserialize(std::span<const uint8_t> bytes) {
-  Reader r{bytes};
-  r.need(8, "magic");
-  QOBS_CHECK(std::memcmp(bytes.data(), kMagic, 8) == 0, IoError, "statistics bytes do not start with QOBSSTAT");
-  r.pos = 8;
+  detail::ByteReader r(bytes, "statistics bytes");
+  QOBS_CHECK(std::memcmp(r.get_bytes(sizeof kMagic, "magic").data(), kMagic, sizeof kMagic) == 0, IoError,
+             "statistics bytes do not start with QOBSSTAT");
   const uint32_t version = r.get<uint32_t>("version");
   QOBS_CHECK(version == 1, IoError, "statistics format version ", version, " is not supported (expected 1)");
   Statistics s;
-  s.observer = r.str("observer name");
+  s.observer = r.get_string<uint32_t>("observer name");
   s.contributions = r.get<int64_t>("contributions");
   QOBS_CHECK(s.contributions >= 1, IoError, "statistics: contributions ", s.contributions, " must be >= 1");
   const uint32_t n = r.get<uint32_t>("item count");
   for (uint32_t k = 0; k < n; ++k) {
     Statistic it;
-    it.name = r.str("statistic name");
+    it.name = r.get_string<uint32_t>("statistic name");
     const uint8_t op = r.get<uint8_t>("reduce op");
     QOBS_CHECK(op <= static_cast<uint8_t>(ReduceOp::kSum), IoError, "statistics: invalid reduce op ", int(op));
     it.reduce = static_cast<ReduceOp>(op);
@@ -528,12 +494,11 @@ Statistics Statistics::deserialize(std::span<const uint8_t> bytes) {
     const uint64_t nbytes = r.get<uint64_t>("byte count");
     QOBS_CHECK(nbytes == static_cast<uint64_t>(numel) * dtype_size(static_cast<DType>(dt)), IoError,
                "statistics: '", it.name, "' declares ", nbytes, " bytes for shape ", shape_str(shape));
-    r.need(nbytes, "tensor bytes");
-    it.value = Tensor::from_bytes(static_cast<DType>(dt), shape, bytes.data() + r.pos, nbytes);
-    r.pos += nbytes;
+    const auto data = r.get_bytes(nbytes, "tensor bytes");
+    it.value = Tensor::from_bytes(static_cast<DType>(dt), shape, data.data(), nbytes);
     s.items.push_back(std::move(it));
   }
-  QOBS_CHECK(r.pos == bytes.size(), IoError, "statistics: ", bytes.size() - r.pos, " trailing bytes");
+  QOBS_CHECK(r.remaining() == 0, IoError, "statistics: ", r.remaining(), " trailing bytes");
   return s;
 }
 

@@ -11,12 +11,12 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <set>
 
+#include "core/bytes.h"
 #include "core/check.h"
 #include "pipeline/run.h"
 
@@ -25,49 +25,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// A small byte encoding for what the ranks exchange; doubles travel as their bits so
-// that an infinite SQNR survives.
-struct Writer {
-  std::string out;
-  template <typename T>
-  void pod(T v) {
-    out.append(reinterpret_cast<const char*>(&v), sizeof v);
-  }
-  void str(const std::string& s) {
-    pod<uint64_t>(s.size());
-    out += s;
-  }
-  void opt(const std::optional<double>& v) {
-    pod<uint8_t>(v ? 1 : 0);
-    if (v) pod(*v);
-  }
-};
-
-struct Reader {
-  const std::string& in;
-  std::size_t at = 0;
-  template <typename T>
-  T pod() {
-    QOBS_CHECK(at + sizeof(T) <= in.size(), IoError, "a message from another rank is truncated (", in.size(),
-               " bytes)");
-    T v;
-    std::memcpy(&v, in.data() + at, sizeof v);
-    at += sizeof v;
-    return v;
-  }
-  std::string str() {
-    const auto n = pod<uint64_t>();
-    QOBS_CHECK(n <= in.size() - at, IoError, "a message from another rank is truncated (", in.size(), " bytes)");
-    std::string s = in.substr(at, n);
-    at += n;
-    return s;
-  }
-  std::optional<double> opt() {
-    if (pod<uint8_t>() == 0) return std::nullopt;
-    return pod<double>();
-  }
-};
 
 // The exception types a rank may fail with, so that the others rethrow the same type
 // (the CLI's exit status and Python's exception class depend on it).
@@ -115,38 +72,58 @@ std::pair<Kind, std::string> classify(std::exception_ptr e) {
   }
 }
 
-std::string encode_report(const TensorReport& t, std::size_t module_index) {
-  Writer w;
-  w.pod<uint64_t>(module_index);
-  w.str(t.module);
-  w.pod<uint64_t>(t.shape.size());
-  for (const int64_t d : t.shape) w.pod(d);
-  w.str(t.dtype);
-  w.str(t.observer);
-  w.pod(t.rel_mse);
-  w.pod(t.sqnr_db);
-  w.pod(t.seconds);
-  w.opt(t.baseline_rel_mse);
-  w.opt(t.baseline_sqnr_db);
-  w.opt(t.global_scale);
-  return w.out;
+// What the ranks exchange is written with core's byte encoding; doubles travel as their
+// bits, so that an infinite SQNR survives. Strings carry a uint64 length.
+void put_str(ByteWriter& w, const std::string& s, std::string_view what) { w.put_string<uint64_t>(s, what); }
+std::string get_str(ByteReader& r, std::string_view what) { return r.get_string<uint64_t>(what); }
+
+void put_opt(ByteWriter& w, const std::optional<double>& v) {
+  w.put<uint8_t>(v ? 1 : 0);
+  if (v) w.put(*v);
+}
+std::optional<double> get_opt(ByteReader& r, std::string_view what) {
+  if (r.get<uint8_t>(what) == 0) return std::nullopt;
+  return r.get<double>(what);
 }
 
-TensorReport decode_report(Reader& r, std::size_t& module_index) {
+void encode_report(ByteWriter& w, const TensorReport& t, std::size_t module_index) {
+  w.put<uint64_t>(module_index);
+  put_str(w, t.module, "module name");
+  w.put<uint64_t>(t.shape.size());
+  for (const int64_t d : t.shape) w.put(d);
+  put_str(w, t.dtype, "dtype");
+  put_str(w, t.observer, "observer");
+  w.put(t.rel_mse);
+  w.put(t.sqnr_db);
+  w.put(t.seconds);
+  put_opt(w, t.baseline_rel_mse);
+  put_opt(w, t.baseline_sqnr_db);
+  put_opt(w, t.global_scale);
+}
+
+TensorReport decode_report(ByteReader& r, std::size_t& module_index) {
   TensorReport t;
-  module_index = r.pod<uint64_t>();
-  t.module = r.str();
-  t.shape.resize(r.pod<uint64_t>());
-  for (auto& d : t.shape) d = r.pod<int64_t>();
-  t.dtype = r.str();
-  t.observer = r.str();
-  t.rel_mse = r.pod<double>();
-  t.sqnr_db = r.pod<double>();
-  t.seconds = r.pod<double>();
-  t.baseline_rel_mse = r.opt();
-  t.baseline_sqnr_db = r.opt();
-  t.global_scale = r.opt();
+  module_index = r.get<uint64_t>("module index");
+  t.module = get_str(r, "module name");
+  const auto rank = r.get<uint64_t>("shape rank");
+  QOBS_CHECK(rank <= r.remaining() / sizeof(int64_t), IoError, r.source(), ": shape rank ", rank, " of '", t.module,
+             "' exceeds the message");
+  t.shape.resize(rank);
+  for (auto& d : t.shape) d = r.get<int64_t>("shape");
+  t.dtype = get_str(r, "dtype");
+  t.observer = get_str(r, "observer");
+  t.rel_mse = r.get<double>("rel_mse");
+  t.sqnr_db = r.get<double>("sqnr_db");
+  t.seconds = r.get<double>("seconds");
+  t.baseline_rel_mse = get_opt(r, "baseline_rel_mse");
+  t.baseline_sqnr_db = get_opt(r, "baseline_sqnr_db");
+  t.global_scale = get_opt(r, "global_scale");
   return t;
+}
+
+/// The reader of rank `r`'s part of an allgather.
+ByteReader message_from(const std::vector<std::string>& all, std::size_t r) {
+  return ByteReader(std::string_view(all[r]), "the message from rank " + std::to_string(r));
 }
 
 std::string host_name_of_process() {
@@ -159,15 +136,15 @@ std::string host_name_of_process() {
 
 void agree_on_errors(Collective& c, std::exception_ptr error) {
   const auto [kind, text] = classify(error);
-  Writer w;
-  w.pod(kind);
-  w.str(text);
-  const std::vector<std::string> all = c.allgather(w.out);
+  ByteWriter w;
+  w.put(kind);
+  put_str(w, text, "error message");
+  const std::vector<std::string> all = c.allgather(w.str());
   for (std::size_t r = 0; r < all.size(); ++r) {
-    Reader rd{all[r]};
-    const auto k = rd.pod<Kind>();
+    ByteReader rd = message_from(all, r);
+    const auto k = rd.get<Kind>("error kind");
     if (k == Kind::kNone) continue;
-    const std::string m = rd.str();
+    const std::string m = get_str(rd, "error message");
     // This rank's own error keeps its original object (and type) when it is the first.
     if (static_cast<int>(r) == c.rank() && error) std::rethrow_exception(error);
     throw_kind(k, m);
@@ -197,15 +174,15 @@ QuantizeReport quantize_distributed(const QuantizeOptions& o, const ProgressCall
   }
   agree_on_errors(c, err);
   {
-    Writer w;
-    w.str(folder.out.string());
-    w.str(folder.tmp.string());
-    w.str(folder.host);
-    const std::vector<std::string> all = c.allgather(rank == 0 ? w.out : std::string());
-    Reader rd{all[0]};
-    folder.out = rd.str();
-    folder.tmp = rd.str();
-    folder.host = rd.str();
+    ByteWriter w;
+    put_str(w, folder.out.string(), "output folder");
+    put_str(w, folder.tmp.string(), "temporary folder");
+    put_str(w, folder.host, "host name");
+    const std::vector<std::string> all = c.allgather(rank == 0 ? w.str() : std::string());
+    ByteReader rd = message_from(all, 0);
+    folder.out = get_str(rd, "output folder");
+    folder.tmp = get_str(rd, "temporary folder");
+    folder.host = get_str(rd, "host name");
   }
   QuantizeReport report = start_report(o, *plan, *ckpt, folder);
   const std::vector<std::vector<std::size_t>> assignment = assign_jobs(*plan, ranks, o.baseline);
@@ -325,20 +302,20 @@ QuantizeReport quantize_distributed(const QuantizeOptions& o, const ProgressCall
 
     // 4. Gather the report lines and the ranks' figures.
     {
-      Writer w;
-      w.pod<uint64_t>(static_cast<uint64_t>(me.modules));
+      ByteWriter w;
+      w.put<uint64_t>(static_cast<uint64_t>(me.modules));
       for (const std::size_t j : mine)
-        for (const std::size_t mi : plan->jobs[j].members) w.out += encode_report(report.tensors[mi], mi);
-      w.str(me.host);
-      w.pod(me.jobs);
-      w.pod(me.cost);
-      w.pod(me.seconds);
-      const std::vector<std::string> all = c.allgather(w.out);
+        for (const std::size_t mi : plan->jobs[j].members) encode_report(w, report.tensors[mi], mi);
+      put_str(w, me.host, "host name");
+      w.put(me.jobs);
+      w.put(me.cost);
+      w.put(me.seconds);
+      const std::vector<std::string> all = c.allgather(w.str());
       for (std::size_t r = 0; r < all.size(); ++r) {
-        Reader rd{all[r]};
+        ByteReader rd = message_from(all, r);
         RankReport k;
         k.rank = static_cast<int>(r);
-        k.modules = static_cast<int64_t>(rd.pod<uint64_t>());
+        k.modules = static_cast<int64_t>(rd.get<uint64_t>("module count"));
         for (int64_t i = 0; i < k.modules; ++i) {
           std::size_t mi = 0;
           TensorReport t = decode_report(rd, mi);
@@ -347,10 +324,10 @@ QuantizeReport quantize_distributed(const QuantizeOptions& o, const ProgressCall
           t.rank = static_cast<int>(r);
           report.tensors[mi] = std::move(t);
         }
-        k.host = rd.str();
-        k.jobs = rd.pod<int64_t>();
-        k.cost = rd.pod<double>();
-        k.seconds = rd.pod<double>();
+        k.host = get_str(rd, "host name");
+        k.jobs = rd.get<int64_t>("job count");
+        k.cost = rd.get<double>("cost");
+        k.seconds = rd.get<double>("seconds");
         report.ranks.push_back(std::move(k));
       }
     }

@@ -618,6 +618,53 @@ TEST(ObserverApi, StatisticsSerializeRoundTrip) {
   EXPECT_THROW(other->import_statistics(back), InvalidArgument);
 }
 
+// The serialized format, byte for byte, written out by hand from Statistics::serialize's
+// contract (little-endian, "QOBSSTAT", version 1): other processes and files depend on it.
+TEST(ObserverApi, StatisticsSerializedBytesArePinned) {
+  Statistics st;
+  st.observer = "minmax";
+  st.contributions = 2;
+  st.items.push_back({"min_vals", Tensor::from_values(DType::kF32, {2}, {1.0, -2.0}), ReduceOp::kMin});
+  st.items.push_back({"n", Tensor::from_values(DType::kI64, {1, 1}, {5}), ReduceOp::kSum});
+  const std::vector<uint8_t> expect = {
+      'Q', 'O', 'B', 'S', 'S', 'T', 'A', 'T',          // magic
+      0x01, 0x00, 0x00, 0x00,                          // version 1 (uint32)
+      0x06, 0x00, 0x00, 0x00, 'm', 'i', 'n', 'm', 'a', 'x',  // observer (uint32 length)
+      0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // contributions 2 (int64)
+      0x02, 0x00, 0x00, 0x00,                          // 2 items (uint32)
+      // item 0: "min_vals", kMin, float32, shape [2], 8 bytes, 1.0f and -2.0f
+      0x08, 0x00, 0x00, 0x00, 'm', 'i', 'n', '_', 'v', 'a', 'l', 's',  //
+      0x00,                                            // ReduceOp::kMin
+      0x01,                                            // DType::kF32
+      0x01, 0x00, 0x00, 0x00,                          // rank 1
+      0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // dim 2
+      0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // 8 bytes
+      0x00, 0x00, 0x80, 0x3F, 0x00, 0x00, 0x00, 0xC0,  // 0x3F800000, 0xC0000000
+      // item 1: "n", kSum, int64, shape [1, 1], 8 bytes, 5
+      0x01, 0x00, 0x00, 0x00, 'n',                     //
+      0x03,                                            // ReduceOp::kSum
+      0x08,                                            // DType::kI64
+      0x02, 0x00, 0x00, 0x00,                          // rank 2
+      0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // dim 1
+      0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // dim 1
+      0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // 8 bytes
+      0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // 5
+  };
+  EXPECT_EQ(st.serialize(), expect);
+  const Statistics back = Statistics::deserialize(expect);
+  EXPECT_EQ(back.observer, "minmax");
+  EXPECT_EQ(back.contributions, 2);
+  ASSERT_EQ(back.items.size(), 2u);
+  EXPECT_EQ(back.items[0].name, "min_vals");
+  EXPECT_EQ(back.items[0].reduce, ReduceOp::kMin);
+  EXPECT_EQ(back.items[0].value.to_doubles(), (std::vector<double>{1.0, -2.0}));
+  EXPECT_EQ(back.items[1].value.shape(), (Shape{1, 1}));
+  EXPECT_EQ(back.items[1].value.to_doubles(), (std::vector<double>{5.0}));
+  // A truncation names what was being read.
+  const std::vector<uint8_t> cut(expect.begin(), expect.begin() + 26);
+  expect_error<IoError>([&] { Statistics::deserialize(cut); }, {"statistics bytes", "contributions", "offset 22"});
+}
+
 TEST(ObserverApi, StatisticsCorruptAndTruncatedBytes) {
   auto o = load_observer("static_minmax", "input", args_of(Strategy::kTensor));
   const Tensor x = f32({4}, {-1, 2, 3, 4});

@@ -14,14 +14,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -264,99 +261,12 @@ std::optional<QuantizationArgs> opt_args(py::handle v) {
   return v.cast<QuantizationArgs>();
 }
 
-// ---- observer locks -----------------------------------------------------------------
-
-/// qobs::Observer is not thread-safe, yet the binding releases the GIL around its work,
-/// so Python threads sharing an observer would mutate its statistics concurrently
-/// (heap corruption). Every call that touches an observer's state therefore holds that
-/// observer's mutex. Fused observers read and consume each other's statistics
-/// (R6.10.4), so all observers ever fused together share one mutex.
-///
-/// Lock order: the GIL is released before a group mutex is taken, and no group mutex
-/// holder ever waits for the GIL; the registry mutex is held only for map look-ups.
-class ObserverLocks {
- public:
-  /// Holds the group mutexes of some observers for its lifetime.
-  class Guard {
-   public:
-    Guard() = default;
-    Guard(Guard&&) = default;
-
-   private:
-    friend class ObserverLocks;
-    std::vector<std::shared_ptr<std::mutex>> mutexes_;  // keeps each mutex alive while locked
-    std::vector<std::unique_lock<std::mutex>> locks_;
-  };
-
-  /// Locks the groups of all `observers` (deadlock-free: in address order). Call with
-  /// the GIL released.
-  Guard lock(const std::vector<const qobs::Observer*>& observers) {
-    for (;;) {
-      Guard g;
-      for (const qobs::Observer* o : observers) g.mutexes_.push_back(mutex_of(o));
-      std::sort(g.mutexes_.begin(), g.mutexes_.end());
-      g.mutexes_.erase(std::unique(g.mutexes_.begin(), g.mutexes_.end()), g.mutexes_.end());
-      for (const auto& m : g.mutexes_) g.locks_.emplace_back(*m);
-      // A fusion may have moved an observer to a new group while this thread waited.
-      bool current = true;
-      for (const qobs::Observer* o : observers)
-        current = current && std::binary_search(g.mutexes_.begin(), g.mutexes_.end(), mutex_of(o));
-      if (current) return g;
-    }
-  }
-
-  /// Gives every observer of the groups of `observers` one new shared mutex. Call while
-  /// holding lock(observers): threads waiting on an old mutex then retry on the new one.
-  void merge(const std::vector<const qobs::Observer*>& observers) {
-    std::vector<std::shared_ptr<std::mutex>> old;
-    for (const qobs::Observer* o : observers) old.push_back(mutex_of(o));
-    const auto merged = std::make_shared<std::mutex>();
-    std::lock_guard<std::mutex> r(registry_mu_);
-    for (auto& [key, e] : by_observer_)
-      if (std::find(old.begin(), old.end(), e.mutex) != old.end()) e.mutex = merged;
-  }
-
- private:
-  // Observers are keyed by address; the weak reference tells a live observer from a
-  // dead one whose address was reused (the binding cannot hook their destruction).
-  struct Entry {
-    std::weak_ptr<const qobs::Observer> observer;
-    std::shared_ptr<std::mutex> mutex;
-  };
-
-  std::shared_ptr<std::mutex> mutex_of(const qobs::Observer* o) {
-    std::lock_guard<std::mutex> r(registry_mu_);
-    Entry& e = by_observer_[o];
-    if (!e.mutex || e.observer.expired()) e = {o->weak_from_this(), std::make_shared<std::mutex>()};
-    std::shared_ptr<std::mutex> m = e.mutex;
-    if (by_observer_.size() > 2 * live_after_sweep_ + 64) {
-      std::erase_if(by_observer_, [](const auto& kv) { return kv.second.observer.expired(); });
-      live_after_sweep_ = by_observer_.size();
-    }
-    return m;
-  }
-
-  std::mutex registry_mu_;
-  std::unordered_map<const qobs::Observer*, Entry> by_observer_;
-  std::size_t live_after_sweep_ = 0;
-};
-
-ObserverLocks& observer_locks() {
-  static auto* locks = new ObserverLocks();  // never destroyed: outlives every observer
-  return *locks;
-}
-
-/// Runs f() with the GIL released and the observers' group mutexes held.
+/// Runs f() with the GIL released: the core's work must not stop other Python threads.
+/// Observers lock themselves (qobs/observer.h), so threads sharing one are safe.
 template <typename F>
-auto with_observers_locked(const std::vector<const qobs::Observer*>& observers, F&& f) {
+auto without_gil(F&& f) {
   py::gil_scoped_release nogil;
-  ObserverLocks::Guard guard = observer_locks().lock(observers);
   return f();
-}
-
-template <typename F>
-auto with_observer_locked(const qobs::Observer& o, F&& f) {
-  return with_observers_locked({&o}, std::forward<F>(f));
 }
 
 /// The error translator: qobs's exception kinds to the Python types the reference
@@ -700,41 +610,39 @@ PYBIND11_MODULE(_qobs, m) {
       .def_property_readonly("args", &qobs::Observer::args)
       .def_property_readonly("options", &qobs::Observer::options)
       .def_property_readonly("is_weight_observer", &qobs::Observer::is_weight_observer)
-      // Every method that reads or changes statistics, bindings or fusion runs under the
-      // observer's group lock (ObserverLocks); name, args and options never change.
       .def("observe", [](qobs::Observer& o, py::handle value) {
         Borrowed v = borrow(value, "observed value");
-        with_observer_locked(o, [&] { o.observe(v.view); });
+        without_gil([&] { o.observe(v.view); });
       }, py::arg("value"))
       .def("observe_flattened", [](qobs::Observer& o, py::handle value) {
         Borrowed v = borrow(value, "flattened observed value");
-        with_observer_locked(o, [&] { o.observe_flattened(v.view); });
+        without_gil([&] { o.observe_flattened(v.view); });
       }, py::arg("value"))
-      .def("has_statistics", [](const qobs::Observer& o) { return with_observer_locked(o, [&] { return o.has_statistics(); }); })
+      .def("has_statistics", [](const qobs::Observer& o) { return without_gil([&] { return o.has_statistics(); }); })
       .def("get_statistics", [](const qobs::Observer& o) {
-        const auto stats = with_observer_locked(o, [&] { return o.get_statistics(); });
+        const auto stats = without_gil([&] { return o.get_statistics(); });
         py::list l;
         for (const auto& [n, t] : stats) l.append(py::make_tuple(n, out(t)));
         return l;
       })
       .def("get_qparams", [](qobs::Observer& o) {
-        qobs::QParams q = with_observer_locked(o, [&] { return o.get_qparams(); });
+        qobs::QParams q = without_gil([&] { return o.get_qparams(); });
         return py::make_tuple(out(std::move(q.scale)), out(std::move(q.zero_point)), out_opt(std::move(q.global_scale)));
       })
       .def("get_global_scale", [](qobs::Observer& o) {
-        return out_opt(with_observer_locked(o, [&] { return o.get_global_scale(); }));
+        return out_opt(without_gil([&] { return o.get_global_scale(); }));
       })
       .def("delete_statistics", [](qobs::Observer& o, bool cooperative) {
-        with_observer_locked(o, [&] { o.delete_statistics(cooperative); });
+        without_gil([&] { o.delete_statistics(cooperative); });
       }, py::arg("cooperative") = true)
       .def("export_statistics", [](const qobs::Observer& o) {
-        return with_observer_locked(o, [&] { return o.export_statistics(); });
+        return without_gil([&] { return o.export_statistics(); });
       })
       .def("import_statistics", [](qobs::Observer& o, const qobs::Statistics& stats) {
-        with_observer_locked(o, [&] { o.import_statistics(stats); });
+        without_gil([&] { o.import_statistics(stats); });
       }, py::arg("stats"))
       .def("merge_statistics", [](qobs::Observer& o, const qobs::Statistics& other) {
-        with_observer_locked(o, [&] { o.merge_statistics(other); });
+        without_gil([&] { o.merge_statistics(other); });
       }, py::arg("other"))
       .def("sync_table", [](const qobs::Observer& o) {
         py::list l;
@@ -745,25 +653,25 @@ PYBIND11_MODULE(_qobs, m) {
       // stores only a view of it (R6.10.3).
       .def("bind_weight", [](qobs::Observer& o, py::handle weight) {
         Borrowed w = borrow(weight, "weight");
-        with_observer_locked(o, [&] { o.bind_weight(w.view); });
+        without_gil([&] { o.bind_weight(w.view); });
       }, py::arg("weight"))
-      .def("unbind_weight", [](qobs::Observer& o) { with_observer_locked(o, [&] { o.unbind_weight(); }); })
+      .def("unbind_weight", [](qobs::Observer& o) { without_gil([&] { o.unbind_weight(); }); })
       .def("attach", [](qobs::Observer& o, int64_t in_features) {
-        with_observer_locked(o, [&] { o.attach(in_features); });
+        without_gil([&] { o.attach(in_features); });
       }, py::arg("in_features"))
-      .def("detach", [](qobs::Observer& o) { with_observer_locked(o, [&] { o.detach(); }); })
+      .def("detach", [](qobs::Observer& o) { without_gil([&] { o.detach(); }); })
       .def("accumulate_input", [](qobs::Observer& o, py::handle x) {
         Borrowed v = borrow(x, "input");
-        with_observer_locked(o, [&] { o.accumulate_input(v.view); });
+        without_gil([&] { o.accumulate_input(v.view); });
       }, py::arg("x"))
       .def("fused_partners", [](const qobs::Observer& o) {
-        return with_observer_locked(o, [&] { return o.fused_partners(); });
+        return without_gil([&] { return o.fused_partners(); });
       })
       .def("grid_candidates", [](const qobs::Observer& o) {
-        return with_observer_locked(o, [&] { return qobs::grid_candidates(o); });
+        return without_gil([&] { return qobs::grid_candidates(o); });
       })
       .def("imatrix_search_path", [](const qobs::Observer& o) {
-        return with_observer_locked(o, [&] { return qobs::imatrix_search_path(o); });
+        return without_gil([&] { return qobs::imatrix_search_path(o); });
       });
 
   m.def("load_observer",
@@ -774,13 +682,7 @@ PYBIND11_MODULE(_qobs, m) {
         py::arg("name"), py::arg("base_name"), py::arg("args"), py::arg("kwargs") = py::none(),
         py::arg_v("options", qobs::ObserverOptions{}, "ObserverOptions()"));
   m.def("fuse_observers", [](const std::vector<std::shared_ptr<qobs::Observer>>& group) {
-    std::vector<const qobs::Observer*> members;
-    for (const auto& o : group)
-      if (o) members.push_back(o.get());
-    with_observers_locked(members, [&] {
-      qobs::fuse_observers(group);
-      observer_locks().merge(members);
-    });
+    without_gil([&] { qobs::fuse_observers(group); });
   }, py::arg("group"));
   m.def("fused_layer_names", &qobs::fused_layer_names);
   m.def("registered_observers", &qobs::registered_observers);

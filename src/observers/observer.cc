@@ -27,14 +27,74 @@ std::string_view to_string(ReduceOp op) {
   return "";
 }
 
+// ---- the lock (see the thread-safety contract in qobs/observer.h) -------------------------
+
+struct Observer::Lock::Group {
+  std::recursive_mutex mu;
+  /// Every observer sharing this group, recorded when a fusion merges groups; a group
+  /// never merged belongs to the one observer that made it and lists nobody.
+  std::vector<std::weak_ptr<Observer>> members;
+};
+
 Observer::Observer(std::string base_name, QuantizationArgs args, ObserverOptions options)
-    : base_name_(std::move(base_name)), args_(std::move(args)), options_(std::move(options)) {
+    : base_name_(std::move(base_name)),
+      args_(std::move(args)),
+      options_(std::move(options)),
+      group_(std::make_shared<Lock::Group>()) {
   QOBS_CHECK(base_name_ == "weight" || is_activation_base_name(base_name_), InvalidArgument, "unknown base_name '",
              base_name_, "': expected weight, input, output, q, k or v (R3.1)");
   if (!args_.strategy) args_ = args_.validated();
 }
 
 Observer::~Observer() = default;
+
+std::shared_ptr<Observer::Lock::Group> Observer::group() const {
+  std::lock_guard<std::mutex> g(group_mu_);
+  return group_;
+}
+
+Observer::Lock Observer::lock() const {
+  for (;;) {
+    Lock l;
+    l.group_ = group();
+    l.lock_ = std::unique_lock<std::recursive_mutex>(l.group_->mu);
+    if (group() == l.group_) return l;  // else a fusion moved this observer on while it waited: retry
+  }
+}
+
+std::vector<Observer::Lock> Observer::lock_all(const std::vector<std::shared_ptr<Observer>>& observers) {
+  for (;;) {
+    std::vector<std::shared_ptr<Lock::Group>> groups;
+    for (const auto& o : observers) groups.push_back(o->group());
+    // one order for every thread that holds several groups: no two can wait on each other
+    std::sort(groups.begin(), groups.end());
+    groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
+    std::vector<Lock> held(groups.size());
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      held[i].group_ = groups[i];
+      held[i].lock_ = std::unique_lock<std::recursive_mutex>(groups[i]->mu);
+    }
+    if (std::all_of(observers.begin(), observers.end(), [&](const auto& o) {
+          return std::binary_search(groups.begin(), groups.end(), o->group());
+        }))
+      return held;
+  }
+}
+
+void Observer::merge_lock_groups(const std::vector<Lock>& held, const std::vector<std::shared_ptr<Observer>>& fused) {
+  auto merged = std::make_shared<Lock::Group>();
+  std::vector<std::shared_ptr<Observer>> everyone = fused;
+  for (const Lock& l : held)
+    for (const auto& w : l.group_->members)
+      if (auto o = w.lock()) everyone.push_back(std::move(o));
+  std::sort(everyone.begin(), everyone.end());
+  everyone.erase(std::unique(everyone.begin(), everyone.end()), everyone.end());
+  for (const auto& o : everyone) {
+    merged->members.push_back(o);
+    std::lock_guard<std::mutex> g(o->group_mu_);
+    o->group_ = merged;
+  }
+}
 
 namespace {
 
@@ -66,11 +126,13 @@ void check_observable(const TensorView& v, const std::string& label, bool allow_
 }  // namespace
 
 Observer& Observer::observe(const TensorView& value) {
+  const Lock held = lock();
   const std::string label = tensor_label();
   return observe_with(value, [&] { return flatten_for_calibration(value, base_name_, args_, {}, label); }, true);
 }
 
 Observer& Observer::observe_flattened(const TensorView& value) {
+  const Lock held = lock();
   const std::string label = tensor_label();
   QOBS_CHECK(value.numel() > 0, ShapeError, label, ": empty flattened value of shape ", shape_str(value.shape),
              " (R3.1)");
@@ -117,6 +179,7 @@ Observer& Observer::observe_with(const TensorView& value, const std::function<Fl
 }
 
 void Observer::observe_flat(const FlatView& flat) {
+  const Lock held = lock();
   extremes_.reset();
   if (!update_state_with_extremes(flat, extremes_)) update_state(state_, flat);
 }
@@ -133,17 +196,45 @@ bool Observer::statistics_finite() const {
 }
 
 bool Observer::has_statistics() const {
+  const Lock held = lock();
   for (const auto& n : statistic_names())
     if (!state_.count(n)) return false;
   return true;
 }
 
 std::vector<std::pair<std::string, Tensor>> Observer::get_statistics() const {
+  const Lock held = lock();
   QOBS_CHECK(has_statistics(), PreconditionError, "No statistics available for ", name(), " observer of '",
              tensor_label(), "' (R6.1.6)");
   std::vector<std::pair<std::string, Tensor>> out;
   for (const auto& n : statistic_names()) out.emplace_back(n, state_.at(n));
   return out;
+}
+
+void Observer::bind_weight(const TensorView& weight) {
+  const Lock held = lock();
+  bound_weight_ = weight;
+  has_bound_weight_ = true;
+}
+
+void Observer::unbind_weight() {
+  const Lock held = lock();
+  has_bound_weight_ = false;
+}
+
+void Observer::attach(int64_t in_features) {
+  const Lock held = lock();
+  attach_locked(in_features);
+}
+
+void Observer::detach() {
+  const Lock held = lock();
+  detach_locked();
+}
+
+void Observer::accumulate_input(const TensorView& x) {
+  const Lock held = lock();
+  accumulate_input_locked(x);
 }
 
 void Observer::observe_bound_weight() {
@@ -153,6 +244,7 @@ void Observer::observe_bound_weight() {
 }
 
 std::vector<std::shared_ptr<Observer>> Observer::fused_partners() const {
+  const Lock held = lock();
   std::vector<std::shared_ptr<Observer>> out;
   for (const auto& w : partners_)
     if (auto p = w.lock()) out.push_back(std::move(p));
@@ -230,6 +322,7 @@ double nan_extreme(const Tensor& t, bool want_max) {
 }  // namespace
 
 std::optional<Tensor> Observer::get_global_scale() {
+  const Lock held = lock();
   if (args_.get_strategy() != Strategy::kTensorGroup) return std::nullopt;
   std::vector<std::shared_ptr<Observer>> members;
   if (partners_.empty()) {
@@ -265,6 +358,7 @@ std::optional<Tensor> Observer::get_global_scale() {
 }
 
 QParams Observer::get_qparams() {
+  const Lock held = lock();
   QOBS_CHECK(has_statistics(), PreconditionError, "No statistics available for ", name(), " observer of '",
              tensor_label(), "': observe a tensor first (R6.1.4)");
   QParams out;
@@ -282,6 +376,7 @@ ScaleZeroPoint Observer::qparams_from_statistics(const Tensor* global_scale) {
 }
 
 void Observer::delete_statistics(bool cooperative) {
+  const Lock held = lock();
   auto partners = fused_partners();
   if (!cooperative || partners.empty()) {
     state_.clear();
@@ -328,17 +423,22 @@ void fuse_observers(const std::vector<std::shared_ptr<Observer>>& group) {
                o->options().label, "' has a non-TENSOR_GROUP weight observer (strategy ",
                to_string(o->args().get_strategy()), ") among tensor_group partners (R6.10.2)");
   }
+  // Fused observers read and consume each other's statistics (R6.10.4): from here on
+  // they share one lock, with every observer any of them was fused with before.
+  const std::vector<Observer::Lock> held = Observer::lock_all(members);
   for (const auto& o : members) {
     o->partners_.clear();
     o->done_ = false;
     for (const auto& p : members)
       if (p != o) o->partners_.push_back(p);
   }
+  Observer::merge_lock_groups(held, members);
 }
 
 // ---- statistics ------------------------------------------------------------------------
 
 Statistics Observer::export_statistics() const {
+  const Lock held = lock();
   Statistics s;
   s.observer = std::string(name());
   s.contributions = contributions_;
@@ -359,6 +459,7 @@ Statistics Observer::export_statistics() const {
 void Observer::import_statistics(const Statistics& stats) {
   QOBS_CHECK(stats.observer.empty() || normalize_observer_name(stats.observer) == normalize_observer_name(name()),
              InvalidArgument, "statistics of observer '", stats.observer, "' cannot be imported into ", name());
+  const Lock held = lock();
   state_.clear();
   extremes_.reset();
   for (const auto& it : stats.items) state_[it.name] = it.value;
@@ -368,6 +469,7 @@ void Observer::import_statistics(const Statistics& stats) {
 void Observer::merge_statistics(const Statistics& other) {
   const auto table = sync_table();
   if (table.empty()) return;  // memoryless observers: the reference never reduces (R6.11.1)
+  const Lock held = lock();
   extremes_.reset();
   Statistics mine = export_statistics();
   // keep only synced statistics in the reduction; others stay as they are

@@ -250,15 +250,26 @@ class ProgressPrinter {
   bool tty_;
 };
 
-qobs::KwargValue parse_kwarg_value(const std::string& v) {
-  if (v == "true" || v == "True") return true;
-  if (v == "false" || v == "False") return false;
-  char* end = nullptr;
-  const long long i = std::strtoll(v.c_str(), &end, 10);
-  if (!v.empty() && *end == '\0') return static_cast<int64_t>(i);
-  const double d = std::strtod(v.c_str(), &end);
-  if (!v.empty() && *end == '\0') return d;
-  return v;
+// A YAML scalar's value: quoting is YAML syntax (a quoted scalar, or one tagged !!str, is
+// a string), then plain scalars take the library's one typing rule (yaml_plain_scalar).
+qobs::FieldValue scalar_value(const YAML::Node& n) {
+  if (n.IsNull() || !n.IsDefined()) return {nullptr};
+  if (n.Tag() == "!" || n.Tag() == "tag:yaml.org,2002:str") return {n.Scalar()};
+  return qobs::yaml_plain_scalar(n.Scalar());
+}
+
+// --observer-kwarg KEY=VALUE: VALUE means what it means in a recipe's observer_kwargs.
+qobs::KwargValue parse_kwarg_value(const std::string& key, const std::string& v) {
+  YAML::Node n;
+  try {
+    n = YAML::Load(v);
+  } catch (const YAML::Exception& e) {
+    throw OptionError("--observer-kwarg " + key + ": '" + v + "' is not a YAML value (" + e.msg + "); quote it");
+  }
+  if (!n.IsNull() && !n.IsScalar())
+    throw OptionError("--observer-kwarg " + key + ": '" + v + "' is not a single value; quote it");
+  const qobs::FieldValue one{qobs::FieldValue::Map{{key, scalar_value(n)}}};
+  return qobs::observer_kwargs_from_field(one, "--observer-kwarg").at(key);
 }
 
 struct Args {
@@ -274,8 +285,7 @@ struct Args {
   std::optional<std::string> revision;
 };
 
-// YAML -> JSON with YAML 1.1's plain-scalar types (the reference reads recipes with
-// PyYAML): null / ~, true / false, integers and floats; quoted scalars stay strings.
+// YAML -> JSON, scalars typed as scalar_value types them.
 nlohmann::ordered_json yaml_to_json(const YAML::Node& n) {
   switch (n.Type()) {
     case YAML::NodeType::Null:
@@ -294,17 +304,10 @@ nlohmann::ordered_json yaml_to_json(const YAML::Node& n) {
     case YAML::NodeType::Scalar:
       break;
   }
-  const std::string v = n.Scalar();
-  if (n.Tag() == "!") return v;  // quoted
-  if (v == "~" || v == "null" || v == "Null" || v == "NULL") return nullptr;
-  if (v == "true" || v == "True" || v == "TRUE") return true;
-  if (v == "false" || v == "False" || v == "FALSE") return false;
-  char* end = nullptr;
-  const long long i = std::strtoll(v.c_str(), &end, 10);
-  if (!v.empty() && *end == '\0') return i;
-  const double d = std::strtod(v.c_str(), &end);
-  if (!v.empty() && *end == '\0' && v.find_first_of("0123456789") != std::string::npos) return d;
-  return v;
+  const qobs::FieldValue v = scalar_value(n);
+  if (const double* d = std::get_if<double>(&v.value); d && !std::isfinite(*d))
+    throw qobs::InvalidArgument("'" + n.Scalar() + "' is not a finite number, which a --config value must be");
+  return nlohmann::ordered_json::parse(v.dump());
 }
 
 // --config FILE: JSON when it parses as JSON, else YAML.
@@ -321,7 +324,13 @@ qobs::QuantizationConfig read_config_file(const std::string& path) {
   } catch (const YAML::Exception& e) {
     throw qobs::InvalidArgument(path + ": neither JSON nor YAML: " + e.what());
   }
-  return qobs::quantization_config_from_document(yaml_to_json(doc).dump(), path);
+  nlohmann::ordered_json json;
+  try {
+    json = yaml_to_json(doc);
+  } catch (const qobs::InvalidArgument& e) {
+    throw qobs::InvalidArgument(path + ": " + e.what());
+  }
+  return qobs::quantization_config_from_document(json.dump(), path);
 }
 
 Args parse_args(int argc, char** argv, int first) {
@@ -344,7 +353,7 @@ Args parse_args(int argc, char** argv, int first) {
       const std::string kv = value(i, f);
       const auto eq = kv.find('=');
       if (eq == std::string::npos || eq == 0) throw UsageError("--observer-kwarg expects KEY=VALUE, got '" + kv + "'");
-      a.q.observer_kwargs[kv.substr(0, eq)] = parse_kwarg_value(kv.substr(eq + 1));
+      a.q.observer_kwargs[kv.substr(0, eq)] = parse_kwarg_value(kv.substr(0, eq), kv.substr(eq + 1));
     } else if (f == "--importance") {
       a.q.importance_path = value(i, f);
     } else if (f == "--targets") {

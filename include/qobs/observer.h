@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -74,7 +75,22 @@ struct ObserverOptions {
   int num_threads = 0;
 };
 
-/// An observer. Not thread-safe: one observer is driven by one thread at a time.
+/// An observer.
+///
+/// Thread safety: any member may be called from any thread at any time. Every call that
+/// reads or changes statistics, the bound weight, the importance hooks or fusion holds
+/// the observer's lock, which all observers ever fused together (fuse_observers) share:
+/// calls on one observer, or on the observers of one fused group, run one at a time, in
+/// some order, and calls on unrelated observers run in parallel. name(), base_name(),
+/// args(), options(), the const rules (sync_table, update_state, ...) and
+/// grid_candidates read only what never changes after construction. So concurrent
+/// observe() calls on one static_minmax observer give the statistics of all the
+/// observations, in any order; that a get_qparams() sees a given observe() is up to the
+/// caller's ordering. A subclass's hooks (update_state_with_extremes,
+/// qparams_from_statistics, on_statistics_deleted, attach_locked, detach_locked,
+/// accumulate_input_locked) run with the lock held; the lock is recursive, so they may
+/// call public members. The memory of a bound weight must not change while observed.
+/// MinMaxHookAdapter is not thread-safe: one thread per adapter.
 class Observer : public std::enable_shared_from_this<Observer> {
  public:
   virtual ~Observer();
@@ -126,8 +142,8 @@ class Observer : public std::enable_shared_from_this<Observer> {
   /// Binds the module weight this observer calibrates, used when a fused partner needs
   /// this observer's statistics before it observed (R6.10.3). The memory must outlive
   /// the observer or be re-bound.
-  void bind_weight(const TensorView& weight) { bound_weight_ = weight; has_bound_weight_ = true; }
-  void unbind_weight() { has_bound_weight_ = false; }
+  void bind_weight(const TensorView& weight);
+  void unbind_weight();
 
   /// Whether integer tensors may be observed (R6.3.1: min-max statistics of integer
   /// inputs stay integer until blended). MSE observers take float tensors only.
@@ -141,11 +157,12 @@ class Observer : public std::enable_shared_from_this<Observer> {
   /// the offending element for the error.
   virtual bool statistics_reveal_non_finite() const { return false; }
 
-  /// Importance hooks (R6.1.7). Only imatrix_mse accumulates; others ignore them.
-  virtual void attach(int64_t in_features) {}
-  virtual void detach() {}
+  /// Importance hooks (R6.1.7). Only the importance-weighted observers accumulate;
+  /// others ignore them.
+  void attach(int64_t in_features);
+  void detach();
   /// The pre-forward hook's work (R6.8.3): accumulate x^2 of one input batch.
-  virtual void accumulate_input(const TensorView& x) {}
+  void accumulate_input(const TensorView& x);
 
   /// Partners of a fused group (R6.10), excluding this observer.
   std::vector<std::shared_ptr<Observer>> fused_partners() const;
@@ -156,6 +173,23 @@ class Observer : public std::enable_shared_from_this<Observer> {
 
  protected:
   Observer(std::string base_name, QuantizationArgs args, ObserverOptions options);
+
+  /// This observer's lock (see the class comment), held for the Lock's lifetime.
+  class [[nodiscard]] Lock {
+   private:
+    friend class Observer;
+    struct Group;
+    std::shared_ptr<Group> group_;  // declared first: outlives the lock on its mutex
+    std::unique_lock<std::recursive_mutex> lock_;
+  };
+  /// Waits for and takes the lock. A subclass takes it to read state that its hooks
+  /// change (the public members take it themselves).
+  Lock lock() const;
+
+  /// The importance hooks' work, run with the lock held.
+  virtual void attach_locked(int64_t in_features) {}
+  virtual void detach_locked() {}
+  virtual void accumulate_input_locked(const TensorView& x) {}
 
   /// Statistic names that must all exist for has_statistics() (R6.1.3).
   virtual std::vector<std::string> statistic_names() const { return {"min_vals", "max_vals"}; }
@@ -184,6 +218,12 @@ class Observer : public std::enable_shared_from_this<Observer> {
   /// The name errors give the observed tensor: the caller's label, else the base name.
   const std::string& tensor_label() const { return options_.label.empty() ? base_name_ : options_.label; }
   friend void fuse_observers(const std::vector<std::shared_ptr<Observer>>& group);
+  /// Holds the lock groups of all `observers` at once (taken in address order, so that
+  /// two threads holding several never wait on each other).
+  static std::vector<Lock> lock_all(const std::vector<std::shared_ptr<Observer>>& observers);
+  /// Moves `fused` and every observer sharing a group `held` holds into one new group;
+  /// call while holding them, so that their waiters retry on the new group.
+  static void merge_lock_groups(const std::vector<Lock>& held, const std::vector<std::shared_ptr<Observer>>& fused);
   void observe_bound_weight();
   /// Phase 1 around `flatten`, which makes the value's FlatView; `forward`: observe's
   /// R6.1.2 rules (empty values, weight once, fused members) around it.
@@ -193,6 +233,12 @@ class Observer : public std::enable_shared_from_this<Observer> {
   /// update_state_with_extremes' report on the statistics in state_, valid until the
   /// state changes otherwise (every such change resets it).
   std::optional<std::pair<double, double>> extremes_;
+
+  /// The lock group this observer belongs to; replaced (under group_mu_) when a fusion
+  /// merges groups, while the old groups are held.
+  std::shared_ptr<Lock::Group> group() const;
+  mutable std::mutex group_mu_;
+  std::shared_ptr<Lock::Group> group_;
 
   TensorView bound_weight_;
   bool has_bound_weight_ = false;

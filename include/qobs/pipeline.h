@@ -172,6 +172,18 @@ TargetPlan plan_targets(const Checkpoint& checkpoint, const std::vector<std::str
 /// `ignore` / `kv_cache_scheme`. `source` names the file in errors.
 QuantizationConfig quantization_config_from_document(std::string_view json, const std::string& source);
 
+/// The value of a plain (unquoted) YAML scalar: the one typing rule of --config YAML
+/// documents and --observer-kwarg values, PyYAML's yaml.safe_load (YAML 1.1), with which
+/// llm-compressor reads recipes. null: `~`, `null`, `Null`, `NULL` and the empty scalar;
+/// booleans: yes / no / true / false / on / off, each lower-case, Capitalized or UPPER;
+/// integers: decimal, `0b` binary, `0x` hexadecimal, octal after a leading `0`, base 60
+/// (`1:30` is 90), with `_` separators; floats: with a `.` and an exponent only with its
+/// sign (`1.5`, `.5`, `1.0e+3`), `.inf`, `-.inf`, `.nan`, base 60 with a fraction;
+/// everything else a string (`1e3`, `0o10`, `1.0e3`, timestamps). An integer beyond int64
+/// is a FieldValue::BigInt. Quoting is YAML syntax, before this rule: a quoted scalar is a
+/// string. docs/CLI.md "Scalar types".
+FieldValue yaml_plain_scalar(std::string_view text);
+
 /// Where a model argument is: an existing path as given; else, for a Hugging Face hub id
 /// (`org/name` or `name`), the snapshot folder of the local cache ($HF_HUB_CACHE, else
 /// $HF_HOME/hub, else ~/.cache/huggingface/hub): `models--org--name/refs/<revision>` holds

@@ -243,7 +243,7 @@ ImatrixMseObserver::ImatrixMseObserver(Kind kind, std::string base, Quantization
   cfg_.num_threads = options_.num_threads;
 }
 
-void ImatrixMseObserver::attach(int64_t in_features) {
+void ImatrixMseObserver::attach_locked(int64_t in_features) {
   QOBS_CHECK(in_features > 0, InvalidArgument, name(), ".attach: in_features must be positive, got ", in_features,
              " (R6.8.3)");
   state_["importance_sum"] = Tensor(DType::kF32, {in_features});
@@ -251,7 +251,7 @@ void ImatrixMseObserver::attach(int64_t in_features) {
   attached_ = true;
 }
 
-void ImatrixMseObserver::accumulate_input(const TensorView& x) {
+void ImatrixMseObserver::accumulate_input_locked(const TensorView& x) {
   if (!attached_) return;
   Tensor& sum = state_.at("importance_sum");
   Tensor& count = state_.at("importance_count");

@@ -89,14 +89,17 @@ class ImatrixMseObserver : public Observer {
   std::vector<std::pair<std::string, ReduceOp>> sync_table() const override {
     return {{"importance_sum", ReduceOp::kSum}, {"importance_count", ReduceOp::kSum}};
   }
-  void attach(int64_t in_features) override;
-  void detach() override { attached_ = false; }
-  void accumulate_input(const TensorView& x) override;
   const kernels::GridSearchConfig& search_config() const { return cfg_; }
   /// Which path the last search took ("importance" or "uniform fallback: <why>"), Q8.
-  const std::string& last_path() const { return last_path_; }
+  std::string last_path() const {
+    const Lock held = lock();
+    return last_path_;
+  }
 
  protected:
+  void attach_locked(int64_t in_features) override;
+  void detach_locked() override { attached_ = false; }
+  void accumulate_input_locked(const TensorView& x) override;
   /// imatrix_lsq shares the importance statistics and their checks under its own name;
   /// it accepts the `strict` kwarg only.
   ImatrixMseObserver(std::string_view obs_name, std::string base, QuantizationArgs args, ObserverOptions opt);

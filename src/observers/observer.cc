@@ -1,33 +1,38 @@
-// Observer base: the two-phase contract (R6.1), fusion (R6.10), mergeable statistics
-// (R6.11) and the registry (R6.2).
+// The Observer base: its lock, the two-phase contract (R6.1: observe, then get_qparams
+// with the fused global scale), cooperative deletion and fusion (R6.10). Statistics
+// export / merge / serialization are statistics.cc, the registry registry.cc, the
+// generation-2 adapter hook_adapter.cc.
 #include "qobs/observer.h"
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstring>
 #include <mutex>
 
 #include "core/arith.h"
 #include "core/check.h"
-#include "core/text.h"
-#include "observers/builtin_observers.h"
-#include "observers/lsq_observers.h"
+#include "kernels/kernels.h"
+#include "observers/observable.h"
 
 namespace qobs {
 
-std::string_view to_string(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kSum: return "sum";
-  }
-  return "";
-}
+using detail::check_observable;
+using detail::check_observable_dtype;
+
+// ---- the lock (see the thread-safety contract in qobs/observer.h) -------------------------
+
+struct Observer::Lock::Group {
+  std::recursive_mutex mu;
+  /// Every observer sharing this group, recorded when a fusion merges groups; a group
+  /// never merged belongs to the one observer that made it and lists nobody.
+  std::vector<std::weak_ptr<Observer>> members;
+};
 
 Observer::Observer(std::string base_name, QuantizationArgs args, ObserverOptions options)
-    : base_name_(std::move(base_name)), args_(std::move(args)), options_(std::move(options)) {
+    : base_name_(std::move(base_name)),
+      args_(std::move(args)),
+      options_(std::move(options)),
+      group_(std::make_shared<Lock::Group>()) {
   QOBS_CHECK(base_name_ == "weight" || is_activation_base_name(base_name_), InvalidArgument, "unknown base_name '",
              base_name_, "': expected weight, input, output, q, k or v (R3.1)");
   if (!args_.strategy) args_ = args_.validated();
@@ -35,41 +40,62 @@ Observer::Observer(std::string base_name, QuantizationArgs args, ObserverOptions
 
 Observer::~Observer() = default;
 
-namespace {
-
-bool is_integer_dtype(DType dt) {
-  return dt == DType::kI8 || dt == DType::kI16 || dt == DType::kI32 || dt == DType::kI64 || dt == DType::kU8;
+std::shared_ptr<Observer::Lock::Group> Observer::group() const {
+  std::lock_guard<std::mutex> g(group_mu_);
+  return group_;
 }
 
-/// The dtype rule of observed tensors; true for float tensors (which may hold NaN / Inf).
-bool check_observable_dtype(const TensorView& v, const std::string& label, bool allow_integer) {
-  const bool is_float = v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16;
-  if (!is_float)
-    QOBS_CHECK(allow_integer && is_integer_dtype(v.dtype), TypeError, label,
-               allow_integer ? ": min-max observers accept float32, bfloat16, float16 or integer tensors, got "
-                             : ": this observer accepts float32, bfloat16 or float16 tensors, got ",
-               dtype_name(v.dtype), " (docs/DEVIATIONS.md D11)");
-  return is_float;
-}
-
-void check_observable(const TensorView& v, const std::string& label, bool allow_integer) {
-  if (!check_observable_dtype(v, label, allow_integer)) return;  // integers are always finite
-  const int64_t i = kernels::first_non_finite(v);  // threaded scan of the bit patterns
-  if (i >= 0) {
-    const double x = v.get(i);
-    QOBS_THROW(InvalidArgument, label, ": non-finite value ", x, " at flat index ", i, " of shape ", shape_str(v.shape),
-               " (observed tensors must be finite: the reference would produce a NaN/Inf scale; docs/DEVIATIONS.md)");
+Observer::Lock Observer::lock() const {
+  for (;;) {
+    Lock l;
+    l.group_ = group();
+    l.lock_ = std::unique_lock<std::recursive_mutex>(l.group_->mu);
+    if (group() == l.group_) return l;  // else a fusion moved this observer on while it waited: retry
   }
 }
 
-}  // namespace
+std::vector<Observer::Lock> Observer::lock_all(const std::vector<std::shared_ptr<Observer>>& observers) {
+  for (;;) {
+    std::vector<std::shared_ptr<Lock::Group>> groups;
+    for (const auto& o : observers) groups.push_back(o->group());
+    // one order for every thread that holds several groups: no two can wait on each other
+    std::sort(groups.begin(), groups.end());
+    groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
+    std::vector<Lock> held(groups.size());
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      held[i].group_ = groups[i];
+      held[i].lock_ = std::unique_lock<std::recursive_mutex>(groups[i]->mu);
+    }
+    if (std::all_of(observers.begin(), observers.end(), [&](const auto& o) {
+          return std::binary_search(groups.begin(), groups.end(), o->group());
+        }))
+      return held;
+  }
+}
+
+void Observer::merge_lock_groups(const std::vector<Lock>& held, const std::vector<std::shared_ptr<Observer>>& fused) {
+  auto merged = std::make_shared<Lock::Group>();
+  std::vector<std::shared_ptr<Observer>> everyone = fused;
+  for (const Lock& l : held)
+    for (const auto& w : l.group_->members)
+      if (auto o = w.lock()) everyone.push_back(std::move(o));
+  std::sort(everyone.begin(), everyone.end());
+  everyone.erase(std::unique(everyone.begin(), everyone.end()), everyone.end());
+  for (const auto& o : everyone) {
+    merged->members.push_back(o);
+    std::lock_guard<std::mutex> g(o->group_mu_);
+    o->group_ = merged;
+  }
+}
 
 Observer& Observer::observe(const TensorView& value) {
+  const Lock held = lock();
   const std::string label = tensor_label();
   return observe_with(value, [&] { return flatten_for_calibration(value, base_name_, args_, {}, label); }, true);
 }
 
 Observer& Observer::observe_flattened(const TensorView& value) {
+  const Lock held = lock();
   const std::string label = tensor_label();
   QOBS_CHECK(value.numel() > 0, ShapeError, label, ": empty flattened value of shape ", shape_str(value.shape),
              " (R3.1)");
@@ -116,6 +142,7 @@ Observer& Observer::observe_with(const TensorView& value, const std::function<Fl
 }
 
 void Observer::observe_flat(const FlatView& flat) {
+  const Lock held = lock();
   extremes_.reset();
   if (!update_state_with_extremes(flat, extremes_)) update_state(state_, flat);
 }
@@ -132,17 +159,45 @@ bool Observer::statistics_finite() const {
 }
 
 bool Observer::has_statistics() const {
+  const Lock held = lock();
   for (const auto& n : statistic_names())
     if (!state_.count(n)) return false;
   return true;
 }
 
 std::vector<std::pair<std::string, Tensor>> Observer::get_statistics() const {
+  const Lock held = lock();
   QOBS_CHECK(has_statistics(), PreconditionError, "No statistics available for ", name(), " observer of '",
              tensor_label(), "' (R6.1.6)");
   std::vector<std::pair<std::string, Tensor>> out;
   for (const auto& n : statistic_names()) out.emplace_back(n, state_.at(n));
   return out;
+}
+
+void Observer::bind_weight(const TensorView& weight) {
+  const Lock held = lock();
+  bound_weight_ = weight;
+  has_bound_weight_ = true;
+}
+
+void Observer::unbind_weight() {
+  const Lock held = lock();
+  has_bound_weight_ = false;
+}
+
+void Observer::attach(int64_t in_features) {
+  const Lock held = lock();
+  attach_locked(in_features);
+}
+
+void Observer::detach() {
+  const Lock held = lock();
+  detach_locked();
+}
+
+void Observer::accumulate_input(const TensorView& x) {
+  const Lock held = lock();
+  accumulate_input_locked(x);
 }
 
 void Observer::observe_bound_weight() {
@@ -152,6 +207,7 @@ void Observer::observe_bound_weight() {
 }
 
 std::vector<std::shared_ptr<Observer>> Observer::fused_partners() const {
+  const Lock held = lock();
   std::vector<std::shared_ptr<Observer>> out;
   for (const auto& w : partners_)
     if (auto p = w.lock()) out.push_back(std::move(p));
@@ -229,6 +285,7 @@ double nan_extreme(const Tensor& t, bool want_max) {
 }  // namespace
 
 std::optional<Tensor> Observer::get_global_scale() {
+  const Lock held = lock();
   if (args_.get_strategy() != Strategy::kTensorGroup) return std::nullopt;
   std::vector<std::shared_ptr<Observer>> members;
   if (partners_.empty()) {
@@ -264,6 +321,7 @@ std::optional<Tensor> Observer::get_global_scale() {
 }
 
 QParams Observer::get_qparams() {
+  const Lock held = lock();
   QOBS_CHECK(has_statistics(), PreconditionError, "No statistics available for ", name(), " observer of '",
              tensor_label(), "': observe a tensor first (R6.1.4)");
   QParams out;
@@ -281,6 +339,7 @@ ScaleZeroPoint Observer::qparams_from_statistics(const Tensor* global_scale) {
 }
 
 void Observer::delete_statistics(bool cooperative) {
+  const Lock held = lock();
   auto partners = fused_partners();
   if (!cooperative || partners.empty()) {
     state_.clear();
@@ -327,398 +386,16 @@ void fuse_observers(const std::vector<std::shared_ptr<Observer>>& group) {
                o->options().label, "' has a non-TENSOR_GROUP weight observer (strategy ",
                to_string(o->args().get_strategy()), ") among tensor_group partners (R6.10.2)");
   }
+  // Fused observers read and consume each other's statistics (R6.10.4): from here on
+  // they share one lock, with every observer any of them was fused with before.
+  const std::vector<Observer::Lock> held = Observer::lock_all(members);
   for (const auto& o : members) {
     o->partners_.clear();
     o->done_ = false;
     for (const auto& p : members)
       if (p != o) o->partners_.push_back(p);
   }
-}
-
-// ---- statistics ------------------------------------------------------------------------
-
-Statistics Observer::export_statistics() const {
-  Statistics s;
-  s.observer = std::string(name());
-  s.contributions = contributions_;
-  const auto table = sync_table();
-  for (const auto& [n, t] : state_) {
-    ReduceOp op = ReduceOp::kAvg;
-    bool synced = false;
-    for (const auto& [tn, top] : table)
-      if (tn == n) { op = top; synced = true; }
-    // Statistics the reference never syncs are exported with the op that keeps a
-    // single rank's value meaningful: min for minima, max for maxima.
-    if (!synced) op = n == "min_vals" ? ReduceOp::kMin : (n == "max_vals" ? ReduceOp::kMax : ReduceOp::kSum);
-    s.items.push_back({n, t, op});
-  }
-  return s;
-}
-
-void Observer::import_statistics(const Statistics& stats) {
-  QOBS_CHECK(stats.observer.empty() || normalize_observer_name(stats.observer) == normalize_observer_name(name()),
-             InvalidArgument, "statistics of observer '", stats.observer, "' cannot be imported into ", name());
-  state_.clear();
-  extremes_.reset();
-  for (const auto& it : stats.items) state_[it.name] = it.value;
-  contributions_ = stats.contributions;
-}
-
-void Observer::merge_statistics(const Statistics& other) {
-  const auto table = sync_table();
-  if (table.empty()) return;  // memoryless observers: the reference never reduces (R6.11.1)
-  extremes_.reset();
-  Statistics mine = export_statistics();
-  // keep only synced statistics in the reduction; others stay as they are
-  Statistics a, b;
-  a.observer = b.observer = mine.observer;
-  a.contributions = mine.contributions;
-  b.contributions = other.contributions;
-  for (const auto& [n, op] : table) {
-    const Tensor* x = mine.find(n);
-    const Tensor* y = other.find(n);
-    if (!x && !y) continue;
-    if (!x) { state_[n] = *y; continue; }
-    if (!y) continue;
-    a.items.push_back({n, *x, op});
-    b.items.push_back({n, *y, op});
-  }
-  const Statistics ranks[2] = {a, b};
-  Statistics merged = reduce_statistics(ranks);
-  for (const auto& it : merged.items) state_[it.name] = it.value;
-  contributions_ = a.contributions + b.contributions;
-}
-
-const Tensor* Statistics::find(std::string_view name) const {
-  for (const auto& it : items)
-    if (it.name == name) return &it.value;
-  return nullptr;
-}
-
-Statistics reduce_statistics(std::span<const Statistics> ranks) {
-  QOBS_CHECK(!ranks.empty(), InvalidArgument, "reduce_statistics: no statistics given");
-  Statistics out;
-  out.observer = ranks[0].observer;
-  out.contributions = 0;
-  for (const auto& r : ranks) out.contributions += r.contributions;
-  for (const auto& item : ranks[0].items) {
-    Tensor acc = item.value;
-    const DType dt = acc.dtype();
-    std::vector<double> sum(static_cast<std::size_t>(acc.numel()));
-    for (int64_t i = 0; i < acc.numel(); ++i) sum[i] = 0;
-    double weight_total = 0;
-    for (const auto& r : ranks) {
-      const Tensor* t = r.find(item.name);
-      QOBS_CHECK(t != nullptr, InvalidArgument, "reduce_statistics: statistic '", item.name,
-                 "' is missing on one of the ranks");
-      QOBS_CHECK(t->shape() == acc.shape() && t->dtype() == dt, InvalidArgument, "reduce_statistics: size mismatch for '",
-                 item.name, "': ", shape_str(t->shape()), " ", dtype_name(t->dtype()), " vs ", shape_str(acc.shape()),
-                 " ", dtype_name(dt));
-      const double w = static_cast<double>(r.contributions);
-      for (int64_t i = 0; i < acc.numel(); ++i) {
-        const double v = t->get(i);
-        switch (item.reduce) {
-          case ReduceOp::kMin: if (&r != &ranks[0]) acc.set(i, detail::nan_min(acc.get(i), v)); break;
-          case ReduceOp::kMax: if (&r != &ranks[0]) acc.set(i, detail::nan_max(acc.get(i), v)); break;
-          case ReduceOp::kSum: sum[i] += v; break;
-          case ReduceOp::kAvg: sum[i] += v * w; break;
-        }
-      }
-      weight_total += w;
-    }
-    if (item.reduce == ReduceOp::kSum)
-      for (int64_t i = 0; i < acc.numel(); ++i) acc.set(i, sum[i]);
-    if (item.reduce == ReduceOp::kAvg)
-      for (int64_t i = 0; i < acc.numel(); ++i) acc.set(i, sum[i] / weight_total);
-    out.items.push_back({item.name, std::move(acc), item.reduce});
-  }
-  return out;
-}
-
-namespace {
-
-constexpr char kMagic[8] = {'Q', 'O', 'B', 'S', 'S', 'T', 'A', 'T'};
-
-template <typename T>
-void put(std::vector<uint8_t>& out, T v) {
-  const auto* p = reinterpret_cast<const uint8_t*>(&v);
-  out.insert(out.end(), p, p + sizeof(T));
-}
-void put_str(std::vector<uint8_t>& out, const std::string& s) {
-  put<uint32_t>(out, static_cast<uint32_t>(s.size()));
-  out.insert(out.end(), s.begin(), s.end());
-}
-
-struct Reader {
-  std::span<const uint8_t> b;
-  std::size_t pos = 0;
-  void need(std::size_t n, const char* what) {
-    QOBS_CHECK(n <= b.size() - pos, IoError, "statistics bytes truncated while reading ", what, " at offset ", pos,
-               " (", b.size(), " bytes)");
-  }
-  template <typename T>
-  T get(const char* what) {
-    need(sizeof(T), what);
-    T v;
-    std::memcpy(&v, b.data() + pos, sizeof(T));
-    pos += sizeof(T);
-    return v;
-  }
-  std::string str(const char* what) {
-    const uint32_t n = get<uint32_t>(what);
-    need(n, what);
-    std::string s(reinterpret_cast<const char*>(b.data() + pos), n);
-    pos += n;
-    return s;
-  }
-};
-
-}  // namespace
-
-std::vector<uint8_t> Statistics::serialize() const {
-  std::vector<uint8_t> out(kMagic, kMagic + 8);
-  put<uint32_t>(out, 1);
-  put_str(out, observer);
-  put<int64_t>(out, contributions);
-  put<uint32_t>(out, static_cast<uint32_t>(items.size()));
-  for (const auto& it : items) {
-    put_str(out, it.name);
-    put<uint8_t>(out, static_cast<uint8_t>(it.reduce));
-    put<uint8_t>(out, static_cast<uint8_t>(it.value.dtype()));
-    put<uint32_t>(out, static_cast<uint32_t>(it.value.dim()));
-    for (int64_t d : it.value.shape()) put<int64_t>(out, d);
-    put<uint64_t>(out, it.value.nbytes());
-    const auto* p = static_cast<const uint8_t*>(it.value.data());
-    out.insert(out.end(), p, p + it.value.nbytes());
-  }
-  return out;
-}
-
-Statistics Statistics::deserialize(std::span<const uint8_t> bytes) {
-  Reader r{bytes};
-  r.need(8, "magic");
-  QOBS_CHECK(std::memcmp(bytes.data(), kMagic, 8) == 0, IoError, "statistics bytes do not start with QOBSSTAT");
-  r.pos = 8;
-  const uint32_t version = r.get<uint32_t>("version");
-  QOBS_CHECK(version == 1, IoError, "statistics format version ", version, " is not supported (expected 1)");
-  Statistics s;
-  s.observer = r.str("observer name");
-  s.contributions = r.get<int64_t>("contributions");
-  QOBS_CHECK(s.contributions >= 1, IoError, "statistics: contributions ", s.contributions, " must be >= 1");
-  const uint32_t n = r.get<uint32_t>("item count");
-  for (uint32_t k = 0; k < n; ++k) {
-    Statistic it;
-    it.name = r.str("statistic name");
-    const uint8_t op = r.get<uint8_t>("reduce op");
-    QOBS_CHECK(op <= static_cast<uint8_t>(ReduceOp::kSum), IoError, "statistics: invalid reduce op ", int(op));
-    it.reduce = static_cast<ReduceOp>(op);
-    const uint8_t dt = r.get<uint8_t>("dtype");
-    QOBS_CHECK(dt <= static_cast<uint8_t>(DType::kBool), IoError, "statistics: invalid dtype code ", int(dt));
-    const uint32_t rank = r.get<uint32_t>("rank");
-    QOBS_CHECK(rank <= 8, IoError, "statistics: rank ", rank, " of '", it.name, "' is implausible");
-    Shape shape;
-    int64_t numel = 1;
-    for (uint32_t d = 0; d < rank; ++d) {
-      const int64_t v = r.get<int64_t>("shape");
-      QOBS_CHECK(v >= 0 && v <= (int64_t{1} << 40), IoError, "statistics: invalid dimension ", v);
-      shape.push_back(v);
-      numel *= v;
-      QOBS_CHECK(numel <= (int64_t{1} << 40), IoError, "statistics: tensor '", it.name, "' is implausibly large");
-    }
-    const uint64_t nbytes = r.get<uint64_t>("byte count");
-    QOBS_CHECK(nbytes == static_cast<uint64_t>(numel) * dtype_size(static_cast<DType>(dt)), IoError,
-               "statistics: '", it.name, "' declares ", nbytes, " bytes for shape ", shape_str(shape));
-    r.need(nbytes, "tensor bytes");
-    it.value = Tensor::from_bytes(static_cast<DType>(dt), shape, bytes.data() + r.pos, nbytes);
-    r.pos += nbytes;
-    s.items.push_back(std::move(it));
-  }
-  QOBS_CHECK(r.pos == bytes.size(), IoError, "statistics: ", bytes.size() - r.pos, " trailing bytes");
-  return s;
-}
-
-// ---- registry ---------------------------------------------------------------------------
-
-std::string normalize_observer_name(std::string_view name) {
-  std::string out = ascii_lower(name);
-  for (char& c : out)
-    if (c == '_' || c == ' ') c = '-';
-  return out;
-}
-
-namespace {
-
-struct Registry {
-  std::mutex mu;
-  std::vector<std::pair<std::string, ObserverFactory>> entries;  // registry spelling
-  std::size_t builtin_count = 0;
-};
-
-Registry& registry() {
-  static Registry* r = [] {
-    auto* reg = new Registry;
-    using namespace detail;
-    auto add = [&](std::string n, ObserverFactory f) { reg->entries.emplace_back(std::move(n), std::move(f)); };
-    add("memoryless_minmax", [](const std::string& b, const QuantizationArgs& a, const ObserverOptions& o) {
-      return std::make_shared<MemorylessMinMaxObserver>(b, a, o);
-    });
-    add("static_minmax", [](const std::string& b, const QuantizationArgs& a, const ObserverOptions& o) {
-      return std::make_shared<StaticMinMaxObserver>(b, a, o);
-    });
-    add("minmax", [](const std::string& b, const QuantizationArgs& a, const ObserverOptions& o) {
-      return std::make_shared<MovingAverageMinMaxObserver>(b, a, o);
-    });
-    add("memoryless_mse", [](const std::string& b, const QuantizationArgs& a, const ObserverOptions& o) {
-      return std::make_shared<MseObserver>(MseObserver::Kind::kMemoryless, b, a, o);
-    });
-    add("mse", [](const std::string& b, const QuantizationArgs& a, const ObserverOptions& o) {
-      return std::make_shared<MseObserver>(MseObserver::Kind::kMovingAverage, b, a, o);
-    });
-    add("nvfp4_expanded_mse", [](const std::string& b, const QuantizationArgs& a, const ObserverOptions& o) {
-      return std::make_shared<MseObserver>(MseObserver::Kind::kNvfp4Expanded, b, a, o);
-    });
-    add("imatrix_mse", [](const std::string& b, const QuantizationArgs& a, const ObserverOptions& o) {
-      return std::make_shared<ImatrixMseObserver>(ImatrixMseObserver::Kind::kImatrix, b, a, o);
-    });
-    add("nvfp4_expanded_imatrix", [](const std::string& b, const QuantizationArgs& a, const ObserverOptions& o) {
-      return std::make_shared<ImatrixMseObserver>(ImatrixMseObserver::Kind::kNvfp4Expanded, b, a, o);
-    });
-    // R6.13.1: an alias; the reference hands back an nvfp4_expanded_mse observer
-    add("fouroversix", [](const std::string& b, const QuantizationArgs& a, const ObserverOptions& o) {
-      return std::make_shared<MseObserver>(MseObserver::Kind::kNvfp4Expanded, b, a, o);
-    });
-    // qobs's own least-squares observers (docs/LSQ.md), beside the reference's
-    add("lsq_mse", [](const std::string& b, const QuantizationArgs& a, const ObserverOptions& o) {
-      return std::make_shared<LsqObserver>(b, a, o);
-    });
-    add("imatrix_lsq", [](const std::string& b, const QuantizationArgs& a, const ObserverOptions& o) {
-      return std::make_shared<ImatrixLsqObserver>(b, a, o);
-    });
-    reg->builtin_count = reg->entries.size();
-    return reg;
-  }();
-  return *r;
-}
-
-}  // namespace
-
-void register_observer(std::string_view name, ObserverFactory factory) {
-  QOBS_CHECK(!name.empty() && factory, InvalidArgument, "register_observer needs a name and a factory");
-  Registry& r = registry();
-  std::lock_guard lock(r.mu);
-  const std::string key = normalize_observer_name(name);
-  for (std::size_t i = 0; i < r.entries.size(); ++i) {
-    if (normalize_observer_name(r.entries[i].first) != key) continue;
-    QOBS_CHECK(i >= r.builtin_count, InvalidArgument, "observer name '", name,
-               "' is a built-in observer and cannot be replaced (R6.2.2)");
-    r.entries[i].second = std::move(factory);
-    return;
-  }
-  r.entries.emplace_back(std::string(name), std::move(factory));
-}
-
-std::vector<std::string> registered_observers() {
-  Registry& r = registry();
-  std::lock_guard lock(r.mu);
-  std::vector<std::string> out;
-  for (const auto& e : r.entries) out.push_back(e.first);
-  return out;
-}
-
-std::shared_ptr<Observer> load_observer(std::string_view name, std::string_view base_name, const QuantizationArgs& args,
-                                        const ObserverKwargs& kwargs, const ObserverOptions& options) {
-  ObserverFactory factory;
-  {
-    Registry& r = registry();
-    std::lock_guard lock(r.mu);
-    const std::string key = normalize_observer_name(name);
-    for (const auto& e : r.entries)
-      if (normalize_observer_name(e.first) == key) factory = e.second;
-  }
-  if (!factory) {
-    std::string known;
-    for (const auto& n : registered_observers()) known += (known.empty() ? "" : ", ") + n;
-    QOBS_THROW(UnknownName, "unknown observer '", name, "' (registered: ", known, ") (R6.2.1)");
-  }
-  // Q25: the reference merges kwargs into the shared args object; qobs merges into a copy.
-  QuantizationArgs merged = args.strategy ? args : args.validated();
-  for (const auto& [k, v] : kwargs) merged.observer_kwargs[k] = v;
-  return factory(std::string(base_name), merged, options);
-}
-
-bool observer_needs_importance(std::string_view name) {
-  const std::string n = normalize_observer_name(name);
-  return n == "imatrix-mse" || n == "nvfp4-expanded-imatrix" || n == "imatrix-lsq";
-}
-
-std::string calibration_observer_name(std::string_view base_name, std::string_view name) {
-  if (base_name == "weight") {
-    if (name == "static_minmax" || name == "minmax") return "memoryless_minmax";
-    if (name == "mse") return "memoryless_mse";
-  }
-  return std::string(name);
-}
-
-std::vector<double> grid_candidates(const Observer& observer) {
-  if (const auto* m = dynamic_cast<const detail::MseObserver*>(&observer))
-    return kernels::grid_candidates(m->search_config());
-  if (const auto* m = dynamic_cast<const detail::ImatrixMseObserver*>(&observer))
-    return kernels::grid_candidates(m->search_config());
-  return {};
-}
-
-std::string imatrix_search_path(const Observer& observer) {
-  if (const auto* m = dynamic_cast<const detail::ImatrixMseObserver*>(&observer)) return m->last_path();
-  return {};
-}
-
-// ---- generation-2 adapter (R7.4) --------------------------------------------------------
-
-MinMaxHookAdapter::MinMaxHookAdapter(std::string_view observer_name, std::string_view base_name,
-                                     const QuantizationArgs& args, const ObserverKwargs& kwargs,
-                                     const ObserverOptions& options)
-    : observer_(load_observer(observer_name, base_name, args, kwargs, options)) {}
-
-namespace {
-std::pair<Tensor, Tensor> track_result(const std::map<std::string, Tensor>& t) {
-  return {t.at("min_vals"), t.at("max_vals")};
-}
-}  // namespace
-
-std::pair<Tensor, Tensor> MinMaxHookAdapter::get_min_max(const FlatView& flat) {
-  observer_->update_state(qparam_track_, flat);
-  return track_result(qparam_track_);
-}
-
-std::pair<Tensor, Tensor> MinMaxHookAdapter::get_global_min_max(const FlatView& flat) {
-  observer_->update_state(global_track_, flat);
-  return track_result(global_track_);
-}
-
-ScaleZeroPoint MinMaxHookAdapter::forward(const TensorView& value, std::span<const int32_t> g_idx) {
-  const QuantizationArgs& a = observer_->args();
-  QOBS_CHECK(!(a.get_strategy() == Strategy::kTensorGroup && !global_scale_), InvalidArgument,
-             "Cannot compute scale and zero points without first computing global scale (R7.2.3)");
-  check_observable(value, observer_->options().label.empty() ? observer_->base_name() : observer_->options().label,
-                   observer_->accepts_integer_input());
-  const FlatView flat = flatten_for_calibration(value, observer_->base_name(), a, g_idx, observer_->options().label);
-  auto [mn, mx] = get_min_max(flat);
-  return kernels::calculate_qparams(mn, mx, a, global_scale_ ? &*global_scale_ : nullptr, observer_->options().mode,
-                                    observer_->options().num_threads);
-}
-
-Tensor MinMaxHookAdapter::get_global_scale(const TensorView& value) {
-  check_observable(value, observer_->options().label.empty() ? observer_->base_name() : observer_->options().label,
-                   observer_->accepts_integer_input());
-  const Tensor contiguous = Tensor::copy_of(value);
-  FlatView flat;
-  flat.data = contiguous.data();
-  flat.dtype = contiguous.dtype();
-  flat.layout.qparam_shape = {1};
-  flat.layout.qparam_axes = {{1, 0}};
-  flat.layout.group_axes = {{contiguous.numel(), 1}};
-  auto [mn, mx] = get_global_min_max(flat);
-  return generate_gparam(mn, mx, observer_->options().mode);
+  Observer::merge_lock_groups(held, members);
 }
 
 }  // namespace qobs

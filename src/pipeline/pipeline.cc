@@ -1,14 +1,18 @@
 // quantize_checkpoint, read top to bottom as its steps: plan (plan.cc: scheme, targets,
-// fused groups, output tensors, every check that needs no data) -> schedule and
-// calibrate (run.cc: one thread pool for layers and kernels) -> write (here: each job's
-// tensors in order as they arrive, then the passthrough tensors) -> publish
-// (publish.cc: index, config.json, copied files, reports, the atomic rename).
+// fused groups, output tensors, every check that needs no data) -> temporary folder ->
+// schedule and calibrate (run.cc: one thread pool for layers and kernels) -> write
+// (here: each job's tensors in order as they arrive, then the passthrough tensors) ->
+// publish (publish.cc: index, config.json, copied files, reports, the atomic rename).
+// One process or several run the same steps (distributed.h).
 #include "qobs/pipeline.h"
 
 #include <chrono>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -50,16 +54,33 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& options, const Progres
   // 0 (the default) is the machine's budget: QOBS_NUM_THREADS, else every core.
   QuantizeOptions o = options;
   o.threads = kernels::resolve_num_threads(options.threads);
-  if (o.collective) return detail::quantize_distributed(o, progress);
+  // One sequence of steps for one process and for several (distributed.h): each step
+  // runs on every rank, then the ranks agree on its errors. A single process is a
+  // Collective of one; the report names ranks only when a Collective was given.
+  detail::OneProcess one_process;
+  Collective& c = o.collective ? *o.collective : one_process;
+  const bool distributed = o.collective != nullptr;
+  const int rank = c.rank();
   const auto t0 = Clock::now();
   const auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
 
-  // 1. Plan: options, output folder and checkpoint header; no tensor is read yet.
-  std::vector<detail::PlanGroup> groups = detail::resolve_groups(o);
-  const detail::OutputFolder folder = detail::prepare_output(o);
-  const Checkpoint ckpt = Checkpoint::open(o.model_path);
-  const detail::QuantizePlan plan = detail::plan_quantize(ckpt, o, std::move(groups));
-  QuantizeReport report = detail::start_report(o, plan, ckpt, folder);
+  // 1. Plan, on every rank alike: options, output folder and checkpoint header; no tensor
+  //    is read yet. Only rank 0 checks OUT and removes stale folders: that acts on the
+  //    file system, which the ranks share.
+  detail::OutputFolder folder;
+  std::optional<Checkpoint> ckpt;
+  std::optional<detail::QuantizePlan> plan;
+  detail::run_step(c, [&] {
+    std::vector<detail::PlanGroup> groups = detail::resolve_groups(o);
+    if (rank == 0) folder = detail::prepare_output(o);
+    ckpt = Checkpoint::open(o.model_path);
+    plan = detail::plan_quantize(*ckpt, o, std::move(groups));
+  });
+  detail::share_output_folder(c, folder);
+  QuantizeReport report = detail::start_report(o, *plan, *ckpt, folder);
+  const std::vector<std::size_t> mine = detail::assign_jobs(*plan, c.size(), o.baseline)[static_cast<std::size_t>(rank)];
+  RankReport me;
+  if (distributed) me = detail::this_rank(c, *plan, mine, o.baseline);
 
   const auto check_cancel = [&] {
     if (o.cancel && o.cancel->load())
@@ -67,60 +88,112 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& options, const Progres
                  o.dry_run ? "" : "; the partial output was removed and the output folder left as it was");
   };
   std::vector<std::unique_ptr<SafetensorsWriter>> writers;  // per shard; none for a dry run
+  const auto open_writers = [&](SafetensorsWriter::Mode mode) {
+    for (std::size_t s = 0; s < ckpt->shards().size(); ++s)
+      writers.push_back(std::make_unique<SafetensorsWriter>((folder.tmp / ckpt->shard_names()[s]).string(),
+                                                            plan->shard_specs[s],
+                                                            std::map<std::string, std::string>{{"format", "pt"}}, mode));
+  };
   try {
-    check_cancel();
-    if (!o.dry_run) {
-      detail::create_temporary(folder);
-      for (std::size_t s = 0; s < ckpt.shards().size(); ++s)
-        writers.push_back(
-            std::make_unique<SafetensorsWriter>((folder.tmp / ckpt.shard_names()[s]).string(), plan.shard_specs[s]));
-    }
-
-    // 4. The tensors that pass through unchanged: written by this thread while it waits
-    //    for the jobs' results (a copy that would otherwise be a serial tail after the
-    //    last job), the rest after the jobs.
-    detail::PassthroughCopy passthrough(ckpt, plan, o.dry_run ? nullptr : &writers, check_cancel);
-    report.copied_tensors = passthrough.count();
-
-    // 2-3. Schedule and calibrate the jobs; 4. write each one's tensors, in job order.
-    int64_t done = 0;
-    detail::run_jobs(ckpt, plan, o, check_cancel, [&](std::size_t j, detail::JobResult&& r) {
-      const detail::Job& job = plan.jobs[j];
-      for (std::size_t k = 0; k < job.members.size(); ++k) {
-        const std::size_t mi = job.members[k];
-        const detail::PlannedModule& m = plan.modules[mi];
-        if (!o.dry_run)
-          for (const auto& [local, t] : r.outputs[k].tensors) writers[m.shard]->write(m.module + "." + local, t);
-        ckpt.shards()[m.shard].release(*m.weight);
-        report.tensors[mi] = std::move(r.reports[k]);
-        ++done;
-        if (progress)
-          progress(Progress{.done = done, .total = static_cast<int64_t>(plan.modules.size()), .elapsed_s = elapsed(),
-                            .last = &report.tensors[mi]});
+    // 2. The temporary folder: rank 0 creates it and the shard files with their headers;
+    //    after the agreement the other ranks open them, each leaving to the others the
+    //    tensors they write. A rank that cannot see them does not share OUT's file
+    //    system with rank 0, which several ranks need.
+    detail::run_step(c, [&] {
+      check_cancel();
+      if (!o.dry_run && rank == 0) {
+        detail::create_temporary(folder);
+        open_writers(SafetensorsWriter::Mode::kCreate);
       }
-    }, [&] { return passthrough.write_next(); });
-    passthrough.write_all();
-    if (o.dry_run) {
-      report.seconds = elapsed();
-      if (o.report_dir) detail::write_reports(*o.report_dir, report);
-      return report;
-    }
-    for (auto& w : writers) {
-      report.output_bytes += w->data_size();
-      w->close();
-    }
+    });
+    if (!o.dry_run) c.guard_temporary(folder.tmp, o.cancel);
+    detail::run_step(c, [&] {
+      if (o.dry_run) return;
+      detail::join_shard_files(c, folder, [&] { open_writers(SafetensorsWriter::Mode::kJoin); });
+      detail::skip_other_ranks_tensors(c, *ckpt, *plan, mine, writers);
+    });
 
-    // 5. Publish: the files beside the tensors, the reports, then the rename into place.
-    if (ckpt.sharded()) detail::write_index(folder.tmp, ckpt, plan, report.output_bytes);
-    detail::write_config(folder.tmp, ckpt, plan);
-    detail::copy_other_files(o.model_path, ckpt, folder.tmp, check_cancel);
-    report.seconds = elapsed();
-    detail::write_reports(o.report_dir ? fs::path(*o.report_dir) : folder.tmp, report);
-    check_cancel();  // the last moment at which stopping leaves OUT untouched
-    detail::publish(folder);
+    // 3. Schedule and calibrate this rank's jobs and write each one's tensors, in job
+    //    order; rank 0 also writes the tensors that pass through unchanged, while it
+    //    waits for the jobs' results (a copy that would otherwise be a serial tail after
+    //    the last job), the rest after the jobs. Rank 0 shows the progress of every rank:
+    //    the others post their counts, which it collects between its own jobs and, once
+    //    done, until every rank has finished.
+    int64_t done = 0;
+    int finished = 1;
+    const auto total = static_cast<int64_t>(plan->modules.size());
+    const auto collect = [&](bool wait) {
+      for (const auto& [from, n] : c.receive_progress(wait)) {
+        if (n < 0) {
+          ++finished;
+          continue;
+        }
+        done += n;
+        if (progress) progress(Progress{.done = done, .total = total, .elapsed_s = elapsed(), .last = nullptr});
+      }
+    };
+    const auto calib_start = Clock::now();
+    detail::run_step(c, [&] {
+      detail::PassthroughCopy passthrough(*ckpt, *plan, o.dry_run || rank != 0 ? nullptr : &writers, check_cancel);
+      report.copied_tensors = passthrough.count();
+      detail::run_jobs(*ckpt, *plan, o, mine, check_cancel, [&](std::size_t j, detail::JobResult&& r) {
+        const detail::Job& job = plan->jobs[j];
+        for (std::size_t k = 0; k < job.members.size(); ++k) {
+          const std::size_t mi = job.members[k];
+          const detail::PlannedModule& m = plan->modules[mi];
+          if (!o.dry_run)
+            for (const auto& [local, t] : r.outputs[k].tensors) writers[m.shard]->write(m.module + "." + local, t);
+          ckpt->shards()[m.shard].release(*m.weight);
+          report.tensors[mi] = std::move(r.reports[k]);
+          if (distributed) report.tensors[mi].rank = rank;
+          ++me.modules;
+          if (rank == 0) {
+            ++done;
+            if (progress) progress(Progress{.done = done, .total = total, .elapsed_s = elapsed(), .last = &report.tensors[mi]});
+          }
+        }
+        if (rank != 0) c.post_progress(static_cast<int64_t>(job.members.size()));
+        if (rank == 0) collect(false);
+      }, [&] { return passthrough.write_next(); });
+      passthrough.write_all();
+      for (auto& w : writers) report.output_bytes += w->data_size();
+      for (auto& w : writers) w->close();
+    }, [&] {
+      me.seconds = std::chrono::duration<double>(Clock::now() - calib_start).count();
+      if (rank != 0) c.post_progress(-1);
+      while (rank == 0 && finished < c.size()) collect(true);
+    });
+
+    // 4. Every rank's report lines and figures, on every rank.
+    if (distributed) detail::gather_reports(c, *plan, mine, me, report);
+
+    // 5. Publish (rank 0): the files beside the tensors, the reports, then the rename into
+    //    place; then every rank learns whether that worked.
+    detail::run_step(c, [&] {
+      if (rank != 0) return;
+      if (o.dry_run) {
+        report.seconds = elapsed();
+        if (o.report_dir) detail::write_reports(*o.report_dir, report);
+        return;
+      }
+      if (ckpt->sharded()) detail::write_index(folder.tmp, *ckpt, *plan, report.output_bytes);
+      detail::write_config(folder.tmp, *ckpt, *plan);
+      detail::copy_other_files(o.model_path, *ckpt, folder.tmp, check_cancel);
+      report.seconds = elapsed();
+      detail::write_reports(o.report_dir ? fs::path(*o.report_dir) : folder.tmp, report);
+      c.publish_guarded([&] {
+        check_cancel();  // the last moment at which stopping leaves OUT untouched
+        detail::publish(folder);
+      });
+    });
+    if (rank != 0) report.seconds = elapsed();  // rank 0 keeps the figure its report holds
+    if (!o.dry_run) c.guard_temporary({}, nullptr);
   } catch (...) {
     writers.clear();
-    if (!o.dry_run) detail::remove_quietly(folder.tmp);
+    if (!o.dry_run) {
+      if (rank == 0) detail::remove_quietly(folder.tmp);
+      c.guard_temporary({}, nullptr);
+    }
     detail::rethrow_naming_output(folder);
   }
   return report;

@@ -152,6 +152,11 @@ double job_cost(const QuantizePlan& plan, std::size_t j, bool baseline) {
 }
 
 std::vector<std::vector<std::size_t>> assign_jobs(const QuantizePlan& plan, int ranks, bool baseline) {
+  if (ranks == 1) {  // one process takes every job: no cost to weigh
+    std::vector<std::size_t> all(plan.jobs.size());
+    for (std::size_t j = 0; j < all.size(); ++j) all[j] = j;
+    return {std::move(all)};
+  }
   std::vector<std::size_t> order(plan.jobs.size());
   std::vector<double> cost(plan.jobs.size());
   for (std::size_t j = 0; j < order.size(); ++j) {
@@ -168,14 +173,6 @@ std::vector<std::vector<std::size_t>> assign_jobs(const QuantizePlan& plan, int 
   }
   for (auto& r : out) std::sort(r.begin(), r.end());
   return out;
-}
-
-void run_jobs(const Checkpoint& ckpt, const QuantizePlan& plan, const QuantizeOptions& o,
-              const std::function<void()>& check_cancel,
-              const std::function<void(std::size_t, JobResult&&)>& consume, const std::function<bool()>& idle) {
-  std::vector<std::size_t> all(plan.jobs.size());
-  for (std::size_t j = 0; j < all.size(); ++j) all[j] = j;
-  run_jobs(ckpt, plan, o, all, check_cancel, consume, idle);
 }
 
 void run_jobs(const Checkpoint& ckpt, const QuantizePlan& plan, const QuantizeOptions& o,

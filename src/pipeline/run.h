@@ -26,21 +26,17 @@ struct JobResult {
 /// measures memoryless_minmax on the same weights.
 JobResult calibrate_job(const Checkpoint& ckpt, const QuantizePlan& plan, std::size_t j, bool baseline);
 
-/// Runs every job of `plan` as a task of a ThreadPool of `options.threads` threads; the
-/// kernels' parallel_for calls inside a job run on the same threads, so no more than
-/// that many calibrate at any time, and the results (byte-identical for any count) do
-/// not depend on it. `consume(j, result)` is called on the calling thread in job order;
-/// at most `threads` jobs are started ahead of it, which bounds memory. `check_cancel`
-/// runs before each job and after each consume. The first failing job's exception (in
-/// job order) is rethrown once the jobs already started have finished. `idle`, when
-/// given, is the calling thread's own work while the next result is not ready (the
-/// writing of pass-through tensors): one piece per call, false once there is none left;
-/// it runs on the caller between waits, so it adds no thread to the budget.
-void run_jobs(const Checkpoint& ckpt, const QuantizePlan& plan, const QuantizeOptions& options,
-              const std::function<void()>& check_cancel,
-              const std::function<void(std::size_t j, JobResult&& result)>& consume,
-              const std::function<bool()>& idle = {});
-/// The same for the jobs `jobs` only (indices into plan.jobs, consumed in that order).
+/// Runs the jobs `jobs` of `plan` (indices into plan.jobs) as tasks of a ThreadPool of
+/// `options.threads` threads; the kernels' parallel_for calls inside a job run on the
+/// same threads, so no more than that many calibrate at any time, and the results
+/// (byte-identical for any count) do not depend on it. `consume(j, result)` is called on
+/// the calling thread in the order of `jobs`; at most `threads` jobs are started ahead of
+/// it, which bounds memory. `check_cancel` runs before each job and after each consume.
+/// The first failing job's exception (in that order) is rethrown once the jobs already
+/// started have finished. `idle`, when given, is the calling thread's own work while the
+/// next result is not ready (the writing of pass-through tensors): one piece per call,
+/// false once there is none left; it runs on the caller between waits, so it adds no
+/// thread to the budget.
 void run_jobs(const Checkpoint& ckpt, const QuantizePlan& plan, const QuantizeOptions& options,
               std::span<const std::size_t> jobs, const std::function<void()>& check_cancel,
               const std::function<void(std::size_t j, JobResult&& result)>& consume,
@@ -78,7 +74,7 @@ double job_cost(const QuantizePlan& plan, std::size_t j, bool baseline);
 /// Splits the jobs over `ranks` processes: longest processing time first (the largest
 /// cost goes to the least loaded rank; ties by job index and by rank), so every rank
 /// computes the same assignment. Returns, per rank, its jobs in ascending order; a
-/// fused group is one job and so stays on one rank.
+/// fused group is one job and so stays on one rank. One rank gets every job.
 std::vector<std::vector<std::size_t>> assign_jobs(const QuantizePlan& plan, int ranks, bool baseline);
 
 }  // namespace qobs::detail

@@ -264,6 +264,63 @@ TEST_F(Cli, ConfigFileMatchingAndHubIds) {
             2);
 }
 
+// One typing rule for --observer-kwarg values and --config YAML scalars (PyYAML's, as
+// llm-compressor reads recipes; docs/CLI.md "Scalar types"): the same spellings give the
+// same observer_kwargs in config.json, and the same refusals.
+TEST_F(Cli, KwargsAndYamlScalarsShareOneTypingRule) {
+  const auto config_of = [&](const std::string& out) {
+    std::ifstream f(p(out + "/config.json"));
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  };
+  const std::string q = "quantize " + p("in") + " --quiet -o ";
+  const std::string mse = " --scheme W4A16 --observer memoryless_mse --observer-kwarg ";
+  Result r = run(q + p("kw") + mse + "maxshrink=.25 --observer-kwarg patience=0x10 --observer-kwarg grid=1_000");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::ofstream(p("r.yaml")) << "stage:\n  mods:\n    QuantizationModifier:\n      config_groups:\n        g:\n"
+                                "          targets: [Linear]\n"
+                                "          weights: {num_bits: 4, type: int, symmetric: YES, strategy: group,\n"
+                                "                    group_size: 0x80, observer: memoryless_mse,\n"
+                                "                    observer_kwargs: {maxshrink: .25, patience: 0x10, grid: 1_000}}\n";
+  r = run(q + p("yaml") + " --config " + p("r.yaml"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  for (const std::string out : {"kw", "yaml"}) {
+    const std::string c = config_of(out);
+    for (const char* want : {"\"grid\": 1000,", "\"maxshrink\": 0.25,", "\"patience\": 16\n", "\"group_size\": 128,",
+                             "\"symmetric\": true,"})
+      EXPECT_NE(c.find(want), std::string::npos) << out << ": " << want << " not in " << c;
+  }
+  // 1e-1 is a string under YAML 1.1 (a float needs a '.'), in both places.
+  r = run(q + p("x") + mse + "maxshrink=1e-1");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("observer_kwargs['maxshrink']: expected a number, got '1e-1'"), std::string::npos) << r.out;
+  // a recipe whose one group's memoryless_mse weights take `kwargs`
+  const auto recipe = [&](const std::string& file, const std::string& kwargs) {
+    std::ofstream(p(file)) << "QuantizationModifier:\n  config_groups:\n    g:\n      targets: [Linear]\n"
+                              "      weights: {num_bits: 4, strategy: channel, observer: memoryless_mse,\n"
+                              "                observer_kwargs: {" << kwargs << "}}\n";
+  };
+  recipe("e.yaml", "maxshrink: 1e-1");
+  r = run(q + p("x") + " --config " + p("e.yaml"));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("observer_kwargs['maxshrink']: expected a number, got '1e-1'"), std::string::npos) << r.out;
+  // Quoted is a string; null is no kwarg value; one V is one YAML value.
+  r = run(q + p("x") + mse + "\"patience='16'\"");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("expected a number, got '16'"), std::string::npos) << r.out;
+  r = run(q + p("x") + mse + "patience=~");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("--observer-kwarg['patience']: unsupported value null"), std::string::npos) << r.out;
+  r = run(q + p("x") + mse + "\"maxshrink=a: b\"");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(r.out, "qobs: --observer-kwarg maxshrink: 'a: b' is not a single value; quote it\n");
+  // A --config document is read as JSON, which has no infinity.
+  recipe("inf.yaml", "norm: .inf");
+  r = run(q + p("x") + " --config " + p("inf.yaml"));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("inf.yaml: '.inf' is not a finite number"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(p("x")));
+}
+
 TEST_F(Cli, QuantizeInspectDequantize) {
   Result r = run("quantize " + p("in") + " -o " + p("out") + " --scheme W4A16 --observer memoryless_mse "
                  "--observer-kwarg maxshrink=0.3 --quiet");

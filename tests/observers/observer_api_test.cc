@@ -1,15 +1,20 @@
 // RULES §6 / §7 observer API: registry (R6.2), two-phase contract (R6.1), EMA and MSE
 // examples (R6.5.2, R6.7.4), imatrix hooks (R6.8.3), fusion and cooperative deletion
 // (R6.10), DDP statistics (R6.11.1), mergeable / serializable statistics, the
-// generation-2 adapter (R7.4.1), kwarg validation (R6.7.2, R6.8.1, docs/DEVIATIONS.md)
-// and non-finite input.
+// generation-2 adapter (R7.4.1), kwarg validation (R6.7.2, R6.8.1, docs/DEVIATIONS.md),
+// non-finite input, and observers shared between threads.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <regex>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "qobs/args.h"
@@ -618,6 +623,53 @@ TEST(ObserverApi, StatisticsSerializeRoundTrip) {
   EXPECT_THROW(other->import_statistics(back), InvalidArgument);
 }
 
+// The serialized format, byte for byte, written out by hand from Statistics::serialize's
+// contract (little-endian, "QOBSSTAT", version 1): other processes and files depend on it.
+TEST(ObserverApi, StatisticsSerializedBytesArePinned) {
+  Statistics st;
+  st.observer = "minmax";
+  st.contributions = 2;
+  st.items.push_back({"min_vals", Tensor::from_values(DType::kF32, {2}, {1.0, -2.0}), ReduceOp::kMin});
+  st.items.push_back({"n", Tensor::from_values(DType::kI64, {1, 1}, {5}), ReduceOp::kSum});
+  const std::vector<uint8_t> expect = {
+      'Q', 'O', 'B', 'S', 'S', 'T', 'A', 'T',          // magic
+      0x01, 0x00, 0x00, 0x00,                          // version 1 (uint32)
+      0x06, 0x00, 0x00, 0x00, 'm', 'i', 'n', 'm', 'a', 'x',  // observer (uint32 length)
+      0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // contributions 2 (int64)
+      0x02, 0x00, 0x00, 0x00,                          // 2 items (uint32)
+      // item 0: "min_vals", kMin, float32, shape [2], 8 bytes, 1.0f and -2.0f
+      0x08, 0x00, 0x00, 0x00, 'm', 'i', 'n', '_', 'v', 'a', 'l', 's',  //
+      0x00,                                            // ReduceOp::kMin
+      0x01,                                            // DType::kF32
+      0x01, 0x00, 0x00, 0x00,                          // rank 1
+      0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // dim 2
+      0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // 8 bytes
+      0x00, 0x00, 0x80, 0x3F, 0x00, 0x00, 0x00, 0xC0,  // 0x3F800000, 0xC0000000
+      // item 1: "n", kSum, int64, shape [1, 1], 8 bytes, 5
+      0x01, 0x00, 0x00, 0x00, 'n',                     //
+      0x03,                                            // ReduceOp::kSum
+      0x08,                                            // DType::kI64
+      0x02, 0x00, 0x00, 0x00,                          // rank 2
+      0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // dim 1
+      0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // dim 1
+      0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // 8 bytes
+      0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // 5
+  };
+  EXPECT_EQ(st.serialize(), expect);
+  const Statistics back = Statistics::deserialize(expect);
+  EXPECT_EQ(back.observer, "minmax");
+  EXPECT_EQ(back.contributions, 2);
+  ASSERT_EQ(back.items.size(), 2u);
+  EXPECT_EQ(back.items[0].name, "min_vals");
+  EXPECT_EQ(back.items[0].reduce, ReduceOp::kMin);
+  EXPECT_EQ(back.items[0].value.to_doubles(), (std::vector<double>{1.0, -2.0}));
+  EXPECT_EQ(back.items[1].value.shape(), (Shape{1, 1}));
+  EXPECT_EQ(back.items[1].value.to_doubles(), (std::vector<double>{5.0}));
+  // A truncation names what was being read.
+  const std::vector<uint8_t> cut(expect.begin(), expect.begin() + 26);
+  expect_error<IoError>([&] { Statistics::deserialize(cut); }, {"statistics bytes", "contributions", "offset 22"});
+}
+
 TEST(ObserverApi, StatisticsCorruptAndTruncatedBytes) {
   auto o = load_observer("static_minmax", "input", args_of(Strategy::kTensor));
   const Tensor x = f32({4}, {-1, 2, 3, 4});
@@ -909,6 +961,191 @@ TEST(ObserverApi, R3_1_ObserveFlattenedRefusesMisshapedValues) {
   o->observe_flattened(ones.view());
   o->observe_flattened(twos.view());
   EXPECT_EQ(stat(*o, "max_vals"), 2.0);
+}
+
+// ---- thread safety (the contract in qobs/observer.h) ---------------------------------------
+//
+// Calls on one observer, or on the observers of one fused group, run one at a time; the
+// C++ API is as safe to share between threads as the Python one
+// (python/tests/test_threads.py). ObserverThreads.ConcurrentCallsOnOneObserverNeverOverlap
+// fails without the observer's lock, whatever the machine: its probe observer's update
+// stays inside for 200 us and counts how often another call is inside at the same time,
+// so eight threads calling observe() overlap within the first rounds (checked by building
+// with Observer::lock() taking nothing: 199 overlaps, 25 of 200 observations counted, and
+// the next test crashed). The built-in observer tests compare with one thread; without
+// the lock they corrupt the statistics' std::map.
+
+constexpr int kThreads = 8;
+
+/// f32 tensor of deterministic noise in [-scale, scale).
+Tensor noisy(Shape shape, uint32_t seed, double scale = 1.0) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<double> v = noise(n, seed);
+  for (double& x : v) x *= scale;
+  return f32(std::move(shape), std::move(v));
+}
+
+/// Runs work(t) on kThreads threads released together; rethrows the first failure.
+void run_threads(const std::function<void(int)>& work) {
+  std::atomic<int> ready{0};
+  std::vector<std::exception_ptr> errors(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      ready.fetch_add(1);
+      while (ready.load() < kThreads) std::this_thread::yield();
+      try {
+        work(t);
+      } catch (...) {
+        errors[static_cast<std::size_t>(t)] = std::current_exception();
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+/// An observer whose update counts its observations with a plain read-modify-write and
+/// records every moment at which two updates run at once.
+class OverlapProbe : public Observer {
+ public:
+  OverlapProbe() : Observer("input", args_of(Strategy::kTensor), {}) {}
+  std::string_view name() const override { return "overlap_probe"; }
+  void update_state(std::map<std::string, Tensor>& st, const FlatView&) const override {
+    if (inside_.fetch_add(1) != 0) overlaps_.fetch_add(1);
+    Tensor& n = st["observations"];
+    if (!n.defined()) n = Tensor(DType::kI64, {1});
+    const double before = n.get(0);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    n.set(0, before + 1);
+    inside_.fetch_sub(1);
+  }
+  int overlaps() const { return overlaps_.load(); }
+
+ protected:
+  std::vector<std::string> statistic_names() const override { return {"observations"}; }
+
+ private:
+  mutable std::atomic<int> inside_{0};
+  mutable std::atomic<int> overlaps_{0};
+};
+
+TEST(ObserverThreads, ConcurrentCallsOnOneObserverNeverOverlap) {
+  auto probe = std::make_shared<OverlapProbe>();
+  const Tensor x = noisy({4, 8}, 1);
+  constexpr int kRounds = 25;
+  run_threads([&](int t) {
+    for (int i = 0; i < kRounds; ++i) {
+      probe->observe(x.view());
+      if ((i + t) % 5 == 0) EXPECT_TRUE(probe->has_statistics());
+    }
+  });
+  EXPECT_EQ(probe->overlaps(), 0);
+  const auto stats = probe->get_statistics();
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_EQ(stats[0].second.get(0), kThreads * kRounds);  // no update lost
+}
+
+TEST(ObserverThreads, SharedStaticMinMaxEqualsOneThread) {
+  // static_minmax keeps the running min / max: the order of the threads' observations
+  // does not change the result.
+  const QuantizationArgs args = args_of(Strategy::kTensor, std::nullopt, 8, false);
+  constexpr int kRounds = 40;
+  std::vector<std::vector<Tensor>> batches(kThreads);
+  for (int t = 0; t < kThreads; ++t)
+    for (int i = 0; i < kRounds; ++i)
+      batches[t].push_back(noisy({16, 64}, static_cast<uint32_t>(1000 * t + i), 1.0 + (i % 5)));
+  auto shared = load_observer("static_minmax", "input", args);
+  run_threads([&](int t) {
+    for (int i = 0; i < kRounds; ++i) {
+      shared->observe(batches[t][i].view());
+      if (i % 7 == 0) {
+        EXPECT_TRUE(shared->has_statistics());
+        EXPECT_EQ(shared->get_statistics().size(), 2u);
+        EXPECT_FALSE(shared->export_statistics().empty());
+      }
+    }
+  });
+  auto single = load_observer("static_minmax", "input", args);
+  for (int t = 0; t < kThreads; ++t)
+    for (const Tensor& b : batches[t]) single->observe(b.view());
+  const QParams got = shared->get_qparams(), want = single->get_qparams();
+  EXPECT_TRUE(got.scale.bit_equal(want.scale));
+  EXPECT_TRUE(got.zero_point.bit_equal(want.zero_point));
+}
+
+TEST(ObserverThreads, ObserveAndConsumeRaceOnOneWeightObserver) {
+  // Each thread's observe + get_qparams pair races with the others': every get_qparams
+  // returns the qparams of a complete observation of the one weight, or finds none.
+  const Tensor w = noisy({32, 128}, 7);
+  const QuantizationArgs args = args_of(Strategy::kGroup, 32, 4);
+  auto ref = load_observer("memoryless_mse", "weight", args);
+  ref->observe(w.view());
+  const QParams want = ref->get_qparams();
+  auto shared = load_observer("memoryless_mse", "weight", args);
+  std::atomic<int> got_some{0};
+  run_threads([&](int) {
+    for (int i = 0; i < 6; ++i) {
+      shared->observe(w.view());
+      try {
+        const QParams q = shared->get_qparams();
+        EXPECT_TRUE(q.scale.bit_equal(want.scale));
+        EXPECT_TRUE(q.zero_point.bit_equal(want.zero_point));
+        got_some.fetch_add(1);
+      } catch (const PreconditionError&) {
+        // another thread consumed the statistics first
+      }
+      shared->delete_statistics();
+    }
+  });
+  EXPECT_GT(got_some.load(), 0);
+}
+
+TEST(ObserverThreads, FusedPartnersShareOneLockEvenWhileBeingFused) {
+  // tensor_group partners read and consume each other's statistics (R6.10.4). Threads
+  // use the members while the main thread fuses them, so some calls wait on a lock
+  // group the fusion replaces.
+  const QuantizationArgs args = nvfp4_args();
+  std::vector<Tensor> ws;
+  for (uint32_t i = 0; i < 3; ++i) ws.push_back(noisy({16, 64}, 50 + i, 1.0 + i));
+  const auto make_group = [&] {
+    std::vector<std::shared_ptr<Observer>> obs;
+    for (const Tensor& w : ws) {
+      obs.push_back(load_observer("memoryless_minmax", "weight", args));
+      obs.back()->bind_weight(w.view());
+    }
+    return obs;
+  };
+  auto expected = make_group();
+  fuse_observers(expected);
+  const Tensor want = *expected[0]->get_global_scale();
+
+  auto obs = make_group();
+  std::atomic<bool> fused{false};
+  std::thread fuser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    fuse_observers(obs);
+    fused.store(true);
+  });
+  run_threads([&](int t) {
+    const std::size_t k = static_cast<std::size_t>(t) % ws.size();
+    for (int i = 0; i < 30 || !fused.load(); ++i) {
+      obs[k]->observe(ws[k].view());
+      if (fused.load()) EXPECT_TRUE(obs[k]->get_global_scale()->bit_equal(want));
+      obs[k]->export_statistics();
+      obs[k]->fused_partners();
+    }
+  });
+  fuser.join();
+  for (const auto& o : obs) EXPECT_TRUE(o->get_global_scale()->bit_equal(want));
+  // Cooperative deletion across the group, from several threads.
+  run_threads([&](int t) {
+    const std::size_t k = static_cast<std::size_t>(t) % ws.size();
+    obs[k]->observe(ws[k].view());
+    obs[k]->get_global_scale();
+  });
+  for (const auto& o : obs) o->get_qparams();
 }
 
 }  // namespace

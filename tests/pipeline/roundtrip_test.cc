@@ -6,15 +6,23 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "pipeline/compress.h"
+#include "qobs/collective.h"
 #include "qobs/io.h"
 #include "qobs/packing.h"
 #include "qobs/pipeline.h"
@@ -364,6 +372,143 @@ TEST(Pipeline, AnyThreadCountGivesByteIdenticalFolders) {
       }
     }
   }
+}
+
+// Ranks as threads of this process: the Collective that the MPI build implements over
+// a communicator (src/mpi), here over a shared mailbox, so that the plain build runs the
+// several-rank steps of quantize_checkpoint too.
+class ThreadRanks {
+ public:
+  explicit ThreadRanks(int n) : n_(n), slots_(static_cast<std::size_t>(n)) {
+    for (int r = 0; r < n; ++r) ranks_.push_back(std::make_unique<Rank>(*this, r));
+  }
+  Collective& operator[](int r) { return *ranks_[static_cast<std::size_t>(r)]; }
+
+ private:
+  class Rank final : public Collective {
+   public:
+    Rank(ThreadRanks& all, int r) : all_(all), r_(r) {}
+    int rank() const override { return r_; }
+    int size() const override { return all_.n_; }
+    std::vector<std::string> allgather(const std::string& bytes) override { return all_.allgather(r_, bytes); }
+    void post_progress(int64_t modules) override {
+      const std::lock_guard<std::mutex> l(all_.mu_);
+      all_.posts_.emplace_back(r_, modules);
+      all_.cv_.notify_all();
+    }
+    std::vector<std::pair<int, int64_t>> receive_progress(bool wait) override {
+      std::unique_lock<std::mutex> l(all_.mu_);
+      if (wait) all_.cv_.wait(l, [&] { return !all_.posts_.empty(); });
+      return std::exchange(all_.posts_, {});
+    }
+
+   private:
+    ThreadRanks& all_;
+    int r_;
+  };
+
+  // A barrier that hands every rank all the ranks' bytes; the result stays until the
+  // last rank has returned, since the next allgather needs every rank again.
+  std::vector<std::string> allgather(int r, const std::string& bytes) {
+    std::unique_lock<std::mutex> l(mu_);
+    const uint64_t generation = generation_;
+    slots_[static_cast<std::size_t>(r)] = bytes;
+    if (++arrived_ == n_) {
+      result_ = slots_;
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(l, [&] { return generation_ != generation; });
+    }
+    return result_;
+  }
+
+  const int n_;
+  std::vector<std::unique_ptr<Rank>> ranks_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> slots_, result_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+  std::vector<std::pair<int, int64_t>> posts_;
+};
+
+/// quantize_checkpoint of `o` on `n` thread ranks: each rank's report, or its error.
+std::vector<std::pair<std::optional<QuantizeReport>, std::string>> run_ranks(const QuantizeOptions& o, int n) {
+  ThreadRanks ranks(n);
+  std::vector<std::pair<std::optional<QuantizeReport>, std::string>> out(static_cast<std::size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      QuantizeOptions mine = o;
+      mine.collective = &ranks[r];
+      try {
+        out[static_cast<std::size_t>(r)].first = quantize_checkpoint(mine);
+      } catch (const std::exception& e) {
+        out[static_cast<std::size_t>(r)].second = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+// The steps are one sequence for one process and for several: ranks split the jobs and
+// write their tensors at the planned offsets of shared shard files, and the folder is
+// the single process's byte for byte (as tools/test_mpi.sh checks under mpirun).
+TEST(Pipeline, RanksGiveTheSingleProcessFolder) {
+  TempDir dir;
+  write_model(dir.path / "in", make_model(DType::kBF16, 128, 3), 2);
+  QuantizeOptions o;
+  o.model_path = (dir.path / "in").string();
+  o.output_dir = (dir.path / "out").string();
+  o.report_dir = (dir.path / "report").string();  // timings stay out of the compared folder
+  o.scheme = "NVFP4A16";
+  o.threads = 2;
+  o.overwrite = true;
+  const QuantizeReport single = quantize_checkpoint(o);
+  const auto want = folder_bytes(dir.path / "out");
+  EXPECT_TRUE(single.ranks.empty());
+  for (const auto& t : single.tensors) EXPECT_FALSE(t.rank.has_value()) << t.module;
+  for (int n : {1, 3, 8}) {  // 8: more ranks than jobs
+    const auto got = run_ranks(o, n);
+    for (int r = 0; r < n; ++r) ASSERT_EQ(got[static_cast<std::size_t>(r)].second, "") << n << " ranks, rank " << r;
+    EXPECT_TRUE(folder_bytes(dir.path / "out") == want) << n << " ranks";
+    const QuantizeReport& rep = *got[0].first;
+    ASSERT_EQ(rep.ranks.size(), static_cast<std::size_t>(n));
+    int64_t modules = 0;
+    for (const RankReport& k : rep.ranks) modules += k.modules;
+    EXPECT_EQ(modules, static_cast<int64_t>(single.tensors.size()));
+    ASSERT_EQ(rep.tensors.size(), single.tensors.size());
+    for (std::size_t i = 0; i < rep.tensors.size(); ++i) {
+      EXPECT_EQ(rep.tensors[i].module, single.tensors[i].module);
+      EXPECT_EQ(rep.tensors[i].sqnr_db, single.tensors[i].sqnr_db) << rep.tensors[i].module;
+      ASSERT_TRUE(rep.tensors[i].rank.has_value()) << rep.tensors[i].module;
+      EXPECT_LT(*rep.tensors[i].rank, n);
+    }
+  }
+}
+
+// A failing tensor on one rank: every rank fails with that rank's error and type, and
+// nothing is published or left behind.
+TEST(Pipeline, OneRanksErrorIsEveryRanksAndNothingIsPublished) {
+  TempDir dir;
+  auto model = make_model(DType::kBF16, 128, 3);
+  model["model.layers.2.mlp.down_proj.weight"].set(5, NAN);
+  write_model(dir.path / "in", model, 2);
+  QuantizeOptions o;
+  o.model_path = (dir.path / "in").string();
+  o.output_dir = (dir.path / "out").string();
+  o.scheme = "W4A16";
+  o.threads = 1;
+  const auto got = run_ranks(o, 3);
+  for (const auto& [report, error] : got) {
+    EXPECT_FALSE(report.has_value());
+    EXPECT_NE(error.find("model.layers.2.mlp.down_proj.weight"), std::string::npos) << error;
+    EXPECT_NE(error.find("non-finite"), std::string::npos) << error;
+  }
+  EXPECT_FALSE(fs::exists(dir.path / "out"));
+  for (const auto& e : fs::directory_iterator(dir.path)) EXPECT_TRUE(e.path().filename() == "in") << e.path();
 }
 
 TEST(Pipeline, TargetSelection) {

@@ -107,9 +107,11 @@ struct QuantizationArgs {
   static QuantizationArgs from_fields(const FieldValue::Map& fields);
 
   bool is_fp4() const { return type == QuantType::kFloat && num_bits == 4; }
+  bool is_fp6() const { return type == QuantType::kFloat && num_bits == 6; }
   /// R2.4.4 should_generate_mx_scales.
   bool is_mx() const;
-  /// (q_min, q_max) of R2.1-R2.3 (float with bits not in {4, 8} -> NotImplementedError).
+  /// (q_min, q_max) of R2.1-R2.3, R2.8 (float with bits not in {4, 6, 8} ->
+  /// NotImplementedError).
   std::pair<float, float> q_range() const;
 
   friend bool operator==(const QuantizationArgs& a, const QuantizationArgs& b);

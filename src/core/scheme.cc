@@ -98,6 +98,7 @@ std::string infer_compression_format(const QuantizationScheme& scheme) {
   const bool g32 = w.group_size && *w.group_size == 32;
   const bool g16 = w.group_size && *w.group_size == 16;
   if (w.type == QuantType::kFloat && w.num_bits == 4 && g32) return "mxfp4-pack-quantized";
+  if (w.type == QuantType::kFloat && w.num_bits == 6 && g32) return "mxfp6-pack-quantized";
   if (w.type == QuantType::kFloat && w.num_bits == 8 && g32 && w.scale_dtype == DType::kU8) return "mxfp8-quantized";
   if (w.type == QuantType::kFloat && w.num_bits == 4 && g16) return "nvfp4-pack-quantized";
   const auto& in = scheme.input_activations;

@@ -82,6 +82,7 @@ TEST(LsqKernels, ScorerEqualsScalarStepsBitForBit) {
   for (int b = 2; b <= 8; ++b)
     for (bool sym : {true, false}) grids.push_back({b, QuantType::kInt, sym});
   grids.push_back({4, QuantType::kFloat, true});
+  grids.push_back({6, QuantType::kFloat, true});
   grids.push_back({8, QuantType::kFloat, true});
   int checked = 0;
   for (SimdLevel level : available_simd_levels()) {
@@ -597,7 +598,8 @@ TEST(LsqKernels, SortUniqueRunsEqualsSortAndUnique) {
 TEST(LsqKernels, MxReferenceCandidatesEqualEveryFactor) {
   std::mt19937 rng(43);
   std::uniform_real_distribution<double> u(0.0, 1.0);
-  for (const char* preset : {"MXFP4A16", "MXFP8A16"}) {
+  // MXFP6's keys round with its element mantissa (R2.4.5), the others' with FP4's
+  for (const char* preset : {"MXFP4A16", "MXFP6A16", "MXFP8A16"}) {
     const QuantizationArgs args = preset_scheme(preset).weights->validated();
     for (DType dt : {DType::kBF16, DType::kF16, DType::kF32, DType::kF64}) {
       const qobs::detail::QParamPlan qp = qobs::detail::QParamPlan::make(args, dt, std::nullopt, NumericMode::kParity);
@@ -671,6 +673,7 @@ TEST(LsqKernels, SearchAtEveryLevelEqualsScalarReference) {
       }
   cases.push_back({"nvfp4", preset_scheme("NVFP4A16").weights->validated(), 48});
   cases.push_back({"mxfp4", preset_scheme("MXFP4A16").weights->validated(), 96});
+  cases.push_back({"mxfp6", preset_scheme("MXFP6A16").weights->validated(), 96});
   const Tensor gs_t = Tensor::from_values(DType::kF32, {1}, {448.0 * 6 / 0.3});
   for (const Case& c : cases)
     for (DType dt : {DType::kBF16, DType::kF16, DType::kF32})

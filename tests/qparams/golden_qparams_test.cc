@@ -137,6 +137,9 @@ TEST(GoldenErrors, InvalidInputsRaise) {
       // The reference crashes clamping f16 statistics to bf16's range; qobs computes the
       // defined result (the clamp is a no-op) instead.
       if (id == "qparams.int8_asym.scale_dtype=bfloat16.f16") continue;
+      // compressed-tensors 0.19 had no FP6; 0.20.1, which qobs follows (R0.6), accepts it
+      // (tests/golden/mxfp6.json holds its results)
+      if (id == "qparams.float6_range" || id == "args.float6_no_zp_dtype") continue;
       auto run = [&]() {
         const std::string kind = e["kind"];
         if (kind == "args") {

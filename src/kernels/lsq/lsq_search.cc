@@ -104,7 +104,7 @@ struct LsqPlan {
   };
   std::vector<ProbeGroup> probe_groups;
   double probe_floor = INFINITY;
-  /// the smallest positive value of the FP grid (FP4 0.5, FP8 E4M3 2^-9): below half of
+  /// the smallest positive value of the FP grid (FP4 0.5, FP6 1/8, FP8 E4M3 2^-9): below half of
   /// it x / s rounds to 0 (extend_window)
   double grid_min = 0.5;
   /// INT asymmetric: the log grid's factors of the range (weighted: 0.04x .. 1.25x in
@@ -683,7 +683,7 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     window_hi = std::min(126, q0 + 7);
   } else if (P.mx) {
     // (2) E8M0 exponents floor - 1, floor, floor + 1 of log2(amax) - log2(q_max)
-    const double off = P.qplan.num_bits == 4 ? 2.0 : 8.0;
+    const double off = P.qplan.mx_offset;
     const int e = static_cast<int>(std::floor(std::log2(amax)) - off);
     window_lo = std::clamp(e - 1, kE8M0MinExp, kE8M0MaxExp);
     window_hi = std::clamp(e + 1, kE8M0MinExp, kE8M0MaxExp);
@@ -928,7 +928,7 @@ LsqPlan make_plan(const FlatView& flat, const QuantizationArgs& args, const LsqS
     const int steps = cfg.weighted ? 48 : 16;
     for (int i = 0; i < steps; ++i) P.log_grid.push_back(f_lo * std::pow(1.25 / f_lo, static_cast<double>(i) / (steps - 1)));
   }
-  P.grid_min = P.qplan.num_bits == 4 ? 0.5 : 0x1p-9;
+  P.grid_min = args.is_fp6() ? 0.125 : P.qplan.num_bits == 4 ? 0.5 : 0x1p-9;
   if (P.fp_scale_codes) {
     for (int c = 0; c <= 126; ++c) P.code_scale.push_back(stored_scale(fp8_e4m3_to_float(static_cast<uint8_t>(c)), P));
     P.code_set = P.symmetric && !P.mx && P.shrunk.usable;

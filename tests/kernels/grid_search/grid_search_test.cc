@@ -104,6 +104,7 @@ std::vector<ManyGroupCase> many_group_cases() {
       {"int8_sym_channel256", make_args(8, QuantType::kInt, true, Strategy::kChannel), 256, 256},
       {"int3_asym_channel255", make_args(3, QuantType::kInt, false, Strategy::kChannel), 255, 255},
       {"int4_sym_group1", make_args(4, QuantType::kInt, true, Strategy::kGroup, 1), 8, 1},
+      {"fp6_g16", make_args(6, QuantType::kFloat, true, Strategy::kGroup, 16), 48, 16},
   };
 }
 
@@ -249,6 +250,7 @@ TEST(GridSearchKernels, VectorTermsEqualTheReferenceTermsBitForBit) {
       {"int4_sym", make_args(4, QuantType::kInt, true, Strategy::kChannel)},
       {"fp8", make_args(8, QuantType::kFloat, true, Strategy::kChannel)},
       {"fp4", make_args(4, QuantType::kFloat, true, Strategy::kChannel)},
+      {"fp6", make_args(6, QuantType::kFloat, true, Strategy::kChannel)},
   };
   for (int64_t n : {int64_t{203}, int64_t{7}, int64_t{16}, int64_t{4099}}) {
     std::vector<float> wv(static_cast<std::size_t>(n));

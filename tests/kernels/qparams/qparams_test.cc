@@ -39,7 +39,9 @@ TEST(QParamsKernels, EqualCalculateQParamsForAnyThreadCount) {
       {"int4_asym_bf16", make_args(4, QuantType::kInt, false, Strategy::kChannel), nullptr, DType::kBF16},
       {"nvfp4", make_args(4, QuantType::kFloat, true, Strategy::kTensorGroup, 16, DType::kF8E4M3), &gscale,
        DType::kF32},
-      {"mxfp4", make_args(4, QuantType::kFloat, true, Strategy::kGroup, 32, DType::kU8), nullptr, DType::kF32}};
+      {"mxfp4", make_args(4, QuantType::kFloat, true, Strategy::kGroup, 32, DType::kU8), nullptr, DType::kF32},
+      {"mxfp6", make_args(6, QuantType::kFloat, true, Strategy::kGroup, 32, DType::kU8), nullptr, DType::kBF16},
+      {"fp6", make_args(6, QuantType::kFloat, true, Strategy::kChannel), nullptr, DType::kF16}};
   for (const Plan& p : plans) {
     const Tensor mn = Tensor::from_floats(p.stat_dt, {n / 7, 7}, std::span<const float>(lo.data(), n / 7 * 7));
     const Tensor mx = Tensor::from_floats(p.stat_dt, {n / 7, 7}, std::span<const float>(hi.data(), n / 7 * 7));

@@ -215,16 +215,24 @@ QuantizationArgs QuantizationArgs::validated() const {
     if (a.dynamic == Dynamic::kLocal) {
       QOBS_CHECK(s == Strategy::kTensorGroup, InvalidArgument, "dynamic \"local\" requires strategy tensor_group, got ",
                  to_string(s), " (R1.3.1-7)");
-      if (!a.observer) a.observer = "minmax";
+      if (!a.observer) {
+        a.observer = "minmax";
+        a.observer_inferred = true;
+      }
     } else {
       a.observer.reset();
+      a.observer_inferred = false;
     }
   } else if (!a.observer) {
     // step 8
     a.observer = "memoryless_minmax";
+    a.observer_inferred = true;
   }
   // step 9
-  if (!a.zp_dtype) a.zp_dtype = a.is_fp4() || a.is_fp6() ? DType::kF8E4M3 : a.pytorch_dtype();
+  if (!a.zp_dtype) {
+    a.zp_dtype = a.is_fp4() || a.is_fp6() ? DType::kF8E4M3 : a.pytorch_dtype();
+    a.zp_dtype_inferred = true;
+  }
   return a;
 }
 

@@ -112,6 +112,7 @@ struct StopRule {
 /// evaluates. Eager: stop after `patience` consecutive candidates without improvement
 /// (patience <= 0 stops at the first one); imatrix: patience 0 never stops (Q7);
 /// chunked: the counter advances by whole chunks (R6.6.7).
+QOBS_NO_EXEC_CHECK
 template <class Improved>
 QOBS_HD int64_t stop_point(const StopRule& rule, Improved improved, int64_t S) {
   int64_t counter = 0;

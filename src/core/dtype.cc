@@ -12,32 +12,28 @@ namespace {
 
 struct DTypeInfo {
   DType dtype;
-  std::size_t size;
-  bool floating;
   std::string_view name;
   std::string_view safetensors;
 };
 
 constexpr std::array<DTypeInfo, 11> kInfo{{
-    {DType::kF64, 8, true, "float64", "F64"},
-    {DType::kF32, 4, true, "float32", "F32"},
-    {DType::kBF16, 2, true, "bfloat16", "BF16"},
-    {DType::kF16, 2, true, "float16", "F16"},
-    {DType::kF8E4M3, 1, true, "float8_e4m3fn", "F8_E4M3"},
-    {DType::kI8, 1, false, "int8", "I8"},
-    {DType::kI16, 2, false, "int16", "I16"},
-    {DType::kI32, 4, false, "int32", "I32"},
-    {DType::kI64, 8, false, "int64", "I64"},
-    {DType::kU8, 1, false, "uint8", "U8"},
-    {DType::kBool, 1, false, "bool", "BOOL"},
+    {DType::kF64, "float64", "F64"},
+    {DType::kF32, "float32", "F32"},
+    {DType::kBF16, "bfloat16", "BF16"},
+    {DType::kF16, "float16", "F16"},
+    {DType::kF8E4M3, "float8_e4m3fn", "F8_E4M3"},
+    {DType::kI8, "int8", "I8"},
+    {DType::kI16, "int16", "I16"},
+    {DType::kI32, "int32", "I32"},
+    {DType::kI64, "int64", "I64"},
+    {DType::kU8, "uint8", "U8"},
+    {DType::kBool, "bool", "BOOL"},
 }};
 
 const DTypeInfo& info(DType dt) { return kInfo[static_cast<std::size_t>(dt)]; }
 
 }  // namespace
 
-std::size_t dtype_size(DType dt) { return info(dt).size; }
-bool is_floating(DType dt) { return info(dt).floating; }
 std::string_view dtype_name(DType dt) { return info(dt).name; }
 std::string_view safetensors_dtype_name(DType dt) { return info(dt).safetensors; }
 

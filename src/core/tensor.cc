@@ -45,33 +45,9 @@ namespace {
 
 double load(const void* base, DType dt, int64_t off) { return detail::load_element(base, dt, off); }
 
-template <typename I>
-I to_int(double v) {
-  if (std::isnan(v)) return 0;
-  double r = std::nearbyint(v);
-  const double lo = static_cast<double>(std::numeric_limits<I>::min());
-  const double hi = static_cast<double>(std::numeric_limits<I>::max());
-  if (r < lo) r = lo;
-  if (r > hi) return std::numeric_limits<I>::max();
-  return static_cast<I>(r);
-}
+using detail::to_int;
 
-void store(void* base, DType dt, int64_t i, double v) {
-  auto* p = static_cast<unsigned char*>(base) + i * static_cast<int64_t>(dtype_size(dt));
-  switch (dt) {
-    case DType::kF64: std::memcpy(p, &v, 8); break;
-    case DType::kF32: { float f = static_cast<float>(v); std::memcpy(p, &f, 4); break; }
-    case DType::kBF16: { uint16_t b = double_to_bf16(v); std::memcpy(p, &b, 2); break; }
-    case DType::kF16: { uint16_t b = double_to_f16(v); std::memcpy(p, &b, 2); break; }
-    case DType::kF8E4M3: *p = fp8_e4m3_from_double(v); break;
-    case DType::kI8: { int8_t x = to_int<int8_t>(v); std::memcpy(p, &x, 1); break; }
-    case DType::kI16: { int16_t x = to_int<int16_t>(v); std::memcpy(p, &x, 2); break; }
-    case DType::kI32: { int32_t x = to_int<int32_t>(v); std::memcpy(p, &x, 4); break; }
-    case DType::kI64: { int64_t x = to_int<int64_t>(v); std::memcpy(p, &x, 8); break; }
-    case DType::kU8: *p = to_int<uint8_t>(v); break;
-    case DType::kBool: *p = v != 0.0; break;
-  }
-}
+void store(void* base, DType dt, int64_t i, double v) { detail::store_element(base, dt, i, v); }
 
 /// store() for n consecutive elements from index 0, with the dtype switch hoisted out of
 /// the loop (the same per-element narrowing as store()).

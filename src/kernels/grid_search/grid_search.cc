@@ -7,7 +7,10 @@
 #include <vector>
 
 #include "kernels/grid_search/grid_search_cpu.h"
+#include "kernels/grid_search/grid_search_cuda.h"
+#include "kernels/grid_search/select.h"
 #include "kernels/kernels.h"
+#include "kernels/pow/libm_powf.h"
 #include "kernels/simd/simd_level.h"
 
 namespace qobs::kernels {
@@ -31,5 +34,65 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
                              const FlatView* weights) {
   return cpu::grid_search(flat, search_args, cfg, weights, active_simd_level(), cfg.num_threads);
 }
+
+namespace cuda {
+
+CudaSearchPlan cuda_search_plan(const FlatView& flat, const QuantizationArgs& search_args,
+                                const GridSearchConfig& cfg, const FlatView* weights) {
+  CudaSearchPlan p;
+  GridSearchArgs& g = p.args;
+  const DType dt = flat.dtype;
+  if (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF16) {
+    p.unsupported = std::string("observed dtype ") + std::string(dtype_name(dt)) + " (the device path reads f32, bf16, f16)";
+    return p;
+  }
+  const auto x = flat_map_of(flat);
+  const auto w = weights ? flat_map_of(*weights) : std::optional<FlatMap>(FlatMap{});
+  if (!x || !w) {
+    p.unsupported = "a layout with more axes than the device view holds";
+    return p;
+  }
+  g.x = *x;
+  g.weighted = weights != nullptr;
+  if (weights) g.w = *w;
+  p.shrink = qobs::detail::search_shrink_factors(cfg, dt);
+  g.S = static_cast<int64_t>(p.shrink.size());
+  g.expand = cfg.expand;
+  g.a = qobs::detail::Arith{dt, cfg.mode};
+  g.qplan = qobs::detail::QParamPlan::make(search_args, dt, std::nullopt, cfg.mode);
+  g.dplan = qobs::detail::QdqPlan::make(search_args, dt, dt, true, true, cfg.mode);
+  const auto em = qobs::detail::ErrorModel::make(cfg, dt);
+  g.err_dt = em.err_dt;
+  g.initial_best = em.initial_best();
+  g.stop = qobs::detail::StopRule::of(cfg);
+  ErrorTerm& t = g.term;
+  t.elem_dt = em.elem_dt;
+  t.mode = cfg.mode;
+  t.norm = cfg.norm;
+  t.weighted = em.weighted;
+  const qobs::detail::Arith ae{em.elem_dt, cfg.mode};
+  t.y = static_cast<float>(ae.cast(cfg.norm));
+  const bool narrow16 = cfg.mode == NumericMode::kParity && (em.elem_dt == DType::kBF16 || em.elem_dt == DType::kF16);
+  if (cfg.norm == 2.0 || cfg.norm == 3.0) {
+    t.pow = DevicePow::kArith;
+  } else if (narrow16) {
+    // Arith::pow_abs of every non-negative 16-bit |e|, as the CPU path's kTable16
+    t.pow = DevicePow::kTable16;
+    p.pow_table.resize(32768);
+    for (uint32_t b = 0; b < 32768; ++b) {
+      const float e = em.elem_dt == DType::kBF16 ? bf16_to_float(static_cast<uint16_t>(b))
+                                                 : f16_to_float(static_cast<uint16_t>(b));
+      p.pow_table[b] = static_cast<float>(ae.pow_abs(e, cfg.norm));
+    }
+  } else if (em.elem_dt != DType::kF64 && detail::powf_matches(t.y)) {
+    t.pow = DevicePow::kReplay;
+  } else {
+    p.unsupported = "|e|^" + std::to_string(cfg.norm) +
+                    " with this host's libm powf, which the device cannot replay (libm_powf.h)";
+  }
+  return p;
+}
+
+}  // namespace cuda
 
 }  // namespace qobs::kernels

@@ -14,6 +14,7 @@
 
 #include "core/arith.h"
 #include "kernels/kernels.h"
+#include "qobs/host_device.h"
 
 namespace qobs::detail {
 
@@ -43,18 +44,18 @@ inline constexpr int64_t kErrorSumBlock = 4096;
 /// candidate evaluation, owned by the caller.
 class ErrorSum {
  public:
-  void add(double term) {
+  QOBS_HD void add(double term) {
     lanes_[count_ % 8] += term;
     if (++count_ % kErrorSumBlock == 0) flush();
   }
   /// The f64 total of the terms added so far, in the canonical order.
-  double total() {
+  QOBS_HD double total() {
     if (count_ % kErrorSumBlock != 0) flush();
     return blocks_;
   }
 
  private:
-  void flush() {
+  QOBS_HD void flush() {
     const double* l = lanes_;
     blocks_ += ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
     for (double& l : lanes_) l = 0;
@@ -92,24 +93,38 @@ struct ErrorModel {
   double initial_best() const { return dtype_max(err_dt); }
 };
 
+/// What the reference's early-stopping rule reads of a GridSearchConfig, as a plain value
+/// that device code can hold.
+struct StopRule {
+  bool chunked = false;
+  bool imatrix = false;
+  int64_t patience = 5;
+  int64_t chunk_size = 5;
+  static StopRule of(const kernels::GridSearchConfig& cfg) {
+    return {.chunked = cfg.chunked, .imatrix = cfg.imatrix, .patience = cfg.patience, .chunk_size = cfg.chunk_size};
+  }
+};
+
 /// The reference's early-stopping rule, driven only by whether any qparam element
-/// improved at each candidate (any_improved[i], i < S): a candidate's improvement for
+/// improved at each candidate (improved(i) for i < S): a candidate's improvement for
 /// element q depends only on q's own earlier errors, so these flags can be computed group
 /// by group before the rule is replayed. Returns the number of candidates the reference
 /// evaluates. Eager: stop after `patience` consecutive candidates without improvement
 /// (patience <= 0 stops at the first one); imatrix: patience 0 never stops (Q7);
 /// chunked: the counter advances by whole chunks (R6.6.7).
-inline int64_t stop_point(const kernels::GridSearchConfig& cfg, const std::vector<uint8_t>& any_improved, int64_t S) {
+QOBS_NO_EXEC_CHECK
+template <class Improved>
+QOBS_HD int64_t stop_point(const StopRule& rule, Improved improved, int64_t S) {
   int64_t counter = 0;
-  if (cfg.chunked && !cfg.imatrix) {
-    const int64_t cs = cfg.chunk_size;
+  if (rule.chunked && !rule.imatrix) {
+    const int64_t cs = rule.chunk_size;
     for (int64_t start = 0; start < S; start += cs) {
-      const int64_t end = std::min(S, start + cs);
+      const int64_t end = S < start + cs ? S : start + cs;
       bool any = false;
-      for (int64_t i = start; i < end; ++i) any = any || any_improved[static_cast<std::size_t>(i)];
+      for (int64_t i = start; i < end; ++i) any = any || improved(i);
       if (!any) {
         counter += end - start;
-        if (counter >= cfg.patience) return end;
+        if (counter >= rule.patience) return end;
       } else {
         counter = 0;
       }
@@ -117,15 +132,18 @@ inline int64_t stop_point(const kernels::GridSearchConfig& cfg, const std::vecto
     return S;
   }
   for (int64_t i = 0; i < S; ++i) {
-    if (any_improved[static_cast<std::size_t>(i)]) {
+    if (improved(i)) {
       counter = 0;
     } else {
       ++counter;
-      const bool stop = cfg.imatrix ? (cfg.patience > 0 && counter >= cfg.patience) : counter >= cfg.patience;
+      const bool stop = rule.imatrix ? (rule.patience > 0 && counter >= rule.patience) : counter >= rule.patience;
       if (stop) return i + 1;
     }
   }
   return S;
+}
+inline int64_t stop_point(const kernels::GridSearchConfig& cfg, const std::vector<uint8_t>& any_improved, int64_t S) {
+  return stop_point(StopRule::of(cfg), [&](int64_t i) { return any_improved[static_cast<std::size_t>(i)] != 0; }, S);
 }
 
 /// Replays the reference's selection over errs[candidate * nq + q]; writes the chosen

@@ -96,26 +96,36 @@ std::vector<int64_t> column_ranks(const Tensor* g_idx, int64_t cols) {
 QdqCall resolve_qdq(QdqOp op, const TensorView& x, const Tensor& scale_in, const Tensor* zero_point,
                     const QuantizationArgs& args_in, const Tensor* g_idx, const Tensor* global_scale,
                     std::optional<DType> out_dtype, NumericMode mode) {
+  // the checks of the arguments before those of the scale's values, in this order
+  const QuantizationArgs args = args_in.strategy ? args_in : args_in.validated();
+  QOBS_CHECK(is_floating(x.dtype) || op == QdqOp::kDequantize, TypeError, "x must be a float tensor, got ",
+             dtype_name(x.dtype), " (R5.1)");
+  Prepared prep = prepare_scale(scale_in, global_scale, mode);
+  if (zero_point)
+    QOBS_CHECK(zero_point->shape() == scale_in.shape(), ShapeError, "zero_point shape ", shape_str(zero_point->shape()),
+               " differs from scale shape ", shape_str(scale_in.shape()), " (R5.1)");
+  QdqCall c = resolve_qdq_layout(op, x, prep.scale.dtype(), prep.scale.shape(), prep.scale_widens, zero_point != nullptr,
+                                 args, g_idx, out_dtype, mode);
+  c.scale = std::move(prep.scale);
+  if (zero_point) c.zero_point = *zero_point;
+  return c;
+}
+
+QdqCall resolve_qdq_layout(QdqOp op, const TensorView& x, DType s_dtype, const Shape& s_shape, bool scale_widens,
+                           bool has_zp, const QuantizationArgs& args_in, const Tensor* g_idx,
+                           std::optional<DType> out_dtype, NumericMode mode) {
   const QuantizationArgs args = args_in.strategy ? args_in : args_in.validated();
   QOBS_CHECK(is_floating(x.dtype) || op == QdqOp::kDequantize, TypeError, "x must be a float tensor, got ",
              dtype_name(x.dtype), " (R5.1)");
   const Strategy st = args.get_strategy();
   QdqCall c;
   c.op = op;
-  Prepared prep = prepare_scale(scale_in, global_scale, mode);
-  c.scale = std::move(prep.scale);
-  const Tensor& s = c.scale;
-  c.has_zp = zero_point != nullptr;
-  if (c.has_zp) {
-    c.zero_point = *zero_point;
-    QOBS_CHECK(c.zero_point.shape() == scale_in.shape(), ShapeError, "zero_point shape ",
-               shape_str(c.zero_point.shape()), " differs from scale shape ", shape_str(scale_in.shape()), " (R5.1)");
-  }
+  c.has_zp = has_zp;
   // The dtype of x / s for quantization; dequantization reads integer / fp8 codes.
-  const DType x_dt = op == QdqOp::kDequantize ? s.dtype() : x.dtype;
-  c.plan = QdqPlan::make(args, x_dt, s.dtype(), prep.scale_widens, c.has_zp, mode);
+  const DType x_dt = op == QdqOp::kDequantize ? s_dtype : x.dtype;
+  c.plan = QdqPlan::make(args, x_dt, s_dtype, scale_widens, c.has_zp, mode);
   const int64_t rank = x.dim();
-  const DType natural = op == QdqOp::kQuantize ? c.plan.y_dt : s.dtype();
+  const DType natural = op == QdqOp::kQuantize ? c.plan.y_dt : s_dtype;
 
   if (st == Strategy::kGroup || st == Strategy::kTensorGroup) {
     // R5.3: output dtype := requested, else x's dtype
@@ -128,12 +138,12 @@ QdqCall resolve_qdq(QdqOp op, const TensorView& x, const Tensor& scale_in, const
                " but got ", cols, " (R5.3.1 step 3)");
     c.group_size = gs;
     c.ngroups = cols / gs;
-    Shape sshape = s.shape();
+    Shape sshape = s_shape;
     while (sshape.size() < 2) sshape.insert(sshape.begin() + std::min<std::ptrdiff_t>(1, sshape.size()), 1);  // Q19
     Shape xs(x.shape.begin(), x.shape.end() - 1);
     xs.push_back(c.ngroups);
     Shape out_grouped = broadcast_shapes(xs, sshape);
-    QOBS_CHECK(out_grouped == xs, ShapeError, "scale of shape ", shape_str(s.shape()), " does not broadcast against ",
+    QOBS_CHECK(out_grouped == xs, ShapeError, "scale of shape ", shape_str(s_shape), " does not broadcast against ",
                shape_str(x.shape), " split into groups of ", gs, " (R5.3.1)");
     c.bs.emplace(xs, sshape, "scale");
     c.rank = column_ranks(g_idx, cols);
@@ -151,8 +161,8 @@ QdqCall resolve_qdq(QdqOp op, const TensorView& x, const Tensor& scale_in, const
     const int64_t R = x.shape[0], C = x.shape[1];
     const int64_t nbr = (R + c.bh - 1) / c.bh;
     c.nbc = (C + c.bw - 1) / c.bw;
-    QOBS_CHECK(s.dim() == 2 && s.shape()[0] == nbr && s.shape()[1] == c.nbc, ShapeError, "block scale of shape ",
-               shape_str(s.shape()), " does not match ", shape_str(x.shape), " in blocks of ", c.bh, "x", c.bw,
+    QOBS_CHECK(s_shape.size() == 2 && s_shape[0] == nbr && s_shape[1] == c.nbc, ShapeError, "block scale of shape ",
+               shape_str(s_shape), " does not match ", shape_str(x.shape), " in blocks of ", c.bh, "x", c.bw,
                " (expected ", shape_str({nbr, c.nbc}), ", R5.4)");
     c.out_dtype = out_dtype.value_or(natural);
     c.out_shape = x.shape;
@@ -161,9 +171,9 @@ QdqCall resolve_qdq(QdqOp op, const TensorView& x, const Tensor& scale_in, const
 
   // R5.1 with plain broadcasting (tensor, channel, token, attn_head)
   c.layout = QdqCall::Layout::kBroadcast;
-  c.out_shape = broadcast_shapes(x.shape, s.shape());
+  c.out_shape = broadcast_shapes(x.shape, s_shape);
   c.bx.emplace(c.out_shape, x.shape, "x");
-  c.bsc.emplace(c.out_shape, s.shape(), "scale");
+  c.bsc.emplace(c.out_shape, s_shape, "scale");
   c.out_dtype = out_dtype.value_or(natural);
   return c;
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "qobs/host_device.h"
 #include "qparams/qparam_math.h"
 
 namespace qobs::kernels {
@@ -53,13 +54,22 @@ QdqCall resolve_qdq(QdqOp op, const TensorView& x, const Tensor& scale, const Te
                     const QuantizationArgs& args, const Tensor* g_idx, const Tensor* global_scale,
                     std::optional<DType> out_dtype, NumericMode mode);
 
+/// resolve_qdq without the scale's and zero point's values: the layout, plan and result
+/// of a call whose scale has dtype s_dtype and shape s_shape after R5.1.1 step 1
+/// (scale_widens: that step or a scale of rank >= 1 widens the division's dtype). For
+/// operands in device memory (qdq_cuda.h), whose values the host does not read; the
+/// returned call's scale and zero_point are left undefined.
+QdqCall resolve_qdq_layout(QdqOp op, const TensorView& x, DType s_dtype, const Shape& s_shape, bool scale_widens,
+                           bool has_zp, const QuantizationArgs& args, const Tensor* g_idx,
+                           std::optional<DType> out_dtype, NumericMode mode);
+
 /// The reference loops over a resolved call: element by element through Tensor::get /
 /// set (x is the call's input).
 Tensor run_reference(const QdqCall& c, const TensorView& x);
 
 /// R5.1.1-R5.1.3 for one element of `op` (x: the input element, s / z: its scale and raw
 /// zero point).
-inline double qdq_element(QdqOp op, double x, double s, double z, const qobs::detail::QdqPlan& plan) {
+QOBS_HD inline double qdq_element(QdqOp op, double x, double s, double z, const qobs::detail::QdqPlan& plan) {
   switch (op) {
     case QdqOp::kFakeQuantize: return qobs::detail::qdq_elem(x, s, z, plan);
     case QdqOp::kQuantize: return qobs::detail::quantize_elem(x, s, z, plan);

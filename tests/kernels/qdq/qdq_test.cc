@@ -3,8 +3,10 @@
 // thread counts {1, 2, 3}, shapes around the vector widths (1..65 columns, 4097), every
 // strategy (tensor, channel, token, group 1/16/32/128, tensor_group with a global
 // scale, block, g_idx orders), x in f32 / bf16 / f16 (f64 once), INT2/4/8 symmetric and
-// asymmetric, FP8, NVFP4, MXFP4 and MXFP6 / FP6, both numeric modes (R0.4), and data with NaN / Inf,
-// all-equal groups, huge ranges, subnormals, signed zeros and exact rounding ties.
+// asymmetric, FP8, NVFP4, MXFP4 and MXFP6 / FP6, both numeric modes (R0.4), and data
+// with NaN / Inf, all-equal groups, huge ranges, subnormals, signed zeros and exact
+// rounding ties. The CUDA path's element step (qdq_cuda.h) is run on the CPU over every
+// element of every case too (tests/kernels/cuda/host_grid.h).
 //
 // Tolerance policy: none. Results must have the reference's dtype, shape and bytes,
 // NaN encodings included; errors must carry the reference's message.
@@ -19,6 +21,8 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/qdq/qdq_call.h"
+#include "kernels/qdq/qdq_cuda.h"
 #include "kernels/simd/simd_level.h"
 #include "qobs/qobs.h"
 #include "test_util.h"
@@ -146,6 +150,33 @@ struct Case {
   std::optional<TensorView> view;  ///< a strided view of x, when set
 };
 
+/// Runs the CUDA path's element step (qdq_cuda.h) on the CPU over every output element
+/// (tests/kernels/cuda/host_grid.h) and compares it with the reference's result, where
+/// the device path applies (no g_idx order).
+void expect_cuda_bodies_match(QdqOp op, const TensorView& xv, const Tensor& scale, const Tensor* zp,
+                              const QuantizationArgs& args, const Tensor* gi, const Tensor* gs,
+                              std::optional<DType> out_dtype, NumericMode mode, const Tensor& expected,
+                              const std::string& what) {
+  const QdqCall call = resolve_qdq(op, xv, scale, zp, args, gi, gs, out_dtype, mode);
+  std::optional<cuda::QdqArgs> a = cuda::cuda_qdq_args(call, xv, scale.dtype(), mode);
+  if (!a) return;
+  Tensor out = Tensor::uninitialized(call.out_dtype, call.out_shape);
+  a->x = xv.data;
+  a->scale = scale.data();
+  float g = 0.0f;
+  if (gs) {
+    g = static_cast<float>(*qobs::detail::global_scale_value(gs));
+    a->global_scale = &g;
+  }
+  if (zp) {
+    a->zero_point = zp->data();
+    a->zp_dtype = zp->dtype();
+  }
+  a->out = out.data();
+  for (int64_t i = 0; i < a->n; ++i) cuda::qdq_elem_cuda(*a, i);
+  ASSERT_EQ(describe_difference(expected, out), "") << what << " (CUDA element step)";
+}
+
 /// Runs op on the reference once and on the dispatcher at every level and thread count.
 void expect_same(QdqOp op, const Case& c, NumericMode mode, std::optional<DType> out_dtype = std::nullopt) {
   const TensorView xv = c.view ? *c.view : c.x.view();
@@ -153,6 +184,8 @@ void expect_same(QdqOp op, const Case& c, NumericMode mode, std::optional<DType>
   const Tensor* gi = c.g_idx ? &*c.g_idx : nullptr;
   const Tensor* gs = c.global ? &*c.global : nullptr;
   const Tensor expected = ref::qdq(op, xv, c.scale, zp, c.args, gi, gs, out_dtype, mode);
+  expect_cuda_bodies_match(op, xv, c.scale, zp, c.args, gi, gs, out_dtype, mode, expected,
+                           c.name + " op " + std::to_string(static_cast<int>(op)));
   for (SimdLevel level : available_simd_levels()) {
     ScopedSimdLevel guard(level);
     for (int threads : {1, 2, 3}) {

@@ -349,7 +349,8 @@ QOBS_HD inline uint16_t round_to_power_2_bits16(uint16_t b, int M, int elem_mant
 /// v must be on dt's grid. Another dtype: NaN (QuantizationArgs validation admits none).
 QOBS_HD inline double round_to_power_2(DType dt, double v, int elem_mantissa = 1) {
   switch (dt) {
-    case DType::kBF16: return bf16_to_float(round_to_power_2_bits16(float_to_bf16(static_cast<float>(v)), 7, elem_mantissa));
+    case DType::kBF16:
+      return bf16_to_float(round_to_power_2_bits16(float_to_bf16(static_cast<float>(v)), 7, elem_mantissa));
     case DType::kF16: return f16_to_float(round_to_power_2_bits16(double_to_f16(v), 10, elem_mantissa));
     case DType::kF32: {
       uint32_t b = std::bit_cast<uint32_t>(static_cast<float>(v));

@@ -246,3 +246,18 @@ def test_compressed_tensors_args_are_accepted(llmcompressor, torch):
     ct = CTArgs(num_bits=4, type="float", strategy="tensor_group", group_size=16, scale_dtype=torch.float8_e4m3fn)
     ours = QuantizationArgs.model_validate(ct)
     assert ours.strategy == "tensor_group" and ours.scale_dtype == torch.float8_e4m3fn
+
+
+def test_reference_versions_name_the_releases_followed():
+    # docs/RULES.md R0.6: compressed-tensors for the args, formats and config.json,
+    # llm-compressor for the observers
+    assert qobs.reference_versions() == {"compressed_tensors": "0.20.1", "llm_compressor": "0.14.0.1"}
+
+
+def test_mxfp6_presets_and_fp6_args():
+    w = qobs.preset_name_to_scheme("MXFP6A16", ["Linear"]).weights
+    assert (w.num_bits, w.type, w.group_size) == (6, "float", 32)
+    assert qobs.preset_name_to_scheme("mxfp6a8", ["Linear"]).input_activations.num_bits == 8
+    assert qobs.preset_name_to_scheme("MXFP4XFP8", ["Linear"]).input_activations.group_size == 128
+    # zp_dtype inferred as for FP4 (R1.3.1 step 9)
+    assert str(QuantizationArgs(num_bits=6, type="float").zp_dtype).endswith("float8_e4m3fn")

@@ -136,8 +136,8 @@ std::array<int64_t, 2> parse_block_structure(std::string_view text) {
 }
 
 bool QuantizationArgs::is_mx() const {
-  return (num_bits == 4 || num_bits == 6 || num_bits == 8) && type == QuantType::kFloat && group_size && *group_size == 32 &&
-         scale_dtype && *scale_dtype == DType::kU8;
+  return (num_bits == 4 || num_bits == 6 || num_bits == 8) && type == QuantType::kFloat && group_size &&
+         *group_size == 32 && scale_dtype && *scale_dtype == DType::kU8;
 }
 
 std::pair<float, float> QuantizationArgs::q_range() const {

@@ -268,7 +268,8 @@ QuantizePlan plan_quantize(const Checkpoint& ckpt, const QuantizeOptions& o, std
   // carried over (R1.6.5).
   const std::optional<QuantizationConfig> input_qc = input_quantization_config(ckpt, o.model_path);
   QOBS_CHECK(!input_qc || (input_qc->config_groups.empty() && !input_qc->kv_cache_scheme), InvalidArgument,
-             o.model_path, ": config.json already has a quantization_config; qobs quantizes unquantized checkpoints only");
+             o.model_path,
+             ": config.json already has a quantization_config; qobs quantizes unquantized checkpoints only");
   if (input_qc) p.moe_sparsity_config = input_qc->moe_sparsity_config;
   if (o.config && o.config->moe_sparsity_config) {
     QOBS_CHECK(!p.moe_sparsity_config || *p.moe_sparsity_config == *o.config->moe_sparsity_config, InvalidArgument,

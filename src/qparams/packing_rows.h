@@ -194,7 +194,8 @@ inline void fp6_pack_word(const uint8_t* c, uint8_t* out) {
 }
 /// The inverse: three bytes into four codes.
 inline void fp6_unpack_word(const uint8_t* in, uint8_t* c) {
-  const uint32_t w = static_cast<uint32_t>(in[0]) | static_cast<uint32_t>(in[1]) << 8 | static_cast<uint32_t>(in[2]) << 16;
+  const uint32_t w =
+      static_cast<uint32_t>(in[0]) | static_cast<uint32_t>(in[1]) << 8 | static_cast<uint32_t>(in[2]) << 16;
   for (int k = 0; k < 4; ++k) c[k] = static_cast<uint8_t>((w >> (6 * k)) & 0x3Fu);
 }
 

@@ -86,8 +86,12 @@ TEST(ConfigShape, EveryPresetAsCompressedTensors020WritesIt) {
     }
     const json& in = p["input_activations"];
     if (!in.is_null() && in["fields"]["dynamic"] != true) {
-      // static or "local" input activations need calibration data (R1.6.2)
+      // static or "local" input activations need calibration data (R1.6.2); the group
+      // qobs would write is still the reference's
       testing::expect_error<InvalidArgument>([&] { quantize_checkpoint(o); }, {"R1.6.2"});
+      QuantizationScheme s = preset_scheme(name);
+      s.format = infer_compression_format(s);
+      EXPECT_EQ(json::parse(s.to_config_json()), mc["written"]["config_groups"]["group_0"]);
       ++refused;
       continue;
     }
@@ -140,9 +144,9 @@ TEST(ConfigShape, MoeSparsityConfigReadAndWritten) {
   for (const char* bad : {R"({"method": "drop", "num_experts": [1]})", R"({"method": "prune", "num_experts": [1.5]})",
                           R"({"method": "prune", "num_experts": [true]})", R"({"method": "prune"})", R"([1, 2])"}) {
     SCOPED_TRACE(bad);
-    testing::expect_error<InvalidArgument>(
-        [&] { QuantizationConfig::from_json(std::string(R"({"config_groups": {}, "moe_sparsity_config": )") + bad + "}"); },
-        {"moe_sparsity_config", "R1.6.5"});
+    const std::string doc = std::string(R"({"config_groups": {}, "moe_sparsity_config": )") + bad + "}";
+    testing::expect_error<InvalidArgument>([&] { QuantizationConfig::from_json(doc); },
+                                           {"moe_sparsity_config", "R1.6.5"});
   }
 }
 
@@ -189,6 +193,41 @@ TEST(ConfigShape, MoeSparsityConfigIsCarriedIntoTheOutput) {
   o.model_path = (dir.path / "quantized").string();
   o.output_dir = (dir.path / "out4").string();
   testing::expect_error<InvalidArgument>([&] { quantize_checkpoint(o); }, {"already has a quantization_config"});
+}
+
+/// R6.9.1 / Q34: in checkpoint mode `mse` on weights is memoryless_mse, as oneshot has it
+/// (llm-compressor's model_free_ptq fails on it instead), and the config records the name
+/// given (R8.7.5); every tensor equals the memoryless_mse run's.
+TEST(CheckpointMode, MseObserverMeansMemorylessMseForWeights) {
+  auto g = golden();
+  if (!g) GTEST_SKIP() << "golden file absent";
+  TempDir dir;
+  write_tiny_llama(dir.path / "in", g->doc["tiny_llama"]);
+  std::map<std::string, std::vector<std::pair<std::string, Tensor>>> tensors;
+  for (const char* observer : {"mse", "memoryless_mse", "memoryless_minmax"}) {
+    QuantizeOptions o;
+    o.model_path = (dir.path / "in").string();
+    o.output_dir = (dir.path / observer).string();
+    o.scheme = "MXFP6A16";
+    o.observer = observer;
+    o.baseline = false;
+    quantize_checkpoint(o);
+    const json w = written_config(o.output_dir)["config_groups"]["group_0"]["weights"];
+    EXPECT_EQ(w["observer"], observer);
+    const Checkpoint c = Checkpoint::open(o.output_dir);
+    for (const auto& shard : c.shards())
+      for (const auto& t : shard.tensors()) tensors[observer].emplace_back(t.name, shard.load(t.name));
+  }
+  ASSERT_EQ(tensors["mse"].size(), tensors["memoryless_mse"].size());
+  int64_t differ_from_minmax = 0;
+  for (std::size_t i = 0; i < tensors["mse"].size(); ++i) {
+    EXPECT_EQ(tensors["mse"][i].first, tensors["memoryless_mse"][i].first);
+    EXPECT_EQ(testing::describe_difference(tensors["memoryless_mse"][i].second, tensors["mse"][i].second), "")
+        << tensors["mse"][i].first;
+    differ_from_minmax +=
+        !testing::describe_difference(tensors["memoryless_minmax"][i].second, tensors["mse"][i].second).empty();
+  }
+  EXPECT_GT(differ_from_minmax, 0) << "the search chose no other scale than min-max: the test cannot tell them apart";
 }
 
 }  // namespace

@@ -175,7 +175,8 @@ void pack_fp6_by_bits(const Tensor& q, int shift, std::string_view label, uint8_
     for (int k = 0; k < 4; ++k) {
       const Bits v = src[i + k];
       const int ck = (v & low) == 0 ? code_of[v >> shift] : -1;
-      c[k] = ck >= 0 ? static_cast<uint8_t>(ck) : qobs::detail::fp6_pack_code(static_cast<float>(q.get(i + k)), i + k, label);
+      c[k] = ck >= 0 ? static_cast<uint8_t>(ck)
+                     : qobs::detail::fp6_pack_code(static_cast<float>(q.get(i + k)), i + k, label);
     }
     qobs::detail::fp6_pack_word(c, dst + i / 4 * 3);
   }

@@ -400,8 +400,9 @@ TEST(QdqKernels, Mxfp6AndFp6) {
       const int64_t rows = 3;
       std::vector<double> v(static_cast<std::size_t>(rows * cols));
       for (std::size_t i = 0; i < v.size(); ++i) v[i] = (i % 2 ? -1.0 : 1.0) * t[i % t.size()] * 0.0625;
+      const std::vector<double> scales(static_cast<std::size_t>(rows * cols / 32), 0.0625);
       Case m{"mxfp6_ties/" + dt_name(dt) + "/" + std::to_string(cols), mx, Tensor::from_values(dt, {rows, cols}, v),
-             Tensor::from_values(dt, {rows, cols / 32}, std::vector<double>(static_cast<std::size_t>(rows * cols / 32), 0.0625))};
+             Tensor::from_values(dt, {rows, cols / 32}, scales)};
       check_all_ops(m);
     }
 }
@@ -482,7 +483,8 @@ TEST(QdqKernels, PublicFunctionsMatchReferenceAndErrorsAgree) {
   const Tensor bad_scale = Tensor::from_values(DType::kF32, {4, 2}, {1, 2, 3, NAN, 5, 6, 7, 8});
   expect_error<InvalidArgument>([&] { fake_quantize(x.view(), bad_scale, nullptr, a); }, {"scale[3]", "R5.1.1"});
   const QuantizationArgs g48 = int_args(4, true, Strategy::kGroup, 48);
-  expect_error<InvalidArgument>([&] { quantize(x.view(), s, nullptr, g48); }, {"divisble by the given group_size 48 but got 64", "R5.3.1"});
+  expect_error<InvalidArgument>([&] { quantize(x.view(), s, nullptr, g48); },
+                                {"divisble by the given group_size 48 but got 64", "R5.3.1"});
 }
 
 }  // namespace

@@ -68,7 +68,8 @@ std::string device_unsupported(const Observer& observer, const TensorView& weigh
 
 /// Phase 1 on the device: the statistics observer.observe(weight) makes on the CPU, bit
 /// for bit. Non-finite input: InvalidArgument naming the tensor, as on the CPU. The
-/// observer itself is not changed.
+/// observer itself is not changed. Runs on the weight's device (made current for the
+/// calling thread in qobs's own CUDA runtime); `stream` must belong to that device.
 DeviceStatistics observe_weight(const Observer& observer, const TensorView& weight, StreamHandle stream = nullptr);
 
 /// Shapes and dtypes of phase 2's results for these statistics.

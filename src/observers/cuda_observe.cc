@@ -23,6 +23,7 @@ int device_count() {
 std::string describe_device(int device) { return kernels::cuda::require_backend().describe(device); }
 
 struct DeviceStatistics::Impl {
+  int device = 0;  ///< where the buffers live
   Shape shape;
   DType dtype = DType::kF32;
   DeviceBuffer mins, maxs;
@@ -42,6 +43,7 @@ const void* DeviceStatistics::max_vals() const { return impl_->maxs.get(); }
 
 std::pair<Tensor, Tensor> DeviceStatistics::to_host(StreamHandle stream) const {
   const Backend& b = kernels::cuda::require_backend();
+  b.set_device(impl_->device);
   Tensor mn = Tensor::uninitialized(impl_->dtype, impl_->shape), mx = Tensor::uninitialized(impl_->dtype, impl_->shape);
   b.copy(mn.data(), impl_->mins.get(), mn.nbytes(), kernels::cuda::CopyKind::kDeviceToHost, Stream{stream});
   b.copy(mx.data(), impl_->maxs.get(), mx.nbytes(), kernels::cuda::CopyKind::kDeviceToHost, Stream{stream});
@@ -97,6 +99,12 @@ DeviceStatistics observe_weight(const Observer& observer, const TensorView& weig
   const Stream s{stream};
   const std::string why = device_unsupported(observer, weight);
   QOBS_CHECK(why.empty(), InvalidArgument, observer.options().label, ": ", observer.name(), " on the device: ", why);
+  // The weight's device becomes this thread's current device in qobs's CUDA runtime
+  // (the caller's framework may link its own runtime, whose current device this one
+  // does not see); the buffers below are allocated there.
+  const int device = b.device_of(weight.data);
+  QOBS_CHECK(device >= 0, InvalidArgument, observer.options().label, ": the weight is not in CUDA device memory");
+  b.set_device(device);
   const std::string label = observer.options().label.empty() ? std::string("weight") : observer.options().label;
   // the CPU observer's input check (check_observable): finite values only
   QOBS_CHECK(weight.numel() > 0, ShapeError, label, ": empty weight of shape ", shape_str(weight.shape), " (R6.1.2)");
@@ -111,6 +119,7 @@ DeviceStatistics observe_weight(const Observer& observer, const TensorView& weig
   }
   const FlatView flat = *flatten_in_place(weight, "weight", observer.args(), observer.options().label);
   auto impl = std::make_unique<DeviceStatistics::Impl>();
+  impl->device = device;
   impl->shape = flat.layout.qparam_shape;
   impl->dtype = flat.dtype;
   const std::size_t bytes = static_cast<std::size_t>(flat.layout.num_qparams()) * dtype_size(flat.dtype);
@@ -163,6 +172,7 @@ void qparams_from_statistics(const Observer& observer, const DeviceStatistics& s
                              void* global_scale, StreamHandle stream) {
   const Backend& b = kernels::cuda::require_backend();
   const Stream s{stream};
+  b.set_device(stats.impl().device);
   const bool global = observer.args().get_strategy() == Strategy::kTensorGroup;
   if (global) {
     QOBS_CHECK(global_scale != nullptr, InvalidArgument, observer.options().label,
@@ -174,6 +184,9 @@ void qparams_from_statistics(const Observer& observer, const DeviceStatistics& s
     for (std::size_t m = 0; m < members.size(); ++m) {
       QOBS_CHECK(members[m]->impl().extremes.get() != nullptr, PreconditionError,
                  "fused member without tensor_group statistics (R6.10)");
+      QOBS_CHECK(members[m]->impl().device == stats.impl().device, InvalidArgument,
+                 "fused members on different CUDA devices (", members[m]->impl().device, " and ", stats.impl().device,
+                 ")");
       dt = qobs::detail::promote_float_dtypes(dt, members[m]->dtype());
       b.copy(all.as<float>() + 4 * m, members[m]->impl().extremes.get(), 4 * sizeof(float),
              kernels::cuda::CopyKind::kDeviceToDevice, s);

@@ -1,4 +1,4 @@
-// qobs on CUDA devices (docs/RULES.md "CUDA"): weights in device memory calibrated by
+// qobs on CUDA devices (docs/RULES.md A6): weights in device memory calibrated by
 // the data-free weight observers, with the same bytes as the CPU path.
 //
 // Two phases, as Observer's (R6.1.2, R6.1.4): observe_weight makes an observer's

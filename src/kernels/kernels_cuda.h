@@ -3,7 +3,7 @@
 // takes the backend (cuda/backend.h) picked once by its caller, operands in device
 // memory (a FlatView / TensorView whose data is a device pointer: the host reads none
 // of it) and a stream; results go to device buffers the caller owns. Bit for bit the
-// CPU path's results (docs/RULES.md, "CUDA").
+// CPU path's results (docs/RULES.md A6).
 //
 // Errors the CPU path raises from the data (a non-finite statistic, a value off its
 // packing range) need the device's answer: those functions wait for their stream and

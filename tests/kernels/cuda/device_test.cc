@@ -4,7 +4,7 @@
 // reason, where there is no device (every CI machine).
 //
 // Tolerance policy: none, except that a NaN result compares as NaN: an NVIDIA GPU
-// returns its canonical NaN where x86 keeps an operand's payload (docs/RULES.md "CUDA").
+// returns its canonical NaN where x86 keeps an operand's payload (docs/RULES.md A6).
 #include <gtest/gtest.h>
 
 #include <random>

@@ -16,13 +16,13 @@
 #   MANIFEST   commit, build flags, source folder baked into the tests, sizes, ldd output
 #
 # The image has no package registry and no Highway / RE2 / yaml-cpp, so the binaries are
-# built here; CUDA code, when the build has it (QOBS_ENABLE_CUDA), is compiled here by
-# nvcc for sm_90 (the H200), which needs no GPU.
+# built here; the CUDA backend (QOBS_CUDA=ON) is compiled here by nvcc for sm_90 (the
+# H200), which needs no GPU.
 #
 # Environment:
 #   QOBS_GPU_PYTHON      Python 3.12 for the extension (default: pyenv's 3.12.1)
 #   QOBS_GPU_BUILD_DIR   build folder (default: build-gpu, ignored by /build*/)
-#   QOBS_GPU_CUDA        ON (default) / OFF: the QOBS_ENABLE_CUDA option of the build
+#   QOBS_GPU_CUDA        ON (default) / OFF: the QOBS_CUDA option of the build
 #   QOBS_GPU_CMAKE_ARGS  extra arguments for the CMake configure step
 #   QOBS_GPU_NO_WHEELS=1 skip the wheel download (reuse what wheels/ holds)
 #   QOBS_GPU_JOBS        build parallelism (default 2)
@@ -46,9 +46,9 @@ wheels=(llmcompressor==0.14.0.1 compressed-tensors==0.19.0 loguru==0.7.3 pydanti
   { echo "gpu_bundle: $py is not Python 3.12 (set QOBS_GPU_PYTHON)" >&2; exit 1; }
 
 echo "== configure and build ($build)"
-cuda_args=()
+cuda_args=(-DQOBS_CUDA=OFF)
 if [ "${QOBS_GPU_CUDA:-ON}" = ON ]; then
-  cuda_args=(-DQOBS_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90)
+  cuda_args=(-DQOBS_CUDA=ON -DQOBS_CUDA_ARCHITECTURES=90)
   if [ -x /usr/local/cuda/bin/nvcc ]; then
     cuda_args+=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
   fi

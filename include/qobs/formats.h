@@ -52,9 +52,9 @@ QOBS_HD constexpr double exp2_int(int e) {
   return r;
 }
 /// Smallest positive normal value of a float format: 2^(1 - bias).
-constexpr double min_normal(const FormatSpec& f) { return exp2_int(1 - f.bias); }
+QOBS_HD constexpr double min_normal(const FormatSpec& f) { return exp2_int(1 - f.bias); }
 /// Smallest positive subnormal value (the subnormal step): 2^(1 - bias - mantissa_bits).
-constexpr double min_subnormal(const FormatSpec& f) { return exp2_int(1 - f.bias - f.mantissa_bits); }
+QOBS_HD constexpr double min_subnormal(const FormatSpec& f) { return exp2_int(1 - f.bias - f.mantissa_bits); }
 /// Largest biased exponent field of a format.
 constexpr int max_exponent_field(const FormatSpec& f) { return (1 << f.exponent_bits) - 1; }
 
@@ -329,8 +329,18 @@ QOBS_HD inline float round_to_float_dtype(DType dt, float v) {
   }
 }
 
-/// Smallest positive normal number of a floating dtype ("tiny", R4.2).
-double dtype_tiny(DType dt);
+/// Smallest positive normal number of a floating dtype ("tiny", R4.2); NaN for
+/// another dtype.
+QOBS_HD inline double dtype_tiny(DType dt) {
+  switch (dt) {
+    case DType::kF64: return std::numeric_limits<double>::min();
+    case DType::kF32:
+    case DType::kBF16: return exp2_int(-126);
+    case DType::kF16: return exp2_int(-14);
+    case DType::kF8E4M3: return min_normal(kFp8E4M3Spec);
+    default: return std::numeric_limits<double>::quiet_NaN();
+  }
+}
 /// Largest finite number of a dtype (finfo.max / iinfo.max).
 double dtype_max(DType dt);
 /// Smallest (most negative) finite number of a dtype (finfo.min / iinfo.min).

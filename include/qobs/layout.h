@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -71,6 +72,11 @@ FlatView flatten_for_calibration(const TensorView& value, std::string_view base_
                                  std::span<const int32_t> g_idx = {},
                                  std::string_view label = {});
 
+/// flatten_for_calibration of a value whose memory the host must not read (device
+/// memory): the same view where the reshape is an index map, nullopt where it needs a
+/// copy (block padding, non-mergeable activation strides). No g_idx.
+std::optional<FlatView> flatten_in_place(const TensorView& value, std::string_view base_name,
+                                         const QuantizationArgs& args, std::string_view label = {});
 /// A view of a value that is flattened already, shape (num_observations, *qparam_shape,
 /// group_len) as R3.1 returns it (llm-compressor's update_statistics_from_observed
 /// receives such values; the lsq observers keep theirs). Strides are the view's own.

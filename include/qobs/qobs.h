@@ -4,6 +4,7 @@
 
 #include "qobs/args.h"
 #include "qobs/collective.h"
+#include "qobs/cuda.h"
 #include "qobs/dtype.h"
 #include "qobs/error.h"
 #include "qobs/formats.h"

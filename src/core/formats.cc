@@ -9,17 +9,6 @@
 
 namespace qobs {
 
-double dtype_tiny(DType dt) {
-  switch (dt) {
-    case DType::kF64: return std::numeric_limits<double>::min();
-    case DType::kF32:
-    case DType::kBF16: return std::ldexp(1.0, -126);
-    case DType::kF16: return std::ldexp(1.0, -14);
-    case DType::kF8E4M3: return min_normal(kFp8E4M3Spec);
-    default: QOBS_THROW(TypeError, "tiny: ", dtype_name(dt), " is not a float dtype");
-  }
-}
-
 double dtype_max(DType dt) {
   switch (dt) {
     case DType::kF64: return std::numeric_limits<double>::max();

@@ -173,8 +173,13 @@ Tensor pad_to_blocks(const TensorView& value, int64_t bh, int64_t bw) {
   return out;
 }
 
-FlatView flatten_for_calibration(const TensorView& value_in, std::string_view base_name, const QuantizationArgs& args,
-                                 std::span<const int32_t> g_idx, std::string_view label) {
+namespace {
+
+/// flatten_in_place's signal: the reshape needs a copy of the data.
+struct NeedsCopy {};
+
+FlatView flatten_impl(const TensorView& value_in, std::string_view base_name, const QuantizationArgs& args,
+                      std::span<const int32_t> g_idx, std::string_view label, bool allow_copy) {
   const std::string name = label_of(label, base_name);
   const Strategy st = args.get_strategy();
   TensorView value = value_in;
@@ -185,6 +190,10 @@ FlatView flatten_for_calibration(const TensorView& value_in, std::string_view ba
   FlatLayout& L = fv.layout;
   const int64_t rank = value.dim();
 
+  // before anything reads the data to copy it
+  auto copy_allowed = [&] {
+    if (!allow_copy) throw NeedsCopy{};
+  };
   auto keep_copy = [&](Tensor t) {
     auto owned = std::make_shared<const Tensor>(std::move(t));
     value = owned->view();
@@ -226,6 +235,7 @@ FlatView flatten_for_calibration(const TensorView& value_in, std::string_view ba
           std::vector<int64_t> perm(static_cast<std::size_t>(cols));
           std::iota(perm.begin(), perm.end(), 0);
           std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return g_idx[a] < g_idx[b]; });
+          copy_allowed();
           Tensor src = Tensor::copy_of(value);
           Tensor re(value.dtype, value.shape);
           const int64_t rows = value.numel() / cols;
@@ -248,7 +258,10 @@ FlatView flatten_for_calibration(const TensorView& value_in, std::string_view ba
         QOBS_CHECK(rank == 2, InvalidArgument, name, ": block strategy needs a 2-D weight, got shape ",
                    shape_str(value.shape), " (R3.2)");
         const int64_t bh = (*args.block_structure)[0], bw = (*args.block_structure)[1];
-        if (value.shape[0] % bh != 0 || value.shape[1] % bw != 0) keep_copy(pad_to_blocks(value, bh, bw));
+        if (value.shape[0] % bh != 0 || value.shape[1] % bw != 0) {
+          copy_allowed();
+          keep_copy(pad_to_blocks(value, bh, bw));
+        }
         const int64_t R = value.shape[0], C = value.shape[1];
         L.qparam_shape = {R / bh, C / bw};
         L.qparam_axes = {{R / bh, detail::mul_size(bh, value.strides[0], name, ": block rows ", bh, " times the row stride")},
@@ -293,7 +306,10 @@ FlatView flatten_for_calibration(const TensorView& value_in, std::string_view ba
           const int64_t n = value.numel();
           QOBS_CHECK(n % gs == 0, ShapeError, name, ": group_size ", gs, " does not divide ", n,
                      " elements of shape ", shape_str(value.shape), " (R3.3, Q15)");
-          if (!value.is_contiguous()) keep_copy(Tensor::copy_of(value));
+          if (!value.is_contiguous()) {
+            copy_allowed();
+            keep_copy(Tensor::copy_of(value));
+          }
           L.qparam_shape = {};
           L.obs_axes = {{n / gs, gs}};
           L.qparam_axes = {};
@@ -339,6 +355,22 @@ FlatView flatten_for_calibration(const TensorView& value_in, std::string_view ba
     QOBS_THROW(InvalidArgument, name, ": strategy ", to_string(st), " does not apply to attention states (R3.4)");
   }
   QOBS_THROW(InvalidArgument, "unknown base_name '", base_name, "': expected weight, input, output, q, k or v (R3.1)");
+}
+
+}  // namespace
+
+FlatView flatten_for_calibration(const TensorView& value, std::string_view base_name, const QuantizationArgs& args,
+                                 std::span<const int32_t> g_idx, std::string_view label) {
+  return flatten_impl(value, base_name, args, g_idx, label, true);
+}
+
+std::optional<FlatView> flatten_in_place(const TensorView& value, std::string_view base_name,
+                                         const QuantizationArgs& args, std::string_view label) {
+  try {
+    return flatten_impl(value, base_name, args, {}, label, false);
+  } catch (const NeedsCopy&) {
+    return std::nullopt;
+  }
 }
 
 FlatView flat_view_of_flattened(const TensorView& v, std::string_view label) {

@@ -45,19 +45,11 @@ Tensor generate_gparam(const Tensor& min_in, const Tensor& max_in, NumericMode m
              shape_str(max_in.shape()), " (R4.2 step 5)");
   const Tensor mn = stats_as_float(min_in), mx = stats_as_float(max_in);
   const DType dt = promote_float(mn.dtype(), mx.dtype());
-  const Arith a{dt, mode};
   // NaN falls back to 1.0 below as in the reference (R4.2 step 4); an infinite range
   // would give a global scale of 0, which nothing downstream can use.
   QOBS_CHECK(!std::isinf(mn.get(0)) && !std::isinf(mx.get(0)), InvalidArgument, "generate_gparam: min/max (",
              mn.get(0), ", ", mx.get(0), ") is infinite; the reference would return a global scale of 0 (R4.2, docs/DEVIATIONS.md)");
-  const double lo = detail::nan_min(mn.get(0), 0.0), hi = detail::nan_max(mx.get(0), 0.0);
-  double amax = detail::nan_max(std::fabs(lo), std::fabs(hi));
-  amax = detail::nan_max(amax, dtype_tiny(dt));
-  // 2688 / a (FP8 max x FP4 max), the host scalar divided by the tensor in a's dtype (Q9: bf16 rounds to
-  // 8 significant bits; Q10: f16 overflows for a < ~0.041).
-  // PyTorch evaluates `scalar / tensor` as reciprocal(tensor) * scalar: two roundings.
-  double g = a.mul(a.div(1.0, amax), kNvfp4GlobalScaleNumerator);
-  if (!std::isfinite(g)) g = 1.0;  // R4.2 step 4
+  const double g = detail::global_scale_of_range(mn.get(0), mx.get(0), dt, mode);
   return Tensor::from_values(DType::kF32, {1}, {g});
 }
 

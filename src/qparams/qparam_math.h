@@ -100,6 +100,19 @@ inline std::optional<double> global_scale_value(const Tensor* g) {
   return static_cast<double>(static_cast<float>(v));
 }
 
+/// R4.2 generate_gparam's element step for a range (min, max) in the statistics dtype
+/// dt: 2688 / amax as PyTorch evaluates `scalar / tensor` (reciprocal, then the
+/// product: two roundings, Q9 / Q10), amax at least dt's smallest normal, and 1.0 where
+/// that is not finite (step 4). The caller rejects infinite min / max first.
+QOBS_HD inline double global_scale_of_range(double mn, double mx, DType dt, NumericMode mode) {
+  const Arith a{dt, mode};
+  const double lo = nan_min(mn, 0.0), hi = nan_max(mx, 0.0);
+  double amax = nan_max(std::fabs(lo), std::fabs(hi));
+  amax = nan_max(amax, dtype_tiny(dt));
+  const double g = a.mul(a.div(1.0, amax), kNvfp4GlobalScaleNumerator);
+  return std::isfinite(g) ? g : 1.0;
+}
+
 /// R2.5 round_to_dtype for one value; returns the value as a double.
 QOBS_HD inline double round_to_dtype_value(double v, const RoundTarget& t) {
   if (t.floating) return round_to_float_dtype(t.dt, clamp_nan(v, t.lo, t.hi));

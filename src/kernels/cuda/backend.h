@@ -57,6 +57,7 @@ class Backend {
   // The kernels, launched on s (the argument structs' pointers are device memory).
   virtual void minmax(const MinmaxArgs& a, Stream s) const = 0;
   virtual void qparams(const QParamsArgs& a, Stream s) const = 0;
+  virtual void global_scale(const GlobalScaleArgs& a, Stream s) const = 0;
   virtual void grid_search(const GridSearchArgs& a, Stream s) const = 0;
   virtual void qdq(const QdqArgs& a, Stream s) const = 0;
   virtual void pack_int(const PackIntArgs& a, Stream s) const = 0;

@@ -92,6 +92,7 @@ class CudaBackend final : public Backend {
 
   void minmax(const MinmaxArgs& a, Stream s) const override { launch_minmax(a, st(s)); }
   void qparams(const QParamsArgs& a, Stream s) const override { launch_qparams(a, st(s)); }
+  void global_scale(const GlobalScaleArgs& a, Stream s) const override { launch_global_scale(a, st(s)); }
   void grid_search(const GridSearchArgs& a, Stream s) const override { launch_grid_search(a, st(s)); }
   void qdq(const QdqArgs& a, Stream s) const override { launch_qdq(a, st(s)); }
   void pack_int(const PackIntArgs& a, Stream s) const override { launch_pack_int(a, st(s)); }

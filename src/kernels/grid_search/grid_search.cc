@@ -9,6 +9,8 @@
 #include "kernels/grid_search/grid_search_cpu.h"
 #include "kernels/grid_search/grid_search_cuda.h"
 #include "kernels/grid_search/select.h"
+#include "kernels/kernels_cuda.h"
+#include "core/check.h"
 #include "kernels/kernels.h"
 #include "kernels/pow/libm_powf.h"
 #include "kernels/simd/simd_level.h"
@@ -91,6 +93,67 @@ CudaSearchPlan cuda_search_plan(const FlatView& flat, const QuantizationArgs& se
                     " with this host's libm powf, which the device cannot replay (libm_powf.h)";
   }
   return p;
+}
+
+}  // namespace cuda
+
+namespace cuda {
+
+void grid_search(const Backend& b, const CudaSearchPlan& plan, void* best_min, void* best_max, DType out_dtype,
+                 Stream s) {
+  QOBS_CHECK(plan.unsupported.empty(), PreconditionError, "grid search on the device: ", plan.unsupported);
+  GridSearchArgs g = plan.args;
+  const int64_t nq = g.x.num_qparams, W = g.words();
+  auto upload = [&](const void* host, std::size_t bytes) {
+    DeviceBuffer d(b, bytes, s);
+    if (bytes) b.copy(d.get(), host, bytes, CopyKind::kHostToDevice, s);
+    return d;
+  };
+  DeviceBuffer shrink = upload(plan.shrink.data(), plan.shrink.size() * sizeof(double));
+  DeviceBuffer table = upload(plan.pow_table.data(), plan.pow_table.size() * sizeof(float));
+  DeviceBuffer log2_tab, log2_poly, exp2_tab, exp2_poly;
+  if (g.term.pow == DevicePow::kReplay) {
+    const kernels::detail::PowfTables* t = kernels::detail::libm_powf_tables();
+    QOBS_CHECK(t != nullptr, PreconditionError, "grid search on the device: the libm powf replay is not available");
+    log2_tab = upload(t->log2_tab, 32 * sizeof(double));
+    log2_poly = upload(t->log2_poly, 5 * sizeof(double));
+    exp2_tab = upload(t->exp2_tab, 32 * sizeof(uint64_t));
+    exp2_poly = upload(t->exp2_poly, 3 * sizeof(double));
+    g.term.powf = {log2_tab.as<double>(), log2_poly.as<double>(), exp2_tab.as<uint64_t>(), t->exp2_shift,
+                   exp2_poly.as<double>()};
+  }
+  DeviceBuffer lo(b, static_cast<std::size_t>(nq) * sizeof(float), s), hi(b, static_cast<std::size_t>(nq) * sizeof(float), s);
+  DeviceBuffer m0(b, static_cast<std::size_t>(nq) * sizeof(double), s), M0(b, static_cast<std::size_t>(nq) * sizeof(double), s);
+  DeviceBuffer bits(b, static_cast<std::size_t>(nq * W) * sizeof(uint32_t), s);
+  DeviceBuffer any(b, static_cast<std::size_t>(W) * sizeof(uint32_t), s);
+  DeviceBuffer evaluated(b, sizeof(int64_t), s);
+  // step 1: the groups' min-max (R6.3.1), as the search reads them (f32)
+  MinmaxArgs mm;
+  mm.x = g.x;
+  constexpr int64_t kChunk = 4096;
+  mm.chunk = kChunk;
+  mm.chunks = std::max<int64_t>(1, (g.x.len + kChunk - 1) / kChunk);
+  DeviceBuffer plo(b, static_cast<std::size_t>(nq * mm.chunks) * sizeof(double), s);
+  DeviceBuffer phi(b, static_cast<std::size_t>(nq * mm.chunks) * sizeof(double), s);
+  mm.part_lo = plo.as<double>();
+  mm.part_hi = phi.as<double>();
+  mm.out_dtype = DType::kF32;
+  mm.mins = lo.get();
+  mm.maxs = hi.get();
+  b.minmax(mm, s);
+  g.shrink = shrink.as<double>();
+  g.term.table = table.as<float>();
+  g.lo = lo.as<float>();
+  g.hi = hi.as<float>();
+  g.m0 = m0.as<double>();
+  g.M0 = M0.as<double>();
+  g.bits = bits.as<uint32_t>();
+  g.any = any.as<uint32_t>();
+  g.evaluated = evaluated.as<int64_t>();
+  g.best_min = best_min;
+  g.best_max = best_max;
+  g.best_dtype = out_dtype;
+  b.grid_search(g, s);
 }
 
 }  // namespace cuda

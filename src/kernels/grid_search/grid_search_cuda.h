@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/arith.h"
+#include "core/element.h"
 #include "kernels/cuda/flat_map.h"
 #include "kernels/grid_search/select.h"
 #include "kernels/pow/libm_powf.h"
@@ -95,8 +96,9 @@ struct GridSearchArgs {
   uint32_t* bits = nullptr;   ///< per group words(S) words of improvement bits
   uint32_t* any = nullptr;    ///< words(S) words, zeroed before step 2
   int64_t* evaluated = nullptr;  ///< the candidates the reference evaluates (step 3)
-  float* best_min = nullptr;  ///< per group results
-  float* best_max = nullptr;
+  void* best_min = nullptr;  ///< per group results, in best_dtype (Tensor::from_floats of the float results)
+  void* best_max = nullptr;
+  DType best_dtype = DType::kF32;
 
   QOBS_HD int64_t words() const { return (S + 31) / 32; }
 };
@@ -152,8 +154,8 @@ QOBS_HD inline void choose(const GridSearchArgs& g, int64_t q) {
   for (int64_t i = 0; i < T; ++i)
     if ((g.bits[q * W + i / 32] >> (i % 32)) & 1u) chosen = i;
   const double m0 = g.m0[q], M0 = g.M0[q];
-  g.best_min[q] = static_cast<float>(chosen < 0 ? m0 : g.a.mul(m0, g.shrink[chosen]));
-  g.best_max[q] = static_cast<float>(chosen < 0 ? M0 : g.a.mul(M0, g.shrink[chosen]));
+  qobs::detail::store_element(g.best_min, g.best_dtype, q, static_cast<float>(chosen < 0 ? m0 : g.a.mul(m0, g.shrink[chosen])));
+  qobs::detail::store_element(g.best_max, g.best_dtype, q, static_cast<float>(chosen < 0 ? M0 : g.a.mul(M0, g.shrink[chosen])));
 }
 
 /// Runs steps 1 (range; the min-max must have filled g.lo / g.hi) to 3 on `stream` (a

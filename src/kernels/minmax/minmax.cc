@@ -6,6 +6,8 @@
 #include <cmath>
 #include <optional>
 
+#include "kernels/kernels_cuda.h"
+#include "core/check.h"
 #include "kernels/kernels.h"
 #include "kernels/minmax/minmax_cpu.h"
 #include "kernels/minmax/minmax_simd.h"
@@ -72,5 +74,69 @@ std::pair<Tensor, Tensor> minmax_stats(const FlatView& flat, int num_threads,
   cpu::minmax_stats(flat, mn.data(), mx.data(), active_simd_level(), num_threads, extremes);
   return {std::move(mn), std::move(mx)};
 }
+
+namespace cuda {
+
+namespace {
+
+/// Values per chunk of the device min-max: long groups (a whole tensor, a channel of
+/// an activation batch) are split so that enough threads share them; the chunks are
+/// folded in order (minmax_cuda.h), so the result does not depend on the size.
+constexpr int64_t kMinmaxChunk = 4096;
+
+void run_minmax(const Backend& b, const FlatMap& x, DType out_dtype, void* mins, void* maxs, Stream s) {
+  MinmaxArgs a;
+  a.x = x;
+  a.chunk = kMinmaxChunk;
+  a.chunks = std::max<int64_t>(1, (x.len + kMinmaxChunk - 1) / kMinmaxChunk);
+  const auto parts = static_cast<std::size_t>(x.num_qparams * a.chunks) * sizeof(double);
+  DeviceBuffer lo(b, parts, s), hi(b, parts, s);
+  a.part_lo = lo.as<double>();
+  a.part_hi = hi.as<double>();
+  a.out_dtype = out_dtype;
+  a.mins = mins;
+  a.maxs = maxs;
+  b.minmax(a, s);
+}
+
+}  // namespace
+
+void minmax_stats(const Backend& b, const FlatView& flat, DType out_dtype, void* mins, void* maxs, Stream s) {
+  const auto x = flat_map_of(flat);
+  QOBS_CHECK(x.has_value(), InvalidArgument, "minmax on the device: the view has more than ", kMaxAxes,
+             " axes in one part");
+  run_minmax(b, *x, out_dtype, mins, maxs, s);
+}
+
+void nan_min_max(const Backend& b, const void* x, DType dtype, int64_t n, float* out, Stream s) {
+  FlatMap m;
+  m.data = x;
+  m.dtype = dtype;
+  m.num_qparams = 1;
+  m.len = n;
+  m.end_to_end = true;
+  run_minmax(b, m, DType::kF32, out, out + 1, s);
+}
+
+void global_scale(const Backend& b, const float* extremes, int members, DType dt, NumericMode mode,
+                  float* global_scale_out, Stream s) {
+  DeviceBuffer infinite(b, sizeof(int), s);
+  b.fill(infinite.get(), 0, sizeof(int), s);
+  GlobalScaleArgs a;
+  a.extremes = extremes;
+  a.members = members;
+  a.dtype = dt;
+  a.mode = mode;
+  a.out = global_scale_out;
+  a.infinite = infinite.as<int>();
+  b.global_scale(a, s);
+  int flag = 0;
+  b.copy(&flag, infinite.get(), sizeof(int), CopyKind::kDeviceToHost, s);
+  b.synchronize(s);
+  QOBS_CHECK(flag == 0, InvalidArgument, "generate_gparam: the statistics' range is infinite; the reference would "
+             "return a global scale of 0 (R4.2, docs/DEVIATIONS.md)");
+}
+
+}  // namespace cuda
 
 }  // namespace qobs::kernels

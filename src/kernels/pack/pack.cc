@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/kernels_cuda.h"
 #include "kernels/kernels.h"
 #include "qobs/formats.h"
 #include "qparams/packing_rows.h"
@@ -299,5 +300,54 @@ Tensor unpack_fp6(const Tensor& packed, DType out_dtype, std::string_view label,
   });
   return out;
 }
+
+namespace cuda {
+
+void pack_int_rows(const Backend& b, const int8_t* q, int64_t rows, int64_t cols, int bits, uint32_t* out,
+                   std::string_view label, Stream s) {
+  qobs::detail::check_pack_bits(bits, label);
+  PackIntArgs a;
+  a.q = q;
+  a.rows = rows;
+  a.cols = cols;
+  a.bits = bits;
+  a.words = qobs::detail::packed_words(cols, bits);
+  a.out = out;
+  DeviceBuffer bad(b, sizeof(unsigned long long), s);
+  b.fill(bad.get(), 0xFF, sizeof(unsigned long long), s);
+  a.first_bad = bad.as<unsigned long long>();
+  if (rows * a.words > 0) b.pack_int(a, s);
+  unsigned long long f = ~0ull;
+  b.copy(&f, bad.get(), sizeof f, CopyKind::kDeviceToHost, s);
+  b.synchronize(s);
+  if (f == ~0ull) return;
+  // the reference's error for the first bad value: its row, replayed on the host
+  const int64_t r = static_cast<int64_t>(f) / cols;
+  Tensor row = Tensor::uninitialized(DType::kI8, {1, cols});
+  b.copy(row.data(), q + r * cols, static_cast<std::size_t>(cols), CopyKind::kDeviceToHost, s);
+  b.synchronize(s);
+  qobs::detail::pack_stream([&](int64_t j) { return static_cast<int>(row.data_as<int8_t>()[j]); }, cols, bits,
+                            std::vector<uint32_t>(static_cast<std::size_t>(a.words + 1)).data(), label, r);
+}
+
+void pack_fp4(const Backend& b, const void* q, DType dtype, int64_t n, uint8_t* out, std::string_view label,
+              Stream s) {
+  PackFp4Args a{q, dtype, n, out, nullptr};
+  DeviceBuffer bad(b, sizeof(unsigned long long), s);
+  b.fill(bad.get(), 0xFF, sizeof(unsigned long long), s);
+  a.first_bad = bad.as<unsigned long long>();
+  if (n > 0) b.pack_fp4(a, s);
+  unsigned long long f = ~0ull;
+  b.copy(&f, bad.get(), sizeof f, CopyKind::kDeviceToHost, s);
+  b.synchronize(s);
+  if (f == ~0ull) return;
+  Tensor v = Tensor::uninitialized(dtype, {1});
+  b.copy(v.data(), static_cast<const unsigned char*>(q) + f * dtype_size(dtype), dtype_size(dtype),
+         CopyKind::kDeviceToHost, s);
+  b.synchronize(s);
+  qobs::detail::fp4_pack_code(static_cast<float>(v.get(0)), static_cast<int64_t>(f), label);
+}
+
+}  // namespace cuda
 
 }  // namespace qobs::kernels

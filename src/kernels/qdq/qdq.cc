@@ -2,6 +2,7 @@
 // implementation once per call -- the threaded CPU path at the active SIMD level
 // (qdq_cpu.cc). Both it and the plain reference (qdq_ref.cc) start from the same
 // resolved QdqCall (qdq_call.h), so they can differ only in their loops.
+#include "kernels/kernels_cuda.h"
 #include "kernels/kernels.h"
 #include "kernels/qdq/qdq_cpu.h"
 #include "kernels/qdq/qdq_cuda.h"
@@ -65,6 +66,14 @@ std::optional<QdqArgs> cuda_qdq_args(const QdqCall& c, const TensorView& x, DTyp
       break;
   }
   return a;
+}
+
+}  // namespace cuda
+
+namespace cuda {
+
+void qdq(const Backend& b, const QdqArgs& a, Stream s) {
+  if (a.n > 0) b.qdq(a, s);
 }
 
 }  // namespace cuda

@@ -48,4 +48,37 @@ QOBS_HD inline void qparams_elem(const QParamsArgs& a, int64_t i) {
 /// Launches qparams_elem over [0, n) on `stream` (a cudaStream_t). qparams_cuda.cu.
 void launch_qparams(const QParamsArgs& a, void* stream);
 
+/// The NVFP4 global scale (R6.1.5, R4.2) of fused members from their statistics'
+/// extremes: extremes[4 m .. 4 m + 3] = min and max of member m's min_vals, then of its
+/// max_vals (kernels_cuda.h global_scale).
+struct GlobalScaleArgs {
+  const float* extremes = nullptr;
+  int members = 0;
+  DType dtype = DType::kF32;  ///< the statistics' promoted dtype
+  NumericMode mode = NumericMode::kParity;
+  float* out = nullptr;       ///< the global scale (f32)
+  int* infinite = nullptr;    ///< set to 1 for an infinite range (generate_gparam's error)
+};
+
+QOBS_HD inline void global_scale_body(const GlobalScaleArgs& a) {
+  // R6.1.5: A = max over members of max(max_vals) and -min(min_vals), starting from the
+  // first member's max(max_vals) (Observer::get_global_scale)
+  double A = 0;
+  for (int m = 0; m < a.members; ++m) {
+    const double mmin = a.extremes[4 * m], mmax = a.extremes[4 * m + 3];
+    A = m == 0 ? mmax : qobs::detail::nan_max(A, mmax);
+    A = qobs::detail::nan_max(A, -mmin);
+  }
+  // generate_gparam of the one-element tensors (-A, A) of the statistics' dtype
+  const double lo = round_to_float_dtype(a.dtype, -A), hi = round_to_float_dtype(a.dtype, A);
+  if (std::isinf(lo) || std::isinf(hi)) {
+    *a.infinite = 1;
+    return;
+  }
+  *a.out = static_cast<float>(qobs::detail::global_scale_of_range(lo, hi, a.dtype, a.mode));
+}
+
+/// Launches global_scale_body on one thread on `stream`. qparams_cuda.cu.
+void launch_global_scale(const GlobalScaleArgs& a, void* stream);
+
 }  // namespace qobs::kernels::cuda

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/kernels_cuda.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel/thread_pool.h"
 #include "kernels/simd/convert_simd.h"
@@ -158,5 +159,39 @@ ErrorSums error_sums(const TensorView& x, const TensorView& y) {
   add_error_sums(x, y, sig, err);
   return error_sums_of(sig, err);
 }
+
+namespace cuda {
+
+int64_t first_non_finite(const Backend& b, const TensorView& x, Stream s) {
+  NonFiniteArgs a;
+  a.x = x.data;
+  a.dtype = x.dtype;
+  a.n = x.numel();
+  const Shape strides = x.strides.empty() ? contiguous_strides(x.shape) : x.strides;
+  QOBS_CHECK(x.shape.size() <= static_cast<std::size_t>(kMaxAxes), InvalidArgument,
+             "non-finite scan on the device: more than ", kMaxAxes, " dimensions");
+  a.view.count = static_cast<int>(x.shape.size());
+  for (std::size_t d = 0; d < x.shape.size(); ++d) {
+    a.view.size[d] = x.shape[d];
+    a.view.stride[d] = strides[d];
+  }
+  DeviceBuffer first(b, sizeof(unsigned long long), s);
+  b.fill(first.get(), 0xFF, sizeof(unsigned long long), s);
+  a.first = first.as<unsigned long long>();
+  if (a.n > 0) b.non_finite(a, s);
+  unsigned long long f = ~0ull;
+  b.copy(&f, first.get(), sizeof f, CopyKind::kDeviceToHost, s);
+  b.synchronize(s);
+  return f == ~0ull ? -1 : static_cast<int64_t>(f);
+}
+
+void sum_squares_by_column(const Backend& b, const TensorView& x, int64_t cols, double* acc, Stream s) {
+  QOBS_CHECK(x.is_contiguous() && cols > 0 && x.numel() % cols == 0, InvalidArgument,
+             "column sums on the device: need a contiguous tensor whose size ", x.numel(), " is a multiple of ", cols,
+             " columns");
+  b.column_squares(ColumnSquaresArgs{x.data, x.dtype, x.numel() / cols, cols, acc}, s);
+}
+
+}  // namespace cuda
 
 }  // namespace qobs::kernels

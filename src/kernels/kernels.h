@@ -140,10 +140,10 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
 struct LsqSearchConfig {
   /// imatrix_lsq: importance-weighted error, the wide scale grid (docs/LSQ.md#L3).
   bool weighted = false;
-  /// INT: leave out the reference candidates that a lower bound shows to be worse than
+  /// INT: leave out the observer candidates that a lower bound shows to be worse than
   /// kRefits others (docs/LSQ.md#L4); the same result either way, false only for the
   /// test that shows it.
-  bool prune_reference_candidates = true;
+  bool prune_observer_candidates = true;
   /// Refits look up the errors and sums the group's search holds already instead of
   /// computing them again (docs/LSQ.md#L4); the same result either way, false only for
   /// the test that shows it.

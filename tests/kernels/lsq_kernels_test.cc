@@ -1,6 +1,6 @@
 // The least-squares observers' fast paths against their scalar references, bit for bit
 // (docs/LSQ.md#L4): the group scorer and the refit's sums in lanes
-// (simd/lsq_error_simd.h) against the R5.1 element steps summed in the canonical order, the reference candidates in lanes
+// (simd/lsq_error_simd.h) against the R5.1 element steps summed in the canonical order, the observer candidates in lanes
 // (simd/lsq_candidates_simd.h) against ShrunkQParams::compute, and the whole search at
 // every SIMD level against kernels::ref::lsq_search.
 #include <gtest/gtest.h>
@@ -194,7 +194,7 @@ TEST(LsqKernels, ScorerRejectsNonFiniteError) {
   (void)args;
 }
 
-// The reference candidates in lanes == ShrunkQParams::compute, including bf16 / f16
+// The observer candidates in lanes == ShrunkQParams::compute, including bf16 / f16
 // statistics, zero and one-signed ranges and the NVFP4 global scale.
 TEST(LsqKernels, CandidatesEqualShrunkQParams) {
   std::vector<float> shrink;
@@ -410,7 +410,7 @@ TEST(LsqKernels, E4m3CodeSetRangeEqualsCodeByCode) {
       }
 }
 
-// NVFP4: the reference candidates' stored scales as a set of E4M3 codes, iterated
+// NVFP4: the observer candidates' stored scales as a set of E4M3 codes, iterated
 // ascending, are exactly the sorted unique list the search sorted before
 // (docs/LSQ.md#L4): every positive E4M3 value maps to its code, anything else (between
 // codes, 0, eps, NaN, beyond 448) to none; over random ranges from the subnormal codes
@@ -542,11 +542,11 @@ TEST(LsqKernels, E4m3ProbesGiveEveryFactorsCodes) {
   EXPECT_GT(probed_fewer, 300);  // the dense lists need a few probes, not every factor
 }
 
-// The MX reference candidates by bisection are the set compute_qparams_elem gives
+// The MX observer candidates by bisection are the set compute_qparams_elem gives
 // factor by factor: MXFP4 / MXFP8, bf16 / f16 / f32 / f64 statistics, the reference's
 // shrink lists and random ones, ranges of either sign, tiny (subnormal, underflowing
 // f16's scale) and huge (overflowing f16).
-// L4: the INT symmetric reference lists merged as runs give std::sort + std::unique's
+// L4: the INT symmetric observer lists merged as runs give std::sort + std::unique's
 // sequence: runs of descending scales as the lists arrive (with repeats and jumps back
 // up), ascending and one-element runs, all-equal and empty lists, each bit for bit; and
 // with a NaN the sort itself.
@@ -594,7 +594,7 @@ TEST(LsqKernels, SortUniqueRunsEqualsSortAndUnique) {
   ASSERT_EQ(bits(v), bits(want)) << "with a NaN";
 }
 
-TEST(LsqKernels, MxReferenceCandidatesEqualEveryFactor) {
+TEST(LsqKernels, MxObserverCandidatesEqualEveryFactor) {
   std::mt19937 rng(43);
   std::uniform_real_distribution<double> u(0.0, 1.0);
   for (const char* preset : {"MXFP4A16", "MXFP8A16"}) {
@@ -625,7 +625,7 @@ TEST(LsqKernels, MxReferenceCandidatesEqualEveryFactor) {
           const auto q = qobs::detail::compute_qparams_elem(a.mul(lo, p), a.mul(hi, p), qp);
           want.emplace(q.scale, q.zero_point);
         }
-        detail::mx_reference_candidates(ps, lo, hi, qp, a, [&](double sc, double z) { got.emplace(sc, z); });
+        detail::mx_observer_candidates(ps, lo, hi, qp, a, [&](double sc, double z) { got.emplace(sc, z); });
         ASSERT_EQ(got, want) << preset << " " << dtype_name(dt) << " trial " << trial << " range " << lo << " " << hi;
       }
     }

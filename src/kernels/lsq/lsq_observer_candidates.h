@@ -1,6 +1,6 @@
 // Steps of the least-squares observers' search (lsq_search.cc) that the kernel tests
-// check on their own: the MX reference candidates by bisection, the NVFP4 reference
-// candidates as a set of E4M3 codes, and the INT symmetric reference lists merged as
+// check on their own: the MX observer candidates by bisection, the NVFP4 observer
+// candidates as a set of E4M3 codes, and the INT symmetric observer lists merged as
 // runs (docs/LSQ.md#L4).
 #pragma once
 
@@ -29,7 +29,7 @@ constexpr bool pair_less_of(const std::pair<T, T>& a, const std::pair<T, T>& b) 
 
 /// std::sort + std::unique of (scale, zero point) candidates by pair_less_of, when they
 /// were collected as runs of
-/// non-increasing pairs (each reference list's shrink factors descend): the runs
+/// non-increasing pairs (each observer list's shrink factors descend): the runs
 /// reversed, then merged pairwise, at a fraction of the sort's comparisons. The same
 /// sequence whenever equal pairs are equal bit for bit (symmetric grids: z = +0,
 /// s > 0) and none is NaN; with a NaN, the sort itself. Any input order is accepted
@@ -80,7 +80,7 @@ inline void sort_unique_runs(std::vector<std::pair<double, double>>& v) {
 /// factor between them does too: bisecting between factors of different keys finds
 /// every distinct key, and each gets one compute_qparams_elem call.
 template <class Emit>
-void mx_reference_candidates(const std::vector<double>& ps, double m0, double M0,
+void mx_observer_candidates(const std::vector<double>& ps, double m0, double M0,
                              const qobs::detail::QParamPlan& qp, const qobs::detail::Arith& a, Emit emit) {
   if (ps.empty()) return;
   const DType rdt = qp.stat_dt == DType::kF64 ? DType::kF64 : qp.stat_dt;
@@ -108,7 +108,7 @@ void mx_reference_candidates(const std::vector<double>& ps, double m0, double M0
 
 /// NVFP4 (FP8 E4M3 block scales): the positive E4M3 code 1..126 whose stored scale
 /// code_scale[code] is exactly v, or -1 (not such a value: 0, eps, NaN, or a scale the
-/// plan stores otherwise). The search keeps its reference candidates' stored scales as
+/// plan stores otherwise). The search keeps its observer candidates' stored scales as
 /// a bitmap of these codes instead of sorting a list (docs/LSQ.md#L4).
 inline int e4m3_code_of(float v, const double* code_scale) {
   if (!(v > 0.0f && v <= 448.0f)) return -1;
@@ -143,7 +143,7 @@ struct E4m3CodeSet {
   }
 };
 
-/// NVFP4 symmetric: the shrink factors of one reference list whose stored scales
+/// NVFP4 symmetric: the shrink factors of one observer list whose stored scales
 /// determine the list's whole E4M3 code set (docs/LSQ.md#L4). The stored scale of a
 /// factor p is the E4M3 rounding of r(p) = global x rnd(rnd(amax' p) / half_range)
 /// (ShrunkQParams::compute, symmetric, amax' = max(|m0|, |M0|)): every step is monotone,

@@ -1,5 +1,5 @@
 // The least-squares observers' search (docs/LSQ.md): per group, a superset of the
-// reference's candidate qparams plus least-squares refits, every candidate scored with
+// reference observers' candidate qparams (the observer candidates) plus least-squares refits, every candidate scored with
 // the qparams exactly as they will be stored and applied by the real quantizer (R5.1),
 // the minimum kept. Groups are independent, so the threaded call (kernels::lsq_search)
 // and the scalar reference (kernels::ref::lsq_search) run the same per-group function
@@ -30,18 +30,18 @@ namespace qobs::kernels {
 
 namespace {
 
-namespace lanes = qobs::kernels::detail;  // the lanes (simd/lsq_*_simd.h) and the reference-candidate steps (lsq_reference_candidates.h)
+namespace lanes = qobs::kernels::detail;  // the lanes (simd/lsq_*_simd.h) and the observer-candidate steps (lsq_observer_candidates.h)
 
 using qobs::detail::Arith;
 using qobs::detail::ElemQParams;
 using qobs::detail::QdqPlan;
 using qobs::detail::QParamPlan;
 
-/// The reference's candidate lists, each (expand, shrink factors as multiplied): every
+/// The observer candidate lists, each (expand, shrink factors as multiplied): every
 /// (min, max) pair memoryless_mse and imatrix_mse (and, with a global scale,
 /// nvfp4_expanded_mse) can choose, eager and chunked (R6.6.5, R6.7.2, R6.8.6). A superset of each reference observer's
 /// choices, so the minimum over them is never worse than any of those choices.
-std::vector<std::pair<double, std::vector<double>>> reference_candidate_lists(DType dt, bool fp4_global) {
+std::vector<std::pair<double, std::vector<double>>> observer_candidate_lists(DType dt, bool fp4_global) {
   std::vector<std::pair<double, std::vector<double>>> out;
   GridSearchConfig mse;  // memoryless_mse defaults
   GridSearchConfig im;
@@ -78,23 +78,23 @@ struct LsqPlan {
   bool fp_scale_codes = false;  ///< NVFP4-like: FP8 E4M3 scale_dtype on a float type
   bool mx = false;
   bool symmetric = true;
-  std::vector<std::pair<double, std::vector<double>>> ref_lists;
-  /// ref_lists' shrink factors as f32 (what Arith::mul multiplies by) and the
+  std::vector<std::pair<double, std::vector<double>>> observer_lists;
+  /// observer_lists' shrink factors as f32 (what Arith::mul multiplies by) and the
   /// branch-free twin of compute_qparams_elem for them, where the plan allows it
-  std::vector<std::vector<float>> ref_lists_f32;
-  /// MX symmetric: ref_lists' shrink factors, ascending without repeats (the search
-  /// treats them as a set; mx_reference_candidates)
-  std::vector<std::vector<double>> ref_lists_sorted;
+  std::vector<std::vector<float>> observer_lists_f32;
+  /// MX symmetric: observer_lists' shrink factors, ascending without repeats (the search
+  /// treats them as a set; mx_observer_candidates)
+  std::vector<std::vector<double>> observer_lists_sorted;
   /// MX: the stored scale of each E8M0 exponent kE8M0MinExp..kE8M0MaxExp (index e + 127)
   std::vector<double> mx_scale;
   qobs::detail::ShrunkQParams shrunk;
   /// fp_scale_codes: the stored scale of each positive E4M3 code 1..126 (index = code)
   std::vector<double> code_scale;
   /// fp_scale_codes, symmetric, shrunk usable and code_scale strictly increasing: the
-  /// reference candidates are collected as a set of codes (lanes::E4m3CodeSet), whose
+  /// observer candidates are collected as a set of codes (lanes::E4m3CodeSet), whose
   /// ascending codes are the ascending stored scales, instead of a list to sort
   bool code_set = false;
-  /// code_set: per expand factor of the reference lists, the shrink factors whose
+  /// code_set: per expand factor of the observer lists, the shrink factors whose
   /// scales give the code set of all those lists' factors (runs of close factors by
   /// their ends), usable when amax x expand x the smallest factor is at least
   /// probe_floor (lanes::E4m3Probes); empty: every factor is computed
@@ -226,7 +226,7 @@ constexpr auto scored_less = [](const Scored& a, const Scored& b) {
 struct Best {
   double err = INFINITY, scale = 0, zp = 0;
   void offer(double e, double s, double z) {
-    // ties keep the earlier candidate; the reference candidates come first
+    // ties keep the earlier candidate; the observer candidates come first
     if (e < err) {
       err = e;
       scale = s;
@@ -562,7 +562,7 @@ GroupExtremes group_extremes(const Group& g) {
 /// FP block scales: the candidates on either side of the min-max scale scored before
 /// the rest, whose lower bounds are then compared with the best of them.
 constexpr std::size_t kSeedEachSide = 3;
-/// INT symmetric: the largest reference scales scored before the others are pruned
+/// INT symmetric: the largest observer scales scored before the others are pruned
 /// (at least the refits' kRefits).
 constexpr std::size_t kIntSeeds = 8;
 
@@ -622,11 +622,11 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     return true;
   };
   auto collect = [&](bool as_codes) {
-    for (std::size_t l = 0; l < P.ref_lists.size(); ++l) {
-      const auto& [expand, ps] = P.ref_lists[l];
+    for (std::size_t l = 0; l < P.observer_lists.size(); ++l) {
+      const auto& [expand, ps] = P.observer_lists[l];
       const double m0 = a.mul(lo, expand), M0 = a.mul(hi, expand);
       if (P.shrunk.usable) {
-        const std::vector<float>& pf = P.ref_lists_f32[l];
+        const std::vector<float>& pf = P.observer_lists_f32[l];
         shrunk_scales(m0, M0, pf);
         if (as_codes) {
           // neighbouring factors mostly give the same scale: a repeat is in the set already
@@ -647,8 +647,8 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
         } else {
           for (std::size_t i = 0; i < pf.size(); ++i) add_cand(fs[i], P.symmetric ? 0.0 : static_cast<double>(fz[i]));
         }
-      } else if (!P.ref_lists_sorted.empty()) {
-        lanes::mx_reference_candidates(P.ref_lists_sorted[l], m0, M0, P.qplan, a, add_cand);
+      } else if (!P.observer_lists_sorted.empty()) {
+        lanes::mx_observer_candidates(P.observer_lists_sorted[l], m0, M0, P.qplan, a, add_cand);
       } else {
         for (double p : ps) {
           const ElemQParams sz = qobs::detail::compute_qparams_elem(a.mul(m0, p), a.mul(M0, p), P.qplan);
@@ -742,8 +742,8 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     return {best.scale, best.zp};
   }
   constexpr std::size_t kRefits = 6;
-  if (P.cfg.prune_reference_candidates && cands.size() > kIntSeeds) {
-    // INT: the kIntSeeds largest reference scales are scored first. A candidate whose
+  if (P.cfg.prune_observer_candidates && cands.size() > kIntSeeds) {
+    // INT: the kIntSeeds largest observer scales are scored first. A candidate whose
     // clipped elements alone cost more than the kRefits-th least seed error is worse
     // than kRefits scored candidates, so it can be neither the minimum nor a refit's
     // start (top(), below): leaving it out gives the same result as scoring it
@@ -757,7 +757,7 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     std::nth_element(seed_errs.begin(), seed_errs.begin() + (kRefits - 1), seed_errs.end());
     const double threshold = seed_errs[kRefits - 1];
     if (P.symmetric) {
-      // The reference's scales ascend to the min-max one, and the bound rises as the
+      // The observer scales ascend to the min-max one, and the bound rises as the
       // scale falls, in f64 too (each rounded step is): the first scale from the top
       // that it prunes, found by bisection, leaves out every one beneath it.
       const ErrorBounds bounds{g};
@@ -818,13 +818,13 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     }
     ideal_best_asym(g, extra);
   }
-  // every pair scored so far: the reference candidates (sorted, unique, and never NaN:
+  // every pair scored so far: the observer candidates (sorted, unique, and never NaN:
   // lo and hi are finite), then the later ones in the order they were scored, until
   // top() sorts with a NaN error and leaves no layout to rely on
   scored.clear();
   for (std::size_t i = 0; i < cands.size(); ++i) scored.emplace_back(errs[i], cands[i].first, cands[i].second);
   bool laid_out = true;
-  // the error scored for sz, if it was: by binary search among the reference candidates
+  // the error scored for sz, if it was: by binary search among the observer candidates
   // while the layout holds (pair_less-equivalence is == on non-NaN pairs: both read -0
   // and +0 as equal), and a scan of the rest
   auto scored_error = [&](const std::pair<double, double>& sz) -> std::optional<double> {
@@ -921,7 +921,7 @@ LsqPlan make_plan(const FlatView& flat, const QuantizationArgs& args, const LsqS
   // R5.1.1: with a global scale, stored / global is an f32 tensor; x / s widens to it
   const DType s_dt = P.global ? qobs::detail::promote_float_dtypes(P.scale_dt, DType::kF32) : P.scale_dt;
   P.dplan = QdqPlan::make(args, P.dt, s_dt, true, true, cfg.mode);
-  P.ref_lists = reference_candidate_lists(P.dt, P.global.has_value());
+  P.observer_lists = observer_candidate_lists(P.dt, P.global.has_value());
   P.shrunk = qobs::detail::ShrunkQParams::make(P.qplan);
   {
     const double f_lo = cfg.weighted ? 0.04 : 0.5;
@@ -934,17 +934,17 @@ LsqPlan make_plan(const FlatView& flat, const QuantizationArgs& args, const LsqS
     P.code_set = P.symmetric && !P.mx && P.shrunk.usable;
     for (int c = 1; c < 126; ++c) P.code_set = P.code_set && P.code_scale[c] < P.code_scale[c + 1];
   }
-  for (const auto& l : P.ref_lists) P.ref_lists_f32.emplace_back(l.second.begin(), l.second.end());
+  for (const auto& l : P.observer_lists) P.observer_lists_f32.emplace_back(l.second.begin(), l.second.end());
   if (P.code_set) {
     const double ratio = lanes::e4m3_min_interval_ratio(P.code_scale.data());
-    const bool positive = std::all_of(P.ref_lists_f32.begin(), P.ref_lists_f32.end(), [](const auto& pf) {
+    const bool positive = std::all_of(P.observer_lists_f32.begin(), P.observer_lists_f32.end(), [](const auto& pf) {
       return std::all_of(pf.begin(), pf.end(), [](float p) { return p > 0.0f && std::isfinite(p); });
     });
     if (ratio > 1.0 && positive && P.shrunk.global_scale > 0.0f && std::isfinite(P.shrunk.global_scale)) {
       std::map<double, std::vector<float>> by_expand;  // the lists' factors, merged per expand
-      for (std::size_t l = 0; l < P.ref_lists.size(); ++l) {
-        std::vector<float>& f = by_expand[P.ref_lists[l].first];
-        f.insert(f.end(), P.ref_lists_f32[l].begin(), P.ref_lists_f32[l].end());
+      for (std::size_t l = 0; l < P.observer_lists.size(); ++l) {
+        std::vector<float>& f = by_expand[P.observer_lists[l].first];
+        f.insert(f.end(), P.observer_lists_f32[l].begin(), P.observer_lists_f32[l].end());
       }
       for (auto& [expand, f] : by_expand)
         P.probe_groups.push_back({expand, lanes::e4m3_probes(std::move(f), P.shrunk.stat_round, ratio)});
@@ -955,10 +955,10 @@ LsqPlan make_plan(const FlatView& flat, const QuantizationArgs& args, const LsqS
   if (P.mx) {
     for (int e = kE8M0MinExp; e <= kE8M0MaxExp; ++e) P.mx_scale.push_back(stored_scale(std::ldexp(1.0f, e), P));
     if (P.symmetric)
-      for (auto l : P.ref_lists) {
+      for (auto l : P.observer_lists) {
         std::sort(l.second.begin(), l.second.end());
         l.second.erase(std::unique(l.second.begin(), l.second.end()), l.second.end());
-        P.ref_lists_sorted.push_back(std::move(l.second));
+        P.observer_lists_sorted.push_back(std::move(l.second));
       }
   }
   P.y_narrow = lanes::narrow_of(P.dplan.y_dt, cfg.mode);

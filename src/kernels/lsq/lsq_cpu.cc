@@ -23,10 +23,12 @@
 #include "kernels/lsq/lsq_observer_candidates.h"
 #include "kernels/grid_search/select.h"
 #include "kernels/lsq/lsq_candidates_simd.h"
+#include "kernels/lsq/lsq_cpu.h"
 #include "kernels/lsq/lsq_error_simd.h"
+#include "kernels/lsq/lsq_plan.h"
 #include "qparams/qparam_math.h"
 
-namespace qobs::kernels {
+namespace qobs::kernels::cpu {
 
 namespace {
 
@@ -37,59 +39,15 @@ using qobs::detail::ElemQParams;
 using qobs::detail::QdqPlan;
 using qobs::detail::QParamPlan;
 
-/// The observer candidate lists, each (expand, shrink factors as multiplied): every
-/// (min, max) pair memoryless_mse and imatrix_mse (and, with a global scale,
-/// nvfp4_expanded_mse) can choose, eager and chunked (R6.6.5, R6.7.2, R6.8.6). A superset of each reference observer's
-/// choices, so the minimum over them is never worse than any of those choices.
-std::vector<std::pair<double, std::vector<double>>> observer_candidate_lists(DType dt, bool fp4_global) {
-  std::vector<std::pair<double, std::vector<double>>> out;
-  GridSearchConfig mse;  // memoryless_mse defaults
-  GridSearchConfig im;
-  im.imatrix = true;
-  im.maxshrink = 0.95;
-  im.grid = 20;
-  GridSearchConfig nv;
-  nv.maxshrink = 1.0 - 0.8 / 1.8;
-  nv.grid = 200;
-  nv.expand = 1.8;
-  std::vector<GridSearchConfig> cfgs{mse, im};
-  if (fp4_global) cfgs.push_back(nv);  // nvfp4_expanded_mse is the NVFP4 observer
-  for (GridSearchConfig c : cfgs) {
-    for (bool chunked : {false, true}) {
-      c.chunked = chunked;
-      std::vector<double> p = qobs::detail::search_shrink_factors(c, dt);
-      p.push_back(1.0);  // the min-max choice (memoryless_minmax), and a fallback when S = 0
-      out.emplace_back(c.expand, std::move(p));
-    }
-  }
-  return out;
-}
-
-/// The exponents of the E8M0 codes 0..254 (R2.4.2 after step 5's uint8 clamp; 255 is NaN).
-constexpr int kE8M0MinExp = -127, kE8M0MaxExp = 127;
-
-/// Per-call constants of the search.
-struct LsqPlan {
-  DType dt;
-  QParamPlan qplan;  ///< calculate_qparams of the real args with the global scale
-  QdqPlan dplan;     ///< the QDQ the stored qparams will see
-  std::optional<double> global;
-  DType scale_dt;  ///< dtype of the stored scale
-  bool fp_scale_codes = false;  ///< NVFP4-like: FP8 E4M3 scale_dtype on a float type
-  bool mx = false;
-  bool symmetric = true;
-  std::vector<std::pair<double, std::vector<double>>> observer_lists;
-  /// observer_lists' shrink factors as f32 (what Arith::mul multiplies by) and the
-  /// branch-free twin of compute_qparams_elem for them, where the plan allows it
+/// The plan of the spec (lsq_plan.h) and what the CPU path derives from it once per call.
+struct CpuPlan : lanes::LsqPlan {
+  /// observer_lists' shrink factors as f32 (what Arith::mul multiplies by) for the
+  /// branch-free twin of compute_qparams_elem, where the plan allows it
   std::vector<std::vector<float>> observer_lists_f32;
   /// MX symmetric: observer_lists' shrink factors, ascending without repeats (the search
   /// treats them as a set; mx_observer_candidates)
   std::vector<std::vector<double>> observer_lists_sorted;
-  /// MX: the stored scale of each E8M0 exponent kE8M0MinExp..kE8M0MaxExp (index e + 127)
-  std::vector<double> mx_scale;
   qobs::detail::ShrunkQParams shrunk;
-  /// fp_scale_codes: the stored scale of each positive E4M3 code 1..126 (index = code)
-  std::vector<double> code_scale;
   /// fp_scale_codes, symmetric, shrunk usable and code_scale strictly increasing: the
   /// observer candidates are collected as a set of codes (lanes::E4m3CodeSet), whose
   /// ascending codes are the ascending stored scales, instead of a list to sort
@@ -104,34 +62,10 @@ struct LsqPlan {
   };
   std::vector<ProbeGroup> probe_groups;
   double probe_floor = INFINITY;
-  /// the smallest positive value of the FP grid (FP4 0.5, FP8 E4M3 2^-9): below half of
-  /// it x / s rounds to 0 (extend_window)
-  double grid_min = 0.5;
-  /// INT asymmetric: the log grid's factors of the range (weighted: 0.04x .. 1.25x in
-  /// 48 steps; unweighted: 0.5x .. 1.25x in 16), the same for every group
-  std::vector<double> log_grid;
-  LsqSearchConfig cfg;
   /// The roundings of x / s and of the dequantization in lanes, when lanes can follow
   /// them (not for f64 arithmetic).
   std::optional<lanes::Narrow> y_narrow, s_narrow;
 };
-
-/// The stored scale of a raw scale value (R4.1 steps 5 and 7, in the scale dtype).
-double stored_scale(double s, const LsqPlan& P) {
-  const Arith as{P.scale_dt, P.cfg.mode};
-  double v = as.cast(s);
-  // MX: scale_dtype (uint8) holds the exponent, not the scale (R4.1 steps 5-6)
-  if (P.qplan.scale_dtype && !P.mx) v = as.cast(qobs::detail::round_to_dtype_value(v, P.qplan.scale_target));
-  if (v == 0.0) v = P.qplan.eps;
-  return v;
-}
-
-/// The stored zero point of a raw value (R4.1 steps 3 and 8).
-double stored_zero_point(double z, const LsqPlan& P) {
-  if (P.symmetric) return 0.0;
-  z = qobs::detail::clamp_nan(z, P.qplan.q_min, P.qplan.q_max);
-  return std::isnan(z) ? 0.0 : qobs::detail::round_to_dtype_value(z, P.qplan.zp_target);
-}
 
 /// A per-thread scratch vector of at least n elements. Never shrunk: the searches run
 /// millions of times with batches of varying size, and a resize that grows again
@@ -147,7 +81,7 @@ struct Group {
   const float* x;
   const float* w;  // nullptr: unweighted
   int64_t n;
-  const LsqPlan* P;
+  const CpuPlan* P;
   /// The vector kernels, or null: element by element (the scalar twins).
   const lanes::LsqSimd* simd = nullptr;
   const lanes::LsqCandidatesSimd* candidates = nullptr;
@@ -156,12 +90,7 @@ struct Group {
   /// A zero point in a dtype's arithmetic. +-0 (every symmetric candidate) casts to
   /// itself, without the rounding call (~3.5% of the symmetric search's instructions).
   static double cast_zero_point(const Arith& a, double z) { return z == 0.0 ? z : a.cast(z); }
-  /// The scale as the QDQ applies it: stored / global in f32 (R5.1.1 step 1).
-  double applied(double s) const {
-    if (!P->global) return s;
-    const Arith a{P->dplan.s_dt, P->cfg.mode};
-    return a.div(s, *P->global);
-  }
+  double applied(double s) const { return P->applied(s); }
   /// Whether the lanes can follow this group's arithmetic at this level.
   bool lanes_ok() const { return simd && P->y_narrow && P->s_narrow; }
   lanes::LsqGroupArgs lanes_args() const {
@@ -253,7 +182,7 @@ struct RefitMemo {
 /// an error the search holds for sz already and says whether it did (search_group).
 template <typename Known>
 void refit(Group& g, double s, double z, double e, Best& best, RefitMemo& memo, const Known& known) {
-  for (int it = 0; it < 8; ++it) {
+  for (int it = 0; it < lanes::kRefitSteps; ++it) {
     double S[lanes::kLsqRefitSums];
     const std::pair<double, double> at{s, z};
     const bool reuse = g.P->cfg.reuse_refit_results;
@@ -267,26 +196,10 @@ void refit(Group& g, double s, double z, double e, Best& best, RefitMemo& memo, 
       memo.sums.emplace_back(at, std::array<double, lanes::kLsqRefitSums>{});
       std::copy(S, S + lanes::kLsqRefitSums, memo.sums.back().second.begin());
     }
-    const double sww = S[lanes::kSumW], swx = S[lanes::kSumWX], sq = S[lanes::kSumWQ], sqq = S[lanes::kSumWQQ],
-                 sqx = S[lanes::kSumWQX];
-    double ns, nz = z;
-    if (g.P->symmetric) {
-      // the codes are the raw codes (z = 0)
-      if (!(sqq > 0)) return;
-      ns = sqx / sqq;  // argmin_s sum w (x - s c)^2 for fixed codes c
-    } else {
-      // x ~ s * q + b over the raw codes q, then z = -b / s (2x2 normal equations)
-      const double det = sww * sqq - sq * sq;
-      if (!(det > 0)) return;
-      ns = (sww * sqx - sq * swx) / det;
-      const double b = (swx - ns * sq) / sww;
-      if (!(ns > 0)) return;
-      nz = stored_zero_point(-b / stored_scale(ns, *g.P), *g.P);
-    }
-    if (!(ns > 0) || !std::isfinite(ns)) return;
-    ns = stored_scale(ns, *g.P);
-    if (ns == s && nz == z) return;
-    const std::pair<double, double> next{ns, nz};
+    const std::optional<lanes::LsqPair> step = lanes::refit_step(*g.P, S, s, z);
+    if (!step) return;
+    const std::pair<double, double> next = *step;
+    const double ns = next.first, nz = next.second;
     double ne;
     if (!reuse || !known(next, ne)) {
       const auto seen = !reuse ? memo.errors.end()
@@ -381,21 +294,17 @@ void extend_window(Group& g, const ErrorBounds& bounds, int lo, int hi, int i_mi
 /// Symmetric integer grids (docs/LSQ.md#L2): the ideal quantizer's error (nearest code,
 /// clamped, no dtype roundings) at every bf16 value in [f_lo x base, f_hi x base] -- for
 /// a bf16 weight the stored scales themselves, otherwise a grid 2^-8..2^-7 apart that
-/// the refits refine -- and the scales of the kIdealBest least errors, each with its
+/// the refits refine -- and the scales of the lanes::kIdealBest least errors, each with its
 /// two grid neighbours, for the real scorer.
-void ideal_grid_scales(const Group& g, double base, double f_lo, double f_hi, std::vector<double>& out) {
-  constexpr std::size_t kIdealBest = 4;
+void ideal_grid_scales(const Group& g, double amax, std::vector<double>& out) {
   out.clear();
-  // positive normal floats with a finite reciprocal
-  const double lo = std::max(base * f_lo, 0x1p-126), hi = std::min(base * f_hi, 0x1p126);
-  if (!(lo <= hi)) return;
-  auto value = [](uint32_t pattern) { return std::bit_cast<float>(pattern << 16); };
-  auto pattern_of = [](double v) { return std::bit_cast<uint32_t>(static_cast<float>(v)) >> 16; };
-  uint32_t first = pattern_of(lo), last = pattern_of(hi);
-  if (value(first) < lo) ++first;  // the least bf16 value >= lo
-  if (value(last) > hi) --last;    // the greatest <= hi
-  if (first > last) return;
-  const std::size_t count = last - first + 1;
+  const lanes::IdealGrid grid = lanes::IdealGrid::of(*g.P, amax);
+  if (grid.count == 0) return;
+  const double base = amax / g.P->qplan.half_range;
+  auto value = [](uint32_t pattern) { return lanes::IdealGrid::value(pattern); };
+  auto pattern_of = [](double v) { return lanes::IdealGrid::pattern_of(v); };
+  const uint32_t first = grid.first;
+  const std::size_t count = grid.count;
   const std::size_t n = static_cast<std::size_t>(g.n);
   thread_local std::vector<float> ax_tl, lim_tl, s_tl, err_tl;
   scratch(ax_tl, n);
@@ -409,10 +318,10 @@ void ideal_grid_scales(const Group& g, double base, double f_lo, double f_hi, st
   }
   for (std::size_t i = 0; i < count; ++i) s_tl[i] = value(first + static_cast<uint32_t>(i));
   const auto cnt = static_cast<int64_t>(count);
-  // the kIdealBest least (error, scale) pairs, ascending; the scales are distinct (and
+  // the lanes::kIdealBest least (error, scale) pairs, ascending; the scales are distinct (and
   // the errors never NaN), so the same pairs whatever order the ranges are offered in
-  std::array<std::pair<float, float>, kIdealBest> top;
-  std::array<std::size_t, kIdealBest> at{};
+  std::array<std::pair<float, float>, lanes::kIdealBest> top;
+  std::array<std::size_t, lanes::kIdealBest> at{};
   std::size_t kept = 0;
   auto select = [&](std::size_t from, std::size_t to) {
     for (std::size_t i = from; i < to; ++i) {
@@ -430,8 +339,8 @@ void ideal_grid_scales(const Group& g, double base, double f_lo, double f_hi, st
   };
   if (g.simd) {
     // Chunks of scales from the one nearest 0.9 x base outwards, each with the
-    // kIdealBest-th least error so far as its bound: a chunk whose sums all pass it
-    // partway holds none of the kIdealBest least (its errors read +inf), so the
+    // lanes::kIdealBest-th least error so far as its bound: a chunk whose sums all pass it
+    // partway holds none of the lanes::kIdealBest least (its errors read +inf), so the
     // selection is the one over every full sum (the scalar path's).
     constexpr int64_t kChunk = 64;
     const int64_t chunks = (cnt + kChunk - 1) / kChunk;
@@ -453,32 +362,23 @@ void ideal_grid_scales(const Group& g, double base, double f_lo, double f_hi, st
     lanes::lsq_ideal_errors_scalar(ax_tl.data(), lim_tl.data(), g.w, g.n, s_tl.data(), cnt, err_tl.data());
     select(0, count);
   }
-  for (std::size_t k = 0; k < kept; ++k) {
-    const uint32_t p = first + static_cast<uint32_t>(at[k]);
-    for (uint32_t q : {p - 1, p, p + 1})
-      if (q >= 0x0080u && q < 0x7F80u) out.push_back(value(q));  // positive normal
-  }
+  for (std::size_t k = 0; k < kept; ++k)
+    lanes::IdealGrid::neighbours(first + static_cast<uint32_t>(at[k]), [&](double v) { out.push_back(v); });
 }
 
 /// Asymmetric integer grids (docs/LSQ.md#L2): of the log grid's stored (scale, zero
-/// point) candidates, the kIdealBest of least ideal-quantizer error (nearest code,
+/// point) candidates, the lanes::kIdealBest of least ideal-quantizer error (nearest code,
 /// clamped, no dtype roundings), ascending, for the real scorer. Candidates whose scale
 /// the proxy cannot take (not a normal float with a finite reciprocal) are kept as they
 /// are.
 void ideal_best_asym(const Group& g, std::vector<std::pair<double, double>>& cands) {
-  constexpr std::size_t kIdealBest = 4;
-  if (cands.size() <= kIdealBest) return;
+  if (cands.size() <= lanes::kIdealBest) return;
   // per-thread scratch, as the callers' (once per group)
   thread_local std::vector<std::pair<double, double>> out, proxied;
   out.clear();
   proxied.clear();
-  for (const auto& c : cands) {
-    const double s = c.first;
-    const bool ok = s >= 0x1p-126 && s <= 0x1p126 && static_cast<double>(static_cast<float>(s)) == s &&
-                    std::fabs(c.second) <= 0x1p24;
-    (ok ? proxied : out).push_back(c);
-  }
-  if (proxied.size() <= kIdealBest) return;
+  for (const auto& c : cands) (lanes::asym_proxy_takes(c) ? proxied : out).push_back(c);
+  if (proxied.size() <= lanes::kIdealBest) return;
   const std::size_t count = proxied.size();
   thread_local std::vector<float> s_tl, z_tl, err_tl;
   thread_local std::vector<std::size_t> order;
@@ -502,11 +402,11 @@ void ideal_best_asym(const Group& g, std::vector<std::pair<double, double>>& can
   // partial_sort lays out the rest
   for (std::size_t i = 0; i < count; ++i)
     if (std::isnan(err_tl[i])) err_tl[i] = INFINITY;
-  std::partial_sort(order.begin(), order.begin() + kIdealBest, order.end(), [&](std::size_t a, std::size_t b) {
+  std::partial_sort(order.begin(), order.begin() + lanes::kIdealBest, order.end(), [&](std::size_t a, std::size_t b) {
     if (err_tl[a] != err_tl[b]) return err_tl[a] < err_tl[b];
     return a < b;
   });
-  for (std::size_t k = 0; k < kIdealBest; ++k) out.push_back(proxied[order[k]]);
+  for (std::size_t k = 0; k < lanes::kIdealBest; ++k) out.push_back(proxied[order[k]]);
   cands.assign(out.begin(), out.end());
 }
 
@@ -520,7 +420,7 @@ struct GroupExtremes {
   /// data dtype by at most 2^-8 relative (bf16), so nothing lies above (q_max - z) s
   /// (1 + 2^-7) or below (q_min - z) s (1 + 2^-7); an element beyond costs at least
   /// w times its squared distance to that level.
-  double clipped_bound(double s, double z, const LsqPlan& P) const {
+  double clipped_bound(double s, double z, const CpuPlan& P) const {
     const double hi = (P.qplan.q_max - z) * s * (1.0 + 0x1p-7), lo = (P.qplan.q_min - z) * s * (1.0 + 0x1p-7);
     double b = 0;
     for (int k = 0; k < 2; ++k) {
@@ -563,11 +463,11 @@ GroupExtremes group_extremes(const Group& g) {
 /// the rest, whose lower bounds are then compared with the best of them.
 constexpr std::size_t kSeedEachSide = 3;
 /// INT symmetric: the largest observer scales scored before the others are pruned
-/// (at least the refits' kRefits).
+/// (at least the refits' lanes::kRefits).
 constexpr std::size_t kIntSeeds = 8;
 
 /// One qparam element: the search of docs/LSQ.md#L1.
-ElemQParams search_group(Group& g, const LsqPlan& P) {
+ElemQParams search_group(Group& g, const CpuPlan& P) {
   const Arith a{P.dt, P.cfg.mode};
   double lo = INFINITY, hi = -INFINITY;
   for (int64_t j = 0; j < g.n; ++j) {
@@ -668,27 +568,20 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   }
   const double amax = std::max(std::fabs(lo), std::fabs(hi));
 
-  int window_lo = 0, window_hi = -1;
+  const lanes::ScaleWindow window = lanes::scale_window(P, minmax.scale, amax);
+  const int window_lo = window.lo, window_hi = window.hi;
   if (P.fp_scale_codes && !P.mx) {
     // (2) FP8 E4M3 block-scale codes around q0 = E4M3(amax / q_max x global)
-    const int q0 = fp8_e4m3_from_double(minmax.scale);
-    const int down = P.cfg.weighted ? 8 : 3;
-    for (int c = std::max(1, q0 - down); c <= std::min(126, q0 + 7); ++c) {
+    for (int c = window.lo; c <= window.hi; ++c) {
       if (use_codes)
         codes.add(c);
       else
         cands.emplace_back(P.code_scale[static_cast<std::size_t>(c)], 0.0);
     }
-    window_lo = std::max(1, q0 - down);
-    window_hi = std::min(126, q0 + 7);
   } else if (P.mx) {
     // (2) E8M0 exponents floor - 1, floor, floor + 1 of log2(amax) - log2(q_max)
-    const double off = P.qplan.num_bits == 4 ? 2.0 : 8.0;
-    const int e = static_cast<int>(std::floor(std::log2(amax)) - off);
-    window_lo = std::clamp(e - 1, kE8M0MinExp, kE8M0MaxExp);
-    window_hi = std::clamp(e + 1, kE8M0MinExp, kE8M0MaxExp);
-    for (int d = window_lo; d <= window_hi; ++d) {
-      const double s = P.mx_scale[static_cast<std::size_t>(d - kE8M0MinExp)];
+    for (int d = window.lo; d <= window.hi; ++d) {
+      const double s = lanes::window_scale(P, d);
       if (std::isfinite(s)) cands.emplace_back(s, 0.0);
     }
   }
@@ -731,21 +624,16 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     // above, the zeroed elements' bound rarely prunes: scored without it
     score(seed_hi, cands.size());
     for (std::size_t i = 0; i < cands.size(); ++i) best.offer(errs[i], cands[i].first, cands[i].second);
-    if (window_lo <= window_hi) {
-      if (P.mx)
-        extend_window(g, bounds, window_lo, window_hi, kE8M0MinExp, kE8M0MaxExp,
-                      [&](int e) { return P.mx_scale[static_cast<std::size_t>(e - kE8M0MinExp)]; }, best);
-      else
-        extend_window(g, bounds, window_lo, window_hi, 1, 126,
-                      [&](int c) { return P.code_scale[static_cast<std::size_t>(c)]; }, best);
-    }
+    if (window_lo <= window_hi)
+      extend_window(g, bounds, window.lo, window.hi, window.min, window.max,
+                    [&](int i) { return lanes::window_scale(P, i); }, best);
     return {best.scale, best.zp};
   }
-  constexpr std::size_t kRefits = 6;
+
   if (P.cfg.prune_observer_candidates && cands.size() > kIntSeeds) {
     // INT: the kIntSeeds largest observer scales are scored first. A candidate whose
-    // clipped elements alone cost more than the kRefits-th least seed error is worse
-    // than kRefits scored candidates, so it can be neither the minimum nor a refit's
+    // clipped elements alone cost more than the lanes::kRefits-th least seed error is worse
+    // than lanes::kRefits scored candidates, so it can be neither the minimum nor a refit's
     // start (top(), below): leaving it out gives the same result as scoring it
     // (docs/LSQ.md#L4; LsqObservers.PruningKeepsEveryResult).
     const std::size_t seed_lo = cands.size() - kIntSeeds;
@@ -754,8 +642,8 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     std::copy(errs + seed_lo, errs + cands.size(), seed_errs.begin());
     for (double& e : seed_errs)
       if (std::isnan(e)) e = INFINITY;
-    std::nth_element(seed_errs.begin(), seed_errs.begin() + (kRefits - 1), seed_errs.end());
-    const double threshold = seed_errs[kRefits - 1];
+    std::nth_element(seed_errs.begin(), seed_errs.begin() + (lanes::kRefits - 1), seed_errs.end());
+    const double threshold = seed_errs[lanes::kRefits - 1];
     if (P.symmetric) {
       // The observer scales ascend to the min-max one, and the bound rises as the
       // scale falls, in f64 too (each rounded step is): the first scale from the top
@@ -807,15 +695,11 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   thread_local std::vector<Scored> scored, tops;
   extra.clear();
   if (P.symmetric) {
-    const double base = amax / P.qplan.half_range;
-    ideal_grid_scales(g, base, P.cfg.weighted ? 0.04 : 0.5, 2.0, grid_scales);
-    for (double sc : grid_scales) extra.emplace_back(stored_scale(sc, P), 0.0);
+    ideal_grid_scales(g, amax, grid_scales);
+    for (double sc : grid_scales) extra.emplace_back(P.stored_scale(sc), 0.0);
   } else {
-    const double base = (std::max(hi, 0.0) - std::min(lo, 0.0)) / P.qplan.range;
-    for (double f : P.log_grid) {
-      const double s = stored_scale(base * f, P);
-      extra.emplace_back(s, stored_zero_point(P.qplan.q_min - std::min(lo, 0.0) * f / s, P));
-    }
+    const std::vector<lanes::LsqPair> log_grid = lanes::log_grid_candidates(P, lo, hi);
+    extra.assign(log_grid.begin(), log_grid.end());
     ideal_best_asym(g, extra);
   }
   // every pair scored so far: the observer candidates (sorted, unique, and never NaN:
@@ -852,7 +736,7 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     }
   };
   score(extra);
-  // The kRefits least pairs by scored_less. The pairs are unique, so without a NaN they
+  // The lanes::kRefits least pairs by scored_less. The pairs are unique, so without a NaN they
   // are the same values however `scored` lies: a selection that leaves it as it is. With
   // a NaN (no strict weak order) `scored` is sorted in place as partial_sort and sort
   // would have left it, so that the same values come out.
@@ -861,11 +745,11 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
     const bool nan = std::any_of(scored.begin(), scored.end(), [](const Scored& t) {
       return std::isnan(std::get<0>(t)) || std::isnan(std::get<1>(t)) || std::isnan(std::get<2>(t));
     });
-    const std::size_t k = std::min(kRefits, scored.size());
+    const std::size_t k = std::min(lanes::kRefits, scored.size());
     tops.clear();
     if (nan) {
       if (presorted > 0)
-        std::partial_sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(std::min(kRefits, presorted)),
+        std::partial_sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(std::min(lanes::kRefits, presorted)),
                           scored.begin() + static_cast<std::ptrdiff_t>(presorted), scored_less);
       presorted = 0;
       laid_out = false;
@@ -888,7 +772,7 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   if (!P.symmetric) {
     zs.clear();
     for (const auto& [e, s, z] : top())
-      for (double dz : {-1.0, 1.0}) zs.emplace_back(s, stored_zero_point(z + dz, P));
+      for (double dz : {-1.0, 1.0}) zs.emplace_back(s, P.stored_zero_point(z + dz));
     score(zs);
   }
   // A pair scored above has its error here (a pruned one's +inf stands for no error:
@@ -905,36 +789,16 @@ ElemQParams search_group(Group& g, const LsqPlan& P) {
   return {best.scale, best.zp};
 }
 
-LsqPlan make_plan(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
+CpuPlan make_plan(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
                   const Tensor* global_scale) {
-  LsqPlan P;
-  P.dt = flat.dtype;
-  QOBS_CHECK(is_floating(P.dt) && P.dt != DType::kF8E4M3, TypeError, "lsq search: observed tensor must be f32/bf16/f16/f64, got ",
-             dtype_name(P.dt), " (docs/LSQ.md#L1)");
-  P.cfg = cfg;
-  P.global = qobs::detail::global_scale_value(global_scale);
-  P.qplan = QParamPlan::make(args, P.dt, P.global, cfg.mode);
-  P.scale_dt = P.qplan.scale_dt;
-  P.mx = P.qplan.mx;
-  P.symmetric = args.symmetric;
-  P.fp_scale_codes = args.type == QuantType::kFloat && P.qplan.scale_dtype == DType::kF8E4M3;
-  // R5.1.1: with a global scale, stored / global is an f32 tensor; x / s widens to it
-  const DType s_dt = P.global ? qobs::detail::promote_float_dtypes(P.scale_dt, DType::kF32) : P.scale_dt;
-  P.dplan = QdqPlan::make(args, P.dt, s_dt, true, true, cfg.mode);
-  P.observer_lists = observer_candidate_lists(P.dt, P.global.has_value());
+  CpuPlan P;
+  static_cast<lanes::LsqPlan&>(P) = lanes::LsqPlan::make(flat.dtype, args, cfg, global_scale);
   P.shrunk = qobs::detail::ShrunkQParams::make(P.qplan);
-  {
-    const double f_lo = cfg.weighted ? 0.04 : 0.5;
-    const int steps = cfg.weighted ? 48 : 16;
-    for (int i = 0; i < steps; ++i) P.log_grid.push_back(f_lo * std::pow(1.25 / f_lo, static_cast<double>(i) / (steps - 1)));
-  }
-  P.grid_min = P.qplan.num_bits == 4 ? 0.5 : 0x1p-9;
   if (P.fp_scale_codes) {
-    for (int c = 0; c <= 126; ++c) P.code_scale.push_back(stored_scale(fp8_e4m3_to_float(static_cast<uint8_t>(c)), P));
     P.code_set = P.symmetric && !P.mx && P.shrunk.usable;
     for (int c = 1; c < 126; ++c) P.code_set = P.code_set && P.code_scale[c] < P.code_scale[c + 1];
   }
-  for (const auto& l : P.observer_lists) P.observer_lists_f32.emplace_back(l.second.begin(), l.second.end());
+  for (const auto& l : P.observer_lists) P.observer_lists_f32.emplace_back(l.factors.begin(), l.factors.end());
   if (P.code_set) {
     const double ratio = lanes::e4m3_min_interval_ratio(P.code_scale.data());
     const bool positive = std::all_of(P.observer_lists_f32.begin(), P.observer_lists_f32.end(), [](const auto& pf) {
@@ -943,7 +807,7 @@ LsqPlan make_plan(const FlatView& flat, const QuantizationArgs& args, const LsqS
     if (ratio > 1.0 && positive && P.shrunk.global_scale > 0.0f && std::isfinite(P.shrunk.global_scale)) {
       std::map<double, std::vector<float>> by_expand;  // the lists' factors, merged per expand
       for (std::size_t l = 0; l < P.observer_lists.size(); ++l) {
-        std::vector<float>& f = by_expand[P.observer_lists[l].first];
+        std::vector<float>& f = by_expand[P.observer_lists[l].expand];
         f.insert(f.end(), P.observer_lists_f32[l].begin(), P.observer_lists_f32[l].end());
       }
       for (auto& [expand, f] : by_expand)
@@ -952,15 +816,12 @@ LsqPlan make_plan(const FlatView& flat, const QuantizationArgs& args, const LsqS
                                              P.shrunk.has_global ? P.shrunk.global_scale : 1.0);
     }
   }
-  if (P.mx) {
-    for (int e = kE8M0MinExp; e <= kE8M0MaxExp; ++e) P.mx_scale.push_back(stored_scale(std::ldexp(1.0f, e), P));
-    if (P.symmetric)
-      for (auto l : P.observer_lists) {
-        std::sort(l.second.begin(), l.second.end());
-        l.second.erase(std::unique(l.second.begin(), l.second.end()), l.second.end());
-        P.observer_lists_sorted.push_back(std::move(l.second));
-      }
-  }
+  if (P.mx && P.symmetric)
+    for (auto l : P.observer_lists) {
+      std::sort(l.factors.begin(), l.factors.end());
+      l.factors.erase(std::unique(l.factors.begin(), l.factors.end()), l.factors.end());
+      P.observer_lists_sorted.push_back(std::move(l.factors));
+    }
   P.y_narrow = lanes::narrow_of(P.dplan.y_dt, cfg.mode);
   // the zero point is cast to x's dtype (R5.1.1 step 2): the lanes hold it as f32
   if (!lanes::narrow_of(P.dplan.x_dt, cfg.mode)) P.y_narrow.reset();
@@ -968,9 +829,11 @@ LsqPlan make_plan(const FlatView& flat, const QuantizationArgs& args, const LsqS
   return P;
 }
 
-LsqSearchResult run(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
-                    const FlatView* weights, const Tensor* global_scale, int threads, SimdLevel level) {
-  const LsqPlan P = make_plan(flat, args, cfg, global_scale);
+}  // namespace
+
+LsqSearchResult lsq_search(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
+                           const FlatView* weights, const Tensor* global_scale, SimdLevel level, int threads) {
+  const CpuPlan P = make_plan(flat, args, cfg, global_scale);
   const int64_t nq = flat.layout.num_qparams();
   const int64_t len = flat.layout.num_obs() * flat.layout.group_len();
   if (weights)
@@ -1002,30 +865,4 @@ LsqSearchResult run(const FlatView& flat, const QuantizationArgs& args, const Ls
   return res;
 }
 
-}  // namespace
-
-LsqSearchResult lsq_search(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
-                           const FlatView* weights, const Tensor* global_scale) {
-  return run(flat, args, cfg, weights, global_scale, cfg.num_threads, active_simd_level());
-}
-
-namespace ref {
-LsqSearchResult lsq_search(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
-                           const FlatView* weights, const Tensor* global_scale) {
-  return run(flat, args, cfg, weights, global_scale, 1, SimdLevel::kScalar);
-}
-}  // namespace ref
-
-double qdq_group_error(const FlatView& flat, const QuantizationArgs& args, double scale, double zero_point,
-                       int64_t q, const Tensor* global_scale, NumericMode mode, const float* weights) {
-  LsqSearchConfig cfg;
-  cfg.mode = mode;
-  const LsqPlan P = make_plan(flat, args, cfg, global_scale);
-  const int64_t len = flat.layout.num_obs() * flat.layout.group_len();
-  std::vector<float> x(static_cast<std::size_t>(len));
-  flat.gather(q, x.data());
-  const Group g{x.data(), weights, len, &P};
-  return g.error_scalar(scale, zero_point);
-}
-
-}  // namespace qobs::kernels
+}  // namespace qobs::kernels::cpu

@@ -146,8 +146,13 @@ constexpr auto pair_less = [](const std::pair<double, double>& a, const std::pai
   return pair_less_of(a, b);
 };
 using Scored = std::tuple<double, double, double>;  ///< (error, scale, zero point)
+/// Error ascending with a NaN error last (a candidate whose stored scale overflows its
+/// dtype scores NaN), then scale and zero point: a total order on scored pairs, whose
+/// scales and zero points are never NaN.
 constexpr auto scored_less = [](const Scored& a, const Scored& b) {
-  if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) < std::get<0>(b);
+  const bool nan_a = std::isnan(std::get<0>(a)), nan_b = std::isnan(std::get<0>(b));
+  if (nan_a != nan_b) return nan_b;
+  if (!nan_a && std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) < std::get<0>(b);
   if (std::get<1>(a) != std::get<1>(b)) return std::get<1>(a) < std::get<1>(b);
   return std::get<2>(a) < std::get<2>(b);
 };
@@ -703,23 +708,17 @@ ElemQParams search_group(Group& g, const CpuPlan& P) {
     ideal_best_asym(g, extra);
   }
   // every pair scored so far: the observer candidates (sorted, unique, and never NaN:
-  // lo and hi are finite), then the later ones in the order they were scored, until
-  // top() sorts with a NaN error and leaves no layout to rely on
+  // lo and hi are finite), then the later ones in the order they were scored
   scored.clear();
   for (std::size_t i = 0; i < cands.size(); ++i) scored.emplace_back(errs[i], cands[i].first, cands[i].second);
-  bool laid_out = true;
   // the error scored for sz, if it was: by binary search among the observer candidates
-  // while the layout holds (pair_less-equivalence is == on non-NaN pairs: both read -0
-  // and +0 as equal), and a scan of the rest
+  // (pair_less-equivalence is == on non-NaN pairs: both read -0 and +0 as equal), and a
+  // scan of the rest
   auto scored_error = [&](const std::pair<double, double>& sz) -> std::optional<double> {
     auto same = [&](const Scored& t) { return std::get<1>(t) == sz.first && std::get<2>(t) == sz.second; };
-    auto rest = scored.begin();
-    if (laid_out) {
-      const auto ref = std::lower_bound(cands.begin(), cands.end(), sz, pair_less);
-      if (ref != cands.end() && *ref == sz) return errs[ref - cands.begin()];
-      rest += static_cast<std::ptrdiff_t>(cands.size());
-    }
-    const auto found = std::find_if(rest, scored.end(), same);
+    const auto ref = std::lower_bound(cands.begin(), cands.end(), sz, pair_less);
+    if (ref != cands.end() && *ref == sz) return errs[ref - cands.begin()];
+    const auto found = std::find_if(scored.begin() + static_cast<std::ptrdiff_t>(cands.size()), scored.end(), same);
     if (found == scored.end()) return std::nullopt;
     return std::get<0>(*found);
   };
@@ -736,29 +735,11 @@ ElemQParams search_group(Group& g, const CpuPlan& P) {
     }
   };
   score(extra);
-  // The lanes::kRefits least pairs by scored_less. The pairs are unique, so without a NaN they
-  // are the same values however `scored` lies: a selection that leaves it as it is. With
-  // a NaN (no strict weak order) `scored` is sorted in place as partial_sort and sort
-  // would have left it, so that the same values come out.
-  std::size_t presorted = 0;  // a selection stood for partial_sort over scored[0, presorted)
+  // The kRefits least pairs by scored_less, a total order on unique pairs: the same
+  // values however `scored` lies, so a selection that leaves it as it is.
   auto top = [&]() -> const std::vector<Scored>& {
-    const bool nan = std::any_of(scored.begin(), scored.end(), [](const Scored& t) {
-      return std::isnan(std::get<0>(t)) || std::isnan(std::get<1>(t)) || std::isnan(std::get<2>(t));
-    });
     const std::size_t k = std::min(lanes::kRefits, scored.size());
     tops.clear();
-    if (nan) {
-      if (presorted > 0)
-        std::partial_sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(std::min(lanes::kRefits, presorted)),
-                          scored.begin() + static_cast<std::ptrdiff_t>(presorted), scored_less);
-      presorted = 0;
-      laid_out = false;
-      std::sort(scored.begin(), scored.end(), scored_less);
-      tops.assign(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(k));
-      return tops;
-    }
-    // (without laid_out a NaN is in scored already: the branch above)
-    presorted = scored.size();
     // insertion into the k least so far, ascending
     for (const Scored& t : scored) {
       if (tops.size() == k && !scored_less(t, tops.back())) continue;

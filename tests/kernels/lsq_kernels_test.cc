@@ -546,10 +546,11 @@ TEST(LsqKernels, E4m3ProbesGiveEveryFactorsCodes) {
 // factor by factor: MXFP4 / MXFP8, bf16 / f16 / f32 / f64 statistics, the reference's
 // shrink lists and random ones, ranges of either sign, tiny (subnormal, underflowing
 // f16's scale) and huge (overflowing f16).
-// L4: the INT symmetric observer lists merged as runs give std::sort + std::unique's
-// sequence: runs of descending scales as the lists arrive (with repeats and jumps back
-// up), ascending and one-element runs, all-equal and empty lists, each bit for bit; and
-// with a NaN the sort itself.
+// L4: the observer lists merged as runs give std::stable_sort + std::unique's sequence:
+// runs of descending scales as the lists arrive (with repeats and jumps back up),
+// ascending and one-element runs, all-equal and empty lists, with zero points 0 or
+// (as asymmetric lists have them) -0, +0 and others, so that of two equal pairs the
+// first must be kept, each bit for bit; and with a NaN the stable sort itself.
 TEST(LsqKernels, SortUniqueRunsEqualsSortAndUnique) {
   std::mt19937 rng(47);
   std::uniform_int_distribution<int> len(0, 12), runs(0, 9), shape(0, 3);
@@ -573,7 +574,8 @@ TEST(LsqKernels, SortUniqueRunsEqualsSortAndUnique) {
       // scales on a coarse grid, so that runs share values
       double s = std::round(u(rng) * 64) / 64;
       for (int i = 0; i < n; ++i) {
-        v.emplace_back(s, 0.0);
+        const double zps[] = {0.0, -0.0, 1.0, -1.0};
+        v.emplace_back(s, trial % 2 == 0 ? 0.0 : zps[rng() % 4]);
         // 0: descending with repeats, 1: ascending, 2: no order, 3: all equal
         if (kind == 0) s = std::max(0.0, s - std::round(u(rng) * 4) / 64);
         else if (kind == 1) s += std::round(u(rng) * 4) / 64;
@@ -581,14 +583,14 @@ TEST(LsqKernels, SortUniqueRunsEqualsSortAndUnique) {
       }
     }
     auto want = v;
-    std::sort(want.begin(), want.end(), less);
+    std::stable_sort(want.begin(), want.end(), less);
     want.erase(std::unique(want.begin(), want.end()), want.end());
     detail::sort_unique_runs(v);
     ASSERT_EQ(bits(v), bits(want)) << "trial " << trial;
   }
   std::vector<std::pair<double, double>> v{{1.0, 0.0}, {NAN, 0.0}, {0.5, 0.0}, {1.0, 0.0}, {0.25, 0.0}};
   auto want = v;
-  std::sort(want.begin(), want.end(), less);
+  std::stable_sort(want.begin(), want.end(), less);
   want.erase(std::unique(want.begin(), want.end()), want.end());
   detail::sort_unique_runs(v);
   ASSERT_EQ(bits(v), bits(want)) << "with a NaN";

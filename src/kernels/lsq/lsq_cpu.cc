@@ -593,11 +593,8 @@ ElemQParams search_group(Group& g, const CpuPlan& P) {
   if (use_codes) {
     // the ascending codes are the ascending stored scales (LsqPlan::code_set)
     codes.for_each([&](int c) { cands.emplace_back(P.code_scale[static_cast<std::size_t>(c)], 0.0); });
-  } else if (P.symmetric) {
-    lanes::sort_unique_runs(cands);
   } else {
-    std::sort(cands.begin(), cands.end(), pair_less);
-    cands.erase(std::unique(cands.begin(), cands.end()), cands.end());
+    lanes::sort_unique_runs(cands);
   }
   thread_local std::vector<double> errs_tl;
   double* const errs = scratch(errs_tl, cands.size());

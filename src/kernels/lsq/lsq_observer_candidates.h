@@ -27,15 +27,18 @@ constexpr bool pair_less_of(const std::pair<T, T>& a, const std::pair<T, T>& b) 
   return a.first < b.first || (a.first == b.first && a.second < b.second);
 }
 
-/// std::sort + std::unique of (scale, zero point) candidates by pair_less_of, when they
-/// were collected as runs of
-/// non-increasing pairs (each observer list's shrink factors descend): the runs
-/// reversed, then merged pairwise, at a fraction of the sort's comparisons. The same
-/// sequence whenever equal pairs are equal bit for bit (symmetric grids: z = +0,
-/// s > 0) and none is NaN; with a NaN, the sort itself. Any input order is accepted
-/// (a run may be one element long).
+/// std::stable_sort + std::unique of (scale, zero point) candidates by pair_less_of:
+/// ascending, and of pairs that compare equal (zero points -0 and +0) the first one
+/// kept, so which one the search scores does not depend on a sort's tie order. Fast
+/// when the pairs arrive as runs of non-increasing pairs (each observer list's shrink
+/// factors descend): adjacent repeats are dropped, which leaves every run strictly
+/// decreasing, the runs are reversed, then merged pairwise (std::merge takes the
+/// earlier run's pair first among equals), at a fraction of the sort's comparisons.
+/// Any input order is accepted (a run may be one pair long). With a NaN (the search
+/// has none: its ranges are finite) the stable sort itself.
 inline void sort_unique_runs(std::vector<std::pair<double, double>>& v) {
   auto less = [](const std::pair<double, double>& a, const std::pair<double, double>& b) { return pair_less_of(a, b); };
+  v.erase(std::unique(v.begin(), v.end()), v.end());
   const bool nan =
       std::any_of(v.begin(), v.end(), [](const auto& p) { return std::isnan(p.first) || std::isnan(p.second); });
   if (!nan) {
@@ -65,7 +68,7 @@ inline void sort_unique_runs(std::vector<std::pair<double, double>>& v) {
       std::swap(ends, merged_ends);
     }
   } else {
-    std::sort(v.begin(), v.end(), less);
+    std::stable_sort(v.begin(), v.end(), less);
   }
   v.erase(std::unique(v.begin(), v.end()), v.end());
 }

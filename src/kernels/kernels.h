@@ -197,7 +197,8 @@ void minmax(const FlatView& flat, float* mins, float* maxs);
 int64_t first_non_finite(const TensorView& value);
 ScaleZeroPoint calculate_qparams(const Tensor& min_vals, const Tensor& max_vals, const QuantizationArgs& args,
                                  const Tensor* global_scale, NumericMode mode);
-/// lsq_search on the caller's thread.
+/// lsq_search as docs/LSQ.md#L1-L3 define it: every candidate scored element by element
+/// (no bounds, no look-ups, no lanes), on the caller's thread.
 LsqSearchResult lsq_search(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
                            const FlatView* weights = nullptr, const Tensor* global_scale = nullptr);
 void sum_squares_by_column(const TensorView& x, int64_t cols, double* acc);

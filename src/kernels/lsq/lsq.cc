@@ -16,13 +16,6 @@ LsqSearchResult lsq_search(const FlatView& flat, const QuantizationArgs& args, c
   return cpu::lsq_search(flat, args, cfg, weights, global_scale, active_simd_level(), cfg.num_threads);
 }
 
-namespace ref {
-LsqSearchResult lsq_search(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
-                           const FlatView* weights, const Tensor* global_scale) {
-  return cpu::lsq_search(flat, args, cfg, weights, global_scale, SimdLevel::kScalar, 1);
-}
-}  // namespace ref
-
 double qdq_group_error(const FlatView& flat, const QuantizationArgs& args, double scale, double zero_point,
                        int64_t q, const Tensor* global_scale, NumericMode mode, const float* weights) {
   LsqSearchConfig cfg;

@@ -814,9 +814,7 @@ LsqSearchResult lsq_search(const FlatView& flat, const QuantizationArgs& args, c
   const CpuPlan P = make_plan(flat, args, cfg, global_scale);
   const int64_t nq = flat.layout.num_qparams();
   const int64_t len = flat.layout.num_obs() * flat.layout.group_len();
-  if (weights)
-    QOBS_CHECK(weights->layout.num_qparams() == nq && weights->layout.group_len() == flat.layout.group_len(),
-               ShapeError, "lsq search: importance view does not match the observed tensor (docs/LSQ.md#L3)");
+  lanes::check_lsq_weights(flat, weights);
   LsqSearchResult res;
   res.scale_dtype = P.scale_dt;
   res.scale.resize(static_cast<std::size_t>(nq));

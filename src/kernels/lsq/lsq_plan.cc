@@ -72,6 +72,13 @@ LsqPlan LsqPlan::make(DType observed, const QuantizationArgs& args, const LsqSea
   return P;
 }
 
+void check_lsq_weights(const FlatView& flat, const FlatView* weights) {
+  if (weights)
+    QOBS_CHECK(weights->layout.num_qparams() == flat.layout.num_qparams() &&
+                   weights->layout.group_len() == flat.layout.group_len(),
+               ShapeError, "lsq search: importance view does not match the observed tensor (docs/LSQ.md#L3)");
+}
+
 double LsqPlan::stored_scale(double s) const {
   const qobs::detail::Arith as{scale_dt, cfg.mode};
   double v = as.cast(s);

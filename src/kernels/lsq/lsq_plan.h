@@ -81,6 +81,9 @@ struct LsqPlan {
   bool block_scale_codes() const { return mx || fp_scale_codes; }
 };
 
+/// Checks that the importance view (imatrix_lsq) matches the observed one (docs/LSQ.md#L3).
+void check_lsq_weights(const FlatView& flat, const FlatView* weights);
+
 /// L1 step 2 for block scales: the indices tried first, [lo, hi], and the range
 /// [min, max] the search extends over (NVFP4: E4M3 codes 1..126; MX: E8M0 exponents).
 struct ScaleWindow {

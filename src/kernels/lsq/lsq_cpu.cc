@@ -67,14 +67,53 @@ struct CpuPlan : lanes::LsqPlan {
   std::optional<lanes::Narrow> y_narrow, s_narrow;
 };
 
-/// A per-thread scratch vector of at least n elements. Never shrunk: the searches run
-/// millions of times with batches of varying size, and a resize that grows again
-/// value-initializes the new elements every time.
+/// A scratch vector of at least n elements. Never shrunk: the searches run millions of
+/// times with batches of varying size, and a resize that grows again value-initializes
+/// the new elements every time.
 template <class T>
-T* scratch(std::vector<T>& v, std::size_t n) {
+T* grow(std::vector<T>& v, std::size_t n) {
   if (v.size() < n) v.resize(n);
   return v.data();
 }
+
+using Pair = lanes::LsqPair;
+using Scored = std::tuple<double, double, double>;  ///< (error, scale, zero point)
+
+/// What one group's refits have computed, for the next refits to look up: most refits
+/// land on a scale scored already (about 97% of them on bf16 INT4 weights) and a third
+/// start from codes whose sums an earlier chain took. Exact keys, so the same values as
+/// computing them again.
+struct RefitMemo {
+  std::vector<std::pair<Pair, double>> errors;
+  std::vector<std::pair<Pair, std::array<double, lanes::kLsqRefitSums>>> sums;
+  void clear() {
+    errors.clear();
+    sums.clear();
+  }
+};
+
+/// One worker's buffers, made once per call (one per worker of parallel_for, which
+/// hands each worker index to one thread at a time) and reused group after group: the
+/// search runs once per group, millions of times per tensor, and buffers that keep
+/// their capacity allocate only while they grow.
+struct LsqScratch {
+  std::vector<float> x, w;                         ///< the group, gathered
+  std::vector<float> batch_s, batch_zx, batch_zs;  ///< a batch of candidates as the lanes take them
+  std::vector<float> shrunk_s, shrunk_z;           ///< one observer list's qparams
+  std::vector<Pair> cands;                         ///< the observer candidates
+  std::vector<double> errs;                        ///< their errors
+  std::vector<Pair> todo;                          ///< a batch to score
+  std::vector<std::size_t> todo_at;                ///< where its pairs sit among the candidates
+  std::vector<double> todo_errs;                   ///< its errors
+  std::vector<Pair> picks;                         ///< the ideal grid's picks, then the zero-point neighbours
+  std::vector<double> grid_scales;                 ///< the symmetric ideal grid's picked scales
+  std::vector<float> ideal_ax, ideal_lim, ideal_s, ideal_z, ideal_err;  ///< the proxies' inputs and errors
+  std::vector<std::size_t> ideal_order;
+  std::vector<Pair> proxied, unproxied;  ///< the log grid's candidates the proxy takes, and the others
+  std::vector<Scored> scored, least;     ///< the pairs scored, and the least of them
+  RefitMemo memo;
+  lanes::SortRunsScratch runs;
+};
 
 /// One group's values and weights, and the scorer of stored (scale, zero point) pairs.
 struct Group {
@@ -85,6 +124,7 @@ struct Group {
   /// The vector kernels, or null: element by element (the scalar twins).
   const lanes::LsqSimd* simd = nullptr;
   const lanes::LsqCandidatesSimd* candidates = nullptr;
+  LsqScratch* scratch = nullptr;  ///< for errors() in lanes
   int64_t evaluations = 0;
 
   /// A zero point in a dtype's arithmetic. +-0 (every symmetric candidate) casts to
@@ -106,8 +146,8 @@ struct Group {
     if (lanes_ok()) {
       const lanes::LsqGroupArgs G = lanes_args();
       const Arith ax{P->dplan.x_dt, P->cfg.mode}, as{P->dplan.s_dt, P->cfg.mode};
-      thread_local std::vector<float> sv_tl, zx_tl, zs_tl;  // called per candidate batch
-      float *const sv = scratch(sv_tl, count), *const zx = scratch(zx_tl, count), *const zs = scratch(zs_tl, count);
+      float *const sv = grow(scratch->batch_s, count), *const zx = grow(scratch->batch_zx, count),
+                  *const zs = grow(scratch->batch_zs, count);
       for (std::size_t i = 0; i < count; ++i) {
         sv[i] = static_cast<float>(applied(sz[i].first));  // on s_dt's grid (f32 or narrower)
         zx[i] = static_cast<float>(cast_zero_point(ax, sz[i].second));
@@ -145,7 +185,6 @@ using lanes::pair_less_of;
 constexpr auto pair_less = [](const std::pair<double, double>& a, const std::pair<double, double>& b) {
   return pair_less_of(a, b);
 };
-using Scored = std::tuple<double, double, double>;  ///< (error, scale, zero point)
 /// Error ascending with a NaN error last (a candidate whose stored scale overflows its
 /// dtype scores NaN), then scale and zero point: a total order on scored pairs, whose
 /// scales and zero points are never NaN.
@@ -166,19 +205,6 @@ struct Best {
       scale = s;
       zp = z;
     }
-  }
-};
-
-/// What one group's refits have computed, for the next refits to look up: most refits
-/// land on a scale scored already (about 97% of them on bf16 INT4 weights) and a third
-/// start from codes whose sums an earlier chain took. Exact keys, so the same values as
-/// computing them again.
-struct RefitMemo {
-  std::vector<std::pair<std::pair<double, double>, double>> errors;
-  std::vector<std::pair<std::pair<double, double>, std::array<double, lanes::kLsqRefitSums>>> sums;
-  void clear() {
-    errors.clear();
-    sums.clear();
   }
 };
 
@@ -266,10 +292,9 @@ void extend_window(Group& g, const ErrorBounds& bounds, int lo, int hi, int i_mi
   // it and scores them in one batch. Where a walk that updated the best as it went
   // would have stopped earlier, the extra indices' bounds (monotone) are at least that
   // best, so their errors are too and cannot replace it: the same result.
-  thread_local std::vector<std::pair<double, double>> walk;
-  thread_local std::vector<double> walk_errs;
+  std::vector<Pair>& walk = g.scratch->todo;
   auto score_walk = [&] {
-    double* const errs = scratch(walk_errs, walk.size());
+    double* const errs = grow(g.scratch->todo_errs, walk.size());
     if (!walk.empty()) g.errors(walk.data(), walk.size(), errs);
     for (std::size_t k = 0; k < walk.size(); ++k) best.offer(errs[k], walk[k].first, walk[k].second);
   };
@@ -311,17 +336,15 @@ void ideal_grid_scales(const Group& g, double amax, std::vector<double>& out) {
   const uint32_t first = grid.first;
   const std::size_t count = grid.count;
   const std::size_t n = static_cast<std::size_t>(g.n);
-  thread_local std::vector<float> ax_tl, lim_tl, s_tl, err_tl;
-  scratch(ax_tl, n);
-  scratch(lim_tl, n);
-  scratch(s_tl, count);
-  scratch(err_tl, count);
+  LsqScratch& sc = *g.scratch;
+  float *const ax = grow(sc.ideal_ax, n), *const lim = grow(sc.ideal_lim, n), *const sv = grow(sc.ideal_s, count),
+              *const err = grow(sc.ideal_err, count);
   const float qpos = static_cast<float>(g.P->qplan.q_max), qneg = static_cast<float>(-g.P->qplan.q_min);
   for (std::size_t j = 0; j < n; ++j) {
-    ax_tl[j] = std::fabs(g.x[j]);
-    lim_tl[j] = g.x[j] >= 0 ? qpos : qneg;
+    ax[j] = std::fabs(g.x[j]);
+    lim[j] = g.x[j] >= 0 ? qpos : qneg;
   }
-  for (std::size_t i = 0; i < count; ++i) s_tl[i] = value(first + static_cast<uint32_t>(i));
+  for (std::size_t i = 0; i < count; ++i) sv[i] = value(first + static_cast<uint32_t>(i));
   const auto cnt = static_cast<int64_t>(count);
   // the lanes::kIdealBest least (error, scale) pairs, ascending; the scales are distinct (and
   // the errors never NaN), so the same pairs whatever order the ranges are offered in
@@ -330,7 +353,7 @@ void ideal_grid_scales(const Group& g, double amax, std::vector<double>& out) {
   std::size_t kept = 0;
   auto select = [&](std::size_t from, std::size_t to) {
     for (std::size_t i = from; i < to; ++i) {
-      const std::pair<float, float> m{err_tl[i], s_tl[i]};
+      const std::pair<float, float> m{err[i], sv[i]};
       if (kept == top.size() && !pair_less_of(m, top.back())) continue;
       std::size_t k = std::min(kept, top.size() - 1);
       for (; k > 0 && pair_less_of(m, top[k - 1]); --k) {
@@ -358,13 +381,12 @@ void ideal_grid_scales(const Group& g, double amax, std::vector<double>& out) {
       const int64_t c = k % 2 == 0 ? centre + k / 2 : centre - (k + 1) / 2;
       if (c < 0 || c >= chunks) continue;
       const int64_t from = c * kChunk, num = std::min(kChunk, cnt - from);
-      g.simd->ideal_errors(ax_tl.data(), lim_tl.data(), g.w, g.n, s_tl.data() + from, num, err_tl.data() + from,
-                           kept == top.size() ? top.back().first : HUGE_VALF);
+      g.simd->ideal_errors(ax, lim, g.w, g.n, sv + from, num, err + from, kept == top.size() ? top.back().first : HUGE_VALF);
       select(static_cast<std::size_t>(from), static_cast<std::size_t>(from + num));
     }
   } else
   {
-    lanes::lsq_ideal_errors_scalar(ax_tl.data(), lim_tl.data(), g.w, g.n, s_tl.data(), cnt, err_tl.data());
+    lanes::lsq_ideal_errors_scalar(ax, lim, g.w, g.n, sv, cnt, err);
     select(0, count);
   }
   for (std::size_t k = 0; k < kept; ++k)
@@ -378,37 +400,34 @@ void ideal_grid_scales(const Group& g, double amax, std::vector<double>& out) {
 /// are.
 void ideal_best_asym(const Group& g, std::vector<std::pair<double, double>>& cands) {
   if (cands.size() <= lanes::kIdealBest) return;
-  // per-thread scratch, as the callers' (once per group)
-  thread_local std::vector<std::pair<double, double>> out, proxied;
+  LsqScratch& sc = *g.scratch;
+  std::vector<Pair>&out = sc.unproxied, &proxied = sc.proxied;
   out.clear();
   proxied.clear();
   for (const auto& c : cands) (lanes::asym_proxy_takes(c) ? proxied : out).push_back(c);
   if (proxied.size() <= lanes::kIdealBest) return;
   const std::size_t count = proxied.size();
-  thread_local std::vector<float> s_tl, z_tl, err_tl;
-  thread_local std::vector<std::size_t> order;
-  scratch(s_tl, count);
-  scratch(z_tl, count);
-  scratch(err_tl, count);
+  float *const sv = grow(sc.ideal_s, count), *const zv = grow(sc.ideal_z, count), *const err = grow(sc.ideal_err, count);
+  std::vector<std::size_t>& order = sc.ideal_order;
   for (std::size_t i = 0; i < count; ++i) {
-    s_tl[i] = static_cast<float>(proxied[i].first);
-    z_tl[i] = static_cast<float>(proxied[i].second);
+    sv[i] = static_cast<float>(proxied[i].first);
+    zv[i] = static_cast<float>(proxied[i].second);
   }
   const float q_min = static_cast<float>(g.P->qplan.q_min), q_max = static_cast<float>(g.P->qplan.q_max);
   const auto cnt = static_cast<int64_t>(count);
   if (g.simd)
-    g.simd->ideal_errors_asym(g.x, g.w, g.n, s_tl.data(), z_tl.data(), cnt, q_min, q_max, err_tl.data());
+    g.simd->ideal_errors_asym(g.x, g.w, g.n, sv, zv, cnt, q_min, q_max, err);
   else
-    lanes::lsq_ideal_errors_asym_scalar(g.x, g.w, g.n, s_tl.data(), z_tl.data(), cnt, q_min, q_max, err_tl.data());
+    lanes::lsq_ideal_errors_asym_scalar(g.x, g.w, g.n, sv, zv, cnt, q_min, q_max, err);
   order.resize(count);
   for (std::size_t i = 0; i < count; ++i) order[i] = i;
   // error ascending (a NaN, from a zero weight times an overflowed difference, last),
   // ties by index: a strict total order, so the pick does not depend on how
   // partial_sort lays out the rest
   for (std::size_t i = 0; i < count; ++i)
-    if (std::isnan(err_tl[i])) err_tl[i] = INFINITY;
+    if (std::isnan(err[i])) err[i] = INFINITY;
   std::partial_sort(order.begin(), order.begin() + lanes::kIdealBest, order.end(), [&](std::size_t a, std::size_t b) {
-    if (err_tl[a] != err_tl[b]) return err_tl[a] < err_tl[b];
+    if (err[a] != err[b]) return err[a] < err[b];
     return a < b;
   });
   for (std::size_t k = 0; k < lanes::kIdealBest; ++k) out.push_back(proxied[order[k]]);
@@ -483,16 +502,16 @@ ElemQParams search_group(Group& g, const CpuPlan& P) {
   // (1) every choice of the reference observers, as calculate_qparams would store it
   const ElemQParams minmax = qobs::detail::compute_qparams_elem(lo, hi, P.qplan);
   if (!std::isfinite(lo) || !std::isfinite(hi) || (lo == 0 && hi == 0)) return minmax;
-  // per-thread scratch: the search runs once per group, millions of times per tensor
-  thread_local std::vector<std::pair<double, double>> cands;
+  LsqScratch& sc = *g.scratch;
+  std::vector<Pair>& cands = sc.cands;
   cands.clear();
   // a list's neighbouring shrink factors mostly give the same stored pair: dropping a
   // repeat of the previous pair here leaves the set that the sort + unique below
   // makes, at a fraction of the sort
-  auto add_cand = [](double s, double z) {
+  auto add_cand = [&cands](double s, double z) {
     if (cands.empty() || cands.back() != std::pair<double, double>{s, z}) cands.emplace_back(s, z);
   };
-  thread_local std::vector<float> fs, fz;
+  std::vector<float>&fs = sc.shrunk_s, &fz = sc.shrunk_z;
   // P.code_set: the candidates as a set of E4M3 codes; if one is no code (never seen),
   // the group starts over with the list, exactly as without codes
   lanes::E4m3CodeSet codes;
@@ -500,8 +519,8 @@ ElemQParams search_group(Group& g, const CpuPlan& P) {
   // the same f32 steps as compute_qparams_elem(a.mul(m0, p), a.mul(M0, p)), tested
   // value for value against it (qparam_math.h)
   auto shrunk_scales = [&](double m0, double M0, const std::vector<float>& pf) {
-    scratch(fs, pf.size());
-    scratch(fz, pf.size());
+    grow(fs, pf.size());
+    grow(fz, pf.size());
     if (g.candidates) {
       g.candidates->run(P.shrunk, static_cast<float>(m0), static_cast<float>(M0), pf.data(),
                         static_cast<int64_t>(pf.size()), fs.data(), fz.data());
@@ -594,10 +613,9 @@ ElemQParams search_group(Group& g, const CpuPlan& P) {
     // the ascending codes are the ascending stored scales (LsqPlan::code_set)
     codes.for_each([&](int c) { cands.emplace_back(P.code_scale[static_cast<std::size_t>(c)], 0.0); });
   } else {
-    lanes::sort_unique_runs(cands);
+    lanes::sort_unique_runs(cands, sc.runs);
   }
-  thread_local std::vector<double> errs_tl;
-  double* const errs = scratch(errs_tl, cands.size());
+  double* const errs = grow(sc.errs, cands.size());
   if (P.fp_scale_codes || P.mx) {
     // FP block scales: the ones nearest the min-max scale first, then downwards while a
     // candidate's lower bound (the clipped elements', rising as the scale falls) does
@@ -666,22 +684,21 @@ ElemQParams search_group(Group& g, const CpuPlan& P) {
       // the list: each candidate's bound from the group's two largest and two smallest
       // elements (a subset of its clipped ones, O(1) per candidate).
       const GroupExtremes ends = group_extremes(g);
-      thread_local std::vector<std::pair<double, double>> todo_tl;
-      thread_local std::vector<std::size_t> at_tl;
-      thread_local std::vector<double> todo_errs_tl;
-      todo_tl.clear();
-      at_tl.clear();
+      std::vector<Pair>& todo = sc.todo;
+      std::vector<std::size_t>& at = sc.todo_at;
+      todo.clear();
+      at.clear();
       for (std::size_t i = 0; i < seed_lo; ++i) {
         if (ends.clipped_bound(cands[i].first, cands[i].second, P) * kBoundSafety > threshold) {
           errs[i] = INFINITY;  // pruned: never chosen, never refit
         } else {
-          todo_tl.push_back(cands[i]);
-          at_tl.push_back(i);
+          todo.push_back(cands[i]);
+          at.push_back(i);
         }
       }
-      double* const todo_errs = scratch(todo_errs_tl, todo_tl.size());
-      if (!todo_tl.empty()) g.errors(todo_tl.data(), todo_tl.size(), todo_errs);
-      for (std::size_t k = 0; k < at_tl.size(); ++k) errs[at_tl[k]] = todo_errs[k];
+      double* const todo_errs = grow(sc.todo_errs, todo.size());
+      if (!todo.empty()) g.errors(todo.data(), todo.size(), todo_errs);
+      for (std::size_t k = 0; k < at.size(); ++k) errs[at[k]] = todo_errs[k];
     }
   } else {
     g.errors(cands.data(), cands.size(), errs);
@@ -691,10 +708,9 @@ ElemQParams search_group(Group& g, const CpuPlan& P) {
   // (3) integer grids: (weighted) a log grid of scales far below the max; asymmetric
   // zero points z0 - 1 .. z0 + 1 around the best candidates; the best few refit by least
   // squares (a refit of every candidate costs several times more and rarely wins).
-  // Per-thread scratch, as above.
-  thread_local std::vector<std::pair<double, double>> extra, todo, zs;
-  thread_local std::vector<double> grid_scales, es;
-  thread_local std::vector<Scored> scored, tops;
+  std::vector<Pair>&extra = sc.picks, &todo = sc.todo;
+  std::vector<double>&grid_scales = sc.grid_scales, &es = sc.todo_errs;
+  std::vector<Scored>&scored = sc.scored, &tops = sc.least;
   extra.clear();
   if (P.symmetric) {
     ideal_grid_scales(g, amax, grid_scales);
@@ -724,7 +740,7 @@ ElemQParams search_group(Group& g, const CpuPlan& P) {
     todo.clear();
     for (const auto& sz : more)
       if (!scored_error(sz) && std::find(todo.begin(), todo.end(), sz) == todo.end()) todo.push_back(sz);
-    es.resize(todo.size());
+    grow(es, todo.size());
     g.errors(todo.data(), todo.size(), es.data());
     for (std::size_t i = 0; i < todo.size(); ++i) {
       best.offer(es[i], todo[i].first, todo[i].second);
@@ -748,6 +764,7 @@ ElemQParams search_group(Group& g, const CpuPlan& P) {
     return tops;
   };
   if (!P.symmetric) {
+    std::vector<Pair>& zs = sc.picks;
     zs.clear();
     for (const auto& [e, s, z] : top())
       for (double dz : {-1.0, 1.0}) zs.emplace_back(s, P.stored_zero_point(z + dz));
@@ -761,7 +778,7 @@ ElemQParams search_group(Group& g, const CpuPlan& P) {
     e = *had;
     return true;
   };
-  thread_local RefitMemo memo;
+  RefitMemo& memo = sc.memo;
   memo.clear();
   for (const auto& [e, s, z] : top()) refit(g, s, z, e, best, memo, known);
   return {best.scale, best.zp};
@@ -825,12 +842,15 @@ LsqSearchResult lsq_search(const FlatView& flat, const QuantizationArgs& args, c
   // 0 means QOBS_NUM_THREADS / the pool / the hardware, as for every kernel: passed on
   // as 0, parallel_for would run on the caller alone
   res.threads_used = static_cast<int>(std::min<int64_t>(resolve_num_threads(threads), tasks));
-  parallel_for(tasks, res.threads_used, [&](int64_t t, int) {
-    std::vector<float> x(static_cast<std::size_t>(len)), w(weights ? static_cast<std::size_t>(len) : 0);
+  std::vector<LsqScratch> scratch(static_cast<std::size_t>(std::max(1, res.threads_used)));
+  parallel_for(tasks, res.threads_used, [&](int64_t t, int worker) {
+    LsqScratch& sc = scratch[static_cast<std::size_t>(worker)];
+    float* const x = grow(sc.x, static_cast<std::size_t>(len));
+    float* const w = weights ? grow(sc.w, static_cast<std::size_t>(len)) : nullptr;
     for (int64_t q = t * per_task; q < std::min(nq, (t + 1) * per_task); ++q) {
-      flat.gather(q, x.data());
-      if (weights) weights->gather(q, w.data());
-      Group g{x.data(), weights ? w.data() : nullptr, len, &P, lanes::lsq_simd(level), lanes::lsq_candidates_simd(level)};
+      flat.gather(q, x);
+      if (weights) weights->gather(q, w);
+      Group g{x, w, len, &P, lanes::lsq_simd(level), lanes::lsq_candidates_simd(level), &sc};
       const ElemQParams r = search_group(g, P);
       res.scale[static_cast<std::size_t>(q)] = r.scale;
       res.zero_point[static_cast<std::size_t>(q)] = r.zero_point;

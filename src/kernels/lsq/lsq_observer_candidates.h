@@ -36,14 +36,19 @@ constexpr bool pair_less_of(const std::pair<T, T>& a, const std::pair<T, T>& b) 
 /// earlier run's pair first among equals), at a fraction of the sort's comparisons.
 /// Any input order is accepted (a run may be one pair long). With a NaN (the search
 /// has none: its ranges are finite) the stable sort itself.
-inline void sort_unique_runs(std::vector<std::pair<double, double>>& v) {
+/// sort_unique_runs' buffers, kept by the caller so that repeated calls do not allocate.
+struct SortRunsScratch {
+  std::vector<std::size_t> ends, merged_ends;
+  std::vector<std::pair<double, double>> tmp;
+};
+inline void sort_unique_runs(std::vector<std::pair<double, double>>& v, SortRunsScratch& scratch) {
   auto less = [](const std::pair<double, double>& a, const std::pair<double, double>& b) { return pair_less_of(a, b); };
   v.erase(std::unique(v.begin(), v.end()), v.end());
   const bool nan =
       std::any_of(v.begin(), v.end(), [](const auto& p) { return std::isnan(p.first) || std::isnan(p.second); });
   if (!nan) {
-    thread_local std::vector<std::size_t> ends, merged_ends;  // per-thread scratch: once per group
-    thread_local std::vector<std::pair<double, double>> tmp;
+    std::vector<std::size_t>&ends = scratch.ends, &merged_ends = scratch.merged_ends;
+    std::vector<std::pair<double, double>>& tmp = scratch.tmp;
     ends.clear();
     std::size_t from = 0;
     for (std::size_t i = 1; i <= v.size(); ++i) {

@@ -553,6 +553,7 @@ TEST(LsqKernels, E4m3ProbesGiveEveryFactorsCodes) {
 // first must be kept, each bit for bit; and with a NaN the stable sort itself.
 TEST(LsqKernels, SortUniqueRunsEqualsSortAndUnique) {
   std::mt19937 rng(47);
+  detail::SortRunsScratch scratch;  // reused, as the search reuses it
   std::uniform_int_distribution<int> len(0, 12), runs(0, 9), shape(0, 3);
   std::uniform_real_distribution<double> u(0.01, 2.0);
   auto less = [](const std::pair<double, double>& a, const std::pair<double, double>& b) {
@@ -585,14 +586,14 @@ TEST(LsqKernels, SortUniqueRunsEqualsSortAndUnique) {
     auto want = v;
     std::stable_sort(want.begin(), want.end(), less);
     want.erase(std::unique(want.begin(), want.end()), want.end());
-    detail::sort_unique_runs(v);
+    detail::sort_unique_runs(v, scratch);
     ASSERT_EQ(bits(v), bits(want)) << "trial " << trial;
   }
   std::vector<std::pair<double, double>> v{{1.0, 0.0}, {NAN, 0.0}, {0.5, 0.0}, {1.0, 0.0}, {0.25, 0.0}};
   auto want = v;
   std::stable_sort(want.begin(), want.end(), less);
   want.erase(std::unique(want.begin(), want.end()), want.end());
-  detail::sort_unique_runs(v);
+  detail::sort_unique_runs(v, scratch);
   ASSERT_EQ(bits(v), bits(want)) << "with a NaN";
 }
 

@@ -1,11 +1,19 @@
-// The least-squares observers' search (docs/LSQ.md): per group, a superset of the
-// reference observers' candidate qparams (the observer candidates) plus least-squares refits, every candidate scored with
-// the qparams exactly as they will be stored and applied by the real quantizer (R5.1),
-// the minimum kept. Groups are independent, so the threaded call (kernels::lsq_search)
-// and the scalar reference (kernels::ref::lsq_search) run the same per-group function
-// and agree bit for bit: the threaded one scores candidates in SIMD lanes
-// (simd/lsq_error_simd.cc), the reference element by element, both summing in the
-// canonical order of lsq_error_simd.h.
+// The CPU path of the least-squares search (docs/LSQ.md, lsq_cpu.h). Groups are
+// independent and spread over the thread pool, each worker with its own LsqScratch.
+// One group's search (search_group) runs in phases, one GroupSearch method each:
+//   take_range                   gather: the range and the min-max qparams
+//   collect_observer_candidates  the observer candidates (and the block-scale window), sorted, unique
+//   score_block_scales           block scales: seeds next to the min-max scale, the rest pruned by bounds
+//   walk_outward                 block scales: the codes / exponents beyond the window, while bounds allow
+//   score_int_candidates         integer grids: the kIntSeeds largest as seeds, the rest pruned by bounds
+//   ideal_grid_picks, score_new  integer grids: the ideal-quantizer proxies' picks
+//   zero_point_neighbours        asymmetric: z - 1 and z + 1 of the least pairs
+//   refit_least                  the least-squares refits, with look-ups of what the group holds
+// Selection is Best (the first least error offered) and ScoredPairs::least (the refits'
+// starts). Candidates are scored in SIMD lanes where the level allows (Group::errors),
+// summed in the canonical order of lsq_error_simd.h, so every level gives the scalar
+// scorer's bits; every shortcut (bounds, look-ups, the proxies' early stop, code sets)
+// is exact, which the comparison with the plain reference (lsq_ref.cc) checks.
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -32,7 +40,10 @@ namespace qobs::kernels::cpu {
 
 namespace {
 
-namespace lanes = qobs::kernels::detail;  // the lanes (simd/lsq_*_simd.h) and the observer-candidate steps (lsq_observer_candidates.h)
+namespace lanes = qobs::kernels::detail;  // lsq_*_simd.h, lsq_observer_candidates.h, lsq_plan.h
+
+using lanes::kIdealBest;
+using lanes::kRefits;
 
 using qobs::detail::Arith;
 using qobs::detail::ElemQParams;
@@ -137,7 +148,8 @@ struct Group {
     return {x, w, n, !P->symmetric, *P->y_narrow, *P->s_narrow, P->dplan.grid, static_cast<float>(P->dplan.q_min),
             static_cast<float>(P->dplan.q_max)};
   }
-  /// The reference scorer: R5.1 element by element, summed in the canonical order.
+  /// The scalar scorer (the plain reference's): R5.1 element by element, summed in the
+  /// canonical order.
   double error_scalar(double s, double z) const { return lanes::lsq_error_scalar(x, w, n, applied(s), z, P->dplan); }
   /// err[i] of candidates sz[i] (stored scale, zero point), in lanes where the level
   /// and the dtypes allow it; the same bits either way.
@@ -210,7 +222,7 @@ struct Best {
 
 /// Least-squares refit of (scale, zero point) for the codes of (s, z), re-rounded and
 /// re-scored, repeated while the error falls (docs/LSQ.md#L2). `known(sz, e)` sets e to
-/// an error the search holds for sz already and says whether it did (search_group).
+/// an error the search holds for sz already and says whether it did (refit_least).
 template <typename Known>
 void refit(Group& g, double s, double z, double e, Best& best, RefitMemo& memo, const Known& known) {
   for (int it = 0; it < lanes::kRefitSteps; ++it) {
@@ -324,7 +336,7 @@ void extend_window(Group& g, const ErrorBounds& bounds, int lo, int hi, int i_mi
 /// Symmetric integer grids (docs/LSQ.md#L2): the ideal quantizer's error (nearest code,
 /// clamped, no dtype roundings) at every bf16 value in [f_lo x base, f_hi x base] -- for
 /// a bf16 weight the stored scales themselves, otherwise a grid 2^-8..2^-7 apart that
-/// the refits refine -- and the scales of the lanes::kIdealBest least errors, each with its
+/// the refits refine -- and the scales of the kIdealBest least errors, each with its
 /// two grid neighbours, for the real scorer.
 void ideal_grid_scales(const Group& g, double amax, std::vector<double>& out) {
   out.clear();
@@ -346,10 +358,10 @@ void ideal_grid_scales(const Group& g, double amax, std::vector<double>& out) {
   }
   for (std::size_t i = 0; i < count; ++i) sv[i] = value(first + static_cast<uint32_t>(i));
   const auto cnt = static_cast<int64_t>(count);
-  // the lanes::kIdealBest least (error, scale) pairs, ascending; the scales are distinct (and
+  // the kIdealBest least (error, scale) pairs, ascending; the scales are distinct (and
   // the errors never NaN), so the same pairs whatever order the ranges are offered in
-  std::array<std::pair<float, float>, lanes::kIdealBest> top;
-  std::array<std::size_t, lanes::kIdealBest> at{};
+  std::array<std::pair<float, float>, kIdealBest> top;
+  std::array<std::size_t, kIdealBest> at{};
   std::size_t kept = 0;
   auto select = [&](std::size_t from, std::size_t to) {
     for (std::size_t i = from; i < to; ++i) {
@@ -367,8 +379,8 @@ void ideal_grid_scales(const Group& g, double amax, std::vector<double>& out) {
   };
   if (g.simd) {
     // Chunks of scales from the one nearest 0.9 x base outwards, each with the
-    // lanes::kIdealBest-th least error so far as its bound: a chunk whose sums all pass it
-    // partway holds none of the lanes::kIdealBest least (its errors read +inf), so the
+    // kIdealBest-th least error so far as its bound: a chunk whose sums all pass it
+    // partway holds none of the kIdealBest least (its errors read +inf), so the
     // selection is the one over every full sum (the scalar path's).
     constexpr int64_t kChunk = 64;
     const int64_t chunks = (cnt + kChunk - 1) / kChunk;
@@ -394,18 +406,18 @@ void ideal_grid_scales(const Group& g, double amax, std::vector<double>& out) {
 }
 
 /// Asymmetric integer grids (docs/LSQ.md#L2): of the log grid's stored (scale, zero
-/// point) candidates, the lanes::kIdealBest of least ideal-quantizer error (nearest code,
+/// point) candidates, the kIdealBest of least ideal-quantizer error (nearest code,
 /// clamped, no dtype roundings), ascending, for the real scorer. Candidates whose scale
 /// the proxy cannot take (not a normal float with a finite reciprocal) are kept as they
 /// are.
 void ideal_best_asym(const Group& g, std::vector<std::pair<double, double>>& cands) {
-  if (cands.size() <= lanes::kIdealBest) return;
+  if (cands.size() <= kIdealBest) return;
   LsqScratch& sc = *g.scratch;
   std::vector<Pair>&out = sc.unproxied, &proxied = sc.proxied;
   out.clear();
   proxied.clear();
   for (const auto& c : cands) (lanes::asym_proxy_takes(c) ? proxied : out).push_back(c);
-  if (proxied.size() <= lanes::kIdealBest) return;
+  if (proxied.size() <= kIdealBest) return;
   const std::size_t count = proxied.size();
   float *const sv = grow(sc.ideal_s, count), *const zv = grow(sc.ideal_z, count), *const err = grow(sc.ideal_err, count);
   std::vector<std::size_t>& order = sc.ideal_order;
@@ -426,17 +438,17 @@ void ideal_best_asym(const Group& g, std::vector<std::pair<double, double>>& can
   // partial_sort lays out the rest
   for (std::size_t i = 0; i < count; ++i)
     if (std::isnan(err[i])) err[i] = INFINITY;
-  std::partial_sort(order.begin(), order.begin() + lanes::kIdealBest, order.end(), [&](std::size_t a, std::size_t b) {
+  std::partial_sort(order.begin(), order.begin() + kIdealBest, order.end(), [&](std::size_t a, std::size_t b) {
     if (err[a] != err[b]) return err[a] < err[b];
     return a < b;
   });
-  for (std::size_t k = 0; k < lanes::kIdealBest; ++k) out.push_back(proxied[order[k]]);
+  for (std::size_t k = 0; k < kIdealBest; ++k) out.push_back(proxied[order[k]]);
   cands.assign(out.begin(), out.end());
 }
 
 /// A group's two largest and two smallest elements with their weights (1 unweighted):
 /// for INT asymmetric candidates, a lower bound of the error from the elements each
-/// must clip, O(1) per candidate (search_group's pruning, docs/LSQ.md#L4).
+/// must clip, O(1) per candidate (score_int_candidates' pruning, docs/LSQ.md#L4).
 struct GroupExtremes {
   std::array<double, 2> top{-INFINITY, -INFINITY}, top_w{0, 0};     ///< descending
   std::array<double, 2> bottom{INFINITY, INFINITY}, bottom_w{0, 0};  ///< ascending
@@ -455,8 +467,8 @@ struct GroupExtremes {
   }
 };
 
-/// The extremes of a group without NaN / Inf (search_group returns before scoring
-/// those); with fewer than two elements the missing ones add nothing.
+/// The extremes of a group without NaN / Inf (take_range keeps those from scoring); with
+/// fewer than two elements the missing ones add nothing.
 GroupExtremes group_extremes(const Group& g) {
   GroupExtremes e;
   for (int64_t j = 0; j < g.n; ++j) {
@@ -486,189 +498,307 @@ GroupExtremes group_extremes(const Group& g) {
 /// FP block scales: the candidates on either side of the min-max scale scored before
 /// the rest, whose lower bounds are then compared with the best of them.
 constexpr std::size_t kSeedEachSide = 3;
-/// INT symmetric: the largest observer scales scored before the others are pruned
-/// (at least the refits' lanes::kRefits).
+/// INT: the largest observer scales scored before the others are pruned (at least the
+/// refits' kRefits).
 constexpr std::size_t kIntSeeds = 8;
 
-/// One qparam element: the search of docs/LSQ.md#L1.
-ElemQParams search_group(Group& g, const CpuPlan& P) {
-  const Arith a{P.dt, P.cfg.mode};
-  double lo = INFINITY, hi = -INFINITY;
-  for (int64_t j = 0; j < g.n; ++j) {
-    lo = qobs::detail::nan_min(lo, g.x[j]);
-    hi = qobs::detail::nan_max(hi, g.x[j]);
+/// The pairs one group has scored (integer grids), in the order they were scored: the
+/// observer candidates (sorted, unique and never NaN, the group's range being finite;
+/// +inf for those the bounds left out), then the later ones.
+class ScoredPairs {
+ public:
+  ScoredPairs(const std::vector<Pair>& cands, const double* errs, LsqScratch& sc)
+      : cands_(cands), errs_(errs), list_(sc.scored), least_(sc.least) {
+    list_.clear();
+    for (std::size_t i = 0; i < cands_.size(); ++i) list_.emplace_back(errs_[i], cands_[i].first, cands_[i].second);
   }
-  Best best;
-  // (1) every choice of the reference observers, as calculate_qparams would store it
-  const ElemQParams minmax = qobs::detail::compute_qparams_elem(lo, hi, P.qplan);
-  if (!std::isfinite(lo) || !std::isfinite(hi) || (lo == 0 && hi == 0)) return minmax;
-  LsqScratch& sc = *g.scratch;
-  std::vector<Pair>& cands = sc.cands;
-  cands.clear();
+  /// The error scored for sz, if it was (a pruned candidate's reads +inf): by binary
+  /// search among the observer candidates (pair_less-equivalence is == on non-NaN
+  /// pairs: both read -0 and +0 as equal), and a scan of the rest.
+  std::optional<double> error_of(const Pair& sz) const {
+    const auto at = std::lower_bound(cands_.begin(), cands_.end(), sz, pair_less);
+    if (at != cands_.end() && *at == sz) return errs_[at - cands_.begin()];
+    const auto found = std::find_if(list_.begin() + static_cast<std::ptrdiff_t>(cands_.size()), list_.end(),
+                                    [&](const Scored& t) { return std::get<1>(t) == sz.first && std::get<2>(t) == sz.second; });
+    if (found == list_.end()) return std::nullopt;
+    return std::get<0>(*found);
+  }
+  void add(double e, const Pair& sz) { list_.emplace_back(e, sz.first, sz.second); }
+  /// The kRefits least pairs by scored_less, ascending: scored_less is a total order
+  /// on the unique pairs, so an insertion selection that leaves the list as it lies
+  /// gives the values any sort would.
+  const std::vector<Scored>& least() {
+    const std::size_t k = std::min(kRefits, list_.size());
+    least_.clear();
+    for (const Scored& t : list_) {
+      if (least_.size() == k && !scored_less(t, least_.back())) continue;
+      if (least_.size() < k) least_.push_back(t);
+      std::size_t at = least_.size() - 1;
+      for (; at > 0 && scored_less(t, least_[at - 1]); --at) least_[at] = least_[at - 1];
+      least_[at] = t;
+    }
+    return least_;
+  }
+
+ private:
+  const std::vector<Pair>& cands_;
+  const double* errs_;
+  std::vector<Scored>& list_;
+  std::vector<Scored>& least_;
+};
+
+/// One group's search (docs/LSQ.md#L1), a method per phase; search_group runs them in
+/// order. Every pair scored is offered to best_ (Best: the first of least error).
+class GroupSearch {
+ public:
+  GroupSearch(Group& g, const CpuPlan& P) : g_(g), P_(P), sc_(*g.scratch), a_{P.dt, P.cfg.mode} {}
+
+  /// Gather: the group's range and min-max qparams; false for a group that keeps them
+  /// unscored (NaN / Inf anywhere, or all zeros).
+  bool take_range();
+  const ElemQParams& minmax() const { return minmax_; }
+  /// Observer candidates: every observer's choice as calculate_qparams stores it, with
+  /// the block-scale window (L1 steps 1-2), ascending, of equal pairs the first.
+  void collect_observer_candidates();
+  /// Seeds and pruning, block scales: the candidates next to the min-max scale scored
+  /// first, then those below down to the first whose clipping bound exceeds the seeds'
+  /// best, and every one above.
+  void score_block_scales();
+  /// Block scales: the codes or exponents beyond the window, outwards while their
+  /// bound stays below the best error.
+  void walk_outward() {
+    if (window_.lo > window_.hi) return;
+    extend_window(g_, ErrorBounds{g_}, window_.lo, window_.hi, window_.min, window_.max,
+                  [&](int i) { return lanes::window_scale(P_, i); }, best_);
+  }
+  /// Seeds and pruning, integer grids: the kIntSeeds largest candidates scored first,
+  /// then the others whose clipping bound does not exceed the kRefits-th least seed
+  /// error (docs/LSQ.md#L4).
+  void score_int_candidates();
+  /// Ideal grid: the ideal-quantizer proxies' picks (symmetric: the bf16 grid;
+  /// asymmetric: the log grid), stored pairs.
+  const std::vector<Pair>& ideal_grid_picks();
+  /// Asymmetric: the zero points z - 1 and z + 1 of each of the kRefits least pairs.
+  const std::vector<Pair>& zero_point_neighbours();
+  /// Scores the pairs of `more` not scored yet: first occurrences, in order, one batch.
+  void score_new(const std::vector<Pair>& more);
+  /// Refits: each of the kRefits least pairs refit while its error falls, with the
+  /// errors and sums the group holds looked up.
+  void refit_least();
+  /// Selection: the first pair of least error offered.
+  ElemQParams result() const { return {best_.scale, best_.zp}; }
+
+ private:
+  /// One observer list's qparams (f32 steps of compute_qparams_elem, tested value for
+  /// value against it) for the shrunk ranges (m0 p, M0 p), into sc_.shrunk_s / shrunk_z.
+  void shrunk_qparams(double m0, double M0, const std::vector<float>& pf);
+  /// The code set from the probes (lanes::E4m3Probes: a run's two ends stand for the
+  /// codes between them); false where a guard fails or a scale is no code.
+  bool collect_probed_codes(lanes::E4m3CodeSet& codes);
+  /// Every list's candidates, into the code set (codes) or sc_.cands (nullptr); false
+  /// where a scale is no code.
+  bool collect_lists(lanes::E4m3CodeSet* codes);
+
+  Group& g_;
+  const CpuPlan& P_;
+  LsqScratch& sc_;
+  const Arith a_;
+  double lo_ = INFINITY, hi_ = -INFINITY, amax_ = 0;
+  ElemQParams minmax_{};
+  lanes::ScaleWindow window_;
+  double* errs_ = nullptr;  ///< the observer candidates' errors (+inf: left out by a bound)
+  std::optional<ScoredPairs> scored_;  ///< integer grids, from score_int_candidates
+  Best best_;
+};
+
+/// docs/LSQ.md#L1 for one group: the phases in order.
+ElemQParams search_group(Group& g, const CpuPlan& P) {
+  GroupSearch s(g, P);
+  if (!s.take_range()) return s.minmax();
+  s.collect_observer_candidates();
+  if (P.block_scale_codes()) {
+    s.score_block_scales();
+    s.walk_outward();
+    return s.result();
+  }
+  s.score_int_candidates();
+  s.score_new(s.ideal_grid_picks());
+  if (!P.symmetric) s.score_new(s.zero_point_neighbours());
+  s.refit_least();
+  return s.result();
+}
+
+bool GroupSearch::take_range() {
+  for (int64_t j = 0; j < g_.n; ++j) {
+    lo_ = qobs::detail::nan_min(lo_, g_.x[j]);
+    hi_ = qobs::detail::nan_max(hi_, g_.x[j]);
+  }
+  minmax_ = qobs::detail::compute_qparams_elem(lo_, hi_, P_.qplan);
+  amax_ = std::max(std::fabs(lo_), std::fabs(hi_));
+  return std::isfinite(lo_) && std::isfinite(hi_) && !(lo_ == 0 && hi_ == 0);
+}
+
+void GroupSearch::shrunk_qparams(double m0, double M0, const std::vector<float>& pf) {
+  grow(sc_.shrunk_s, pf.size());
+  grow(sc_.shrunk_z, pf.size());
+  if (g_.candidates) {
+    g_.candidates->run(P_.shrunk, static_cast<float>(m0), static_cast<float>(M0), pf.data(),
+                       static_cast<int64_t>(pf.size()), sc_.shrunk_s.data(), sc_.shrunk_z.data());
+    return;
+  }
+  P_.shrunk.compute(static_cast<float>(m0), static_cast<float>(M0), pf.data(), static_cast<int64_t>(pf.size()),
+                    sc_.shrunk_s.data(), sc_.shrunk_z.data());
+}
+
+bool GroupSearch::collect_probed_codes(lanes::E4m3CodeSet& codes) {
+  for (const auto& pg : P_.probe_groups) {
+    const double m0 = a_.mul(lo_, pg.expand), M0 = a_.mul(hi_, pg.expand);
+    if (!(std::max(std::fabs(static_cast<float>(m0)), std::fabs(static_cast<float>(M0))) *
+              static_cast<double>(pg.probes.min_factor) >=
+          P_.probe_floor))
+      return false;
+  }
+  for (const auto& pg : P_.probe_groups) {
+    shrunk_qparams(a_.mul(lo_, pg.expand), a_.mul(hi_, pg.expand), pg.probes.factors);
+    if (!lanes::add_probed_codes(pg.probes, sc_.shrunk_s.data(), P_.code_scale.data(), codes)) return false;
+  }
+  return true;
+}
+
+bool GroupSearch::collect_lists(lanes::E4m3CodeSet* codes) {
+  std::vector<Pair>& cands = sc_.cands;
   // a list's neighbouring shrink factors mostly give the same stored pair: dropping a
-  // repeat of the previous pair here leaves the set that the sort + unique below
-  // makes, at a fraction of the sort
+  // repeat of the previous pair here leaves what sort_unique_runs makes, at a fraction
+  // of its work
   auto add_cand = [&cands](double s, double z) {
-    if (cands.empty() || cands.back() != std::pair<double, double>{s, z}) cands.emplace_back(s, z);
+    if (cands.empty() || cands.back() != Pair{s, z}) cands.emplace_back(s, z);
   };
-  std::vector<float>&fs = sc.shrunk_s, &fz = sc.shrunk_z;
-  // P.code_set: the candidates as a set of E4M3 codes; if one is no code (never seen),
-  // the group starts over with the list, exactly as without codes
-  lanes::E4m3CodeSet codes;
-  bool use_codes = P.code_set;
-  // the same f32 steps as compute_qparams_elem(a.mul(m0, p), a.mul(M0, p)), tested
-  // value for value against it (qparam_math.h)
-  auto shrunk_scales = [&](double m0, double M0, const std::vector<float>& pf) {
-    grow(fs, pf.size());
-    grow(fz, pf.size());
-    if (g.candidates) {
-      g.candidates->run(P.shrunk, static_cast<float>(m0), static_cast<float>(M0), pf.data(),
-                        static_cast<int64_t>(pf.size()), fs.data(), fz.data());
-      return;
-    }
-    P.shrunk.compute(static_cast<float>(m0), static_cast<float>(M0), pf.data(), static_cast<int64_t>(pf.size()),
-                     fs.data(), fz.data());
-  };
-  // the runs' ends stand for the codes between them (lanes::E4m3Probes), when every
-  // expand's guard holds
-  auto collect_probed = [&] {
-    for (const auto& pg : P.probe_groups) {
-      const double m0 = a.mul(lo, pg.expand), M0 = a.mul(hi, pg.expand);
-      if (!(std::max(std::fabs(static_cast<float>(m0)), std::fabs(static_cast<float>(M0))) *
-                static_cast<double>(pg.probes.min_factor) >=
-            P.probe_floor))
-        return false;
-    }
-    for (const auto& pg : P.probe_groups) {
-      shrunk_scales(a.mul(lo, pg.expand), a.mul(hi, pg.expand), pg.probes.factors);
-      if (!lanes::add_probed_codes(pg.probes, fs.data(), P.code_scale.data(), codes)) return false;
-    }
-    return true;
-  };
-  auto collect = [&](bool as_codes) {
-    for (std::size_t l = 0; l < P.observer_lists.size(); ++l) {
-      const auto& [expand, ps] = P.observer_lists[l];
-      const double m0 = a.mul(lo, expand), M0 = a.mul(hi, expand);
-      if (P.shrunk.usable) {
-        const std::vector<float>& pf = P.observer_lists_f32[l];
-        shrunk_scales(m0, M0, pf);
-        if (as_codes) {
-          // neighbouring factors mostly give the same scale: a repeat is in the set already
-          const float* const f = fs.data();
-          const double* const cs = P.code_scale.data();
-          lanes::E4m3CodeSet list;  // locals, not the captured set: kept in registers
-          float prev = -1.0f;       // no scale
-          for (std::size_t i = 0; i < pf.size(); ++i) {
-            const float v = f[i];
-            if (v == prev) continue;
-            prev = v;
-            const int c = lanes::e4m3_code_of(v, cs);
-            if (c < 0) return false;
-            list.add(c);
-          }
-          codes.bits[0] |= list.bits[0];
-          codes.bits[1] |= list.bits[1];
-        } else {
-          for (std::size_t i = 0; i < pf.size(); ++i) add_cand(fs[i], P.symmetric ? 0.0 : static_cast<double>(fz[i]));
+  for (std::size_t l = 0; l < P_.observer_lists.size(); ++l) {
+    const auto& [expand, ps] = P_.observer_lists[l];
+    const double m0 = a_.mul(lo_, expand), M0 = a_.mul(hi_, expand);
+    if (P_.shrunk.usable) {
+      const std::vector<float>& pf = P_.observer_lists_f32[l];
+      shrunk_qparams(m0, M0, pf);
+      const float *const fs = sc_.shrunk_s.data(), *const fz = sc_.shrunk_z.data();
+      if (codes) {
+        // neighbouring factors mostly give the same scale: a repeat is in the set already
+        const double* const cs = P_.code_scale.data();
+        lanes::E4m3CodeSet list;  // locals, not the caller's set: kept in registers
+        float prev = -1.0f;       // no scale
+        for (std::size_t i = 0; i < pf.size(); ++i) {
+          const float v = fs[i];
+          if (v == prev) continue;
+          prev = v;
+          const int c = lanes::e4m3_code_of(v, cs);
+          if (c < 0) return false;
+          list.add(c);
         }
-      } else if (!P.observer_lists_sorted.empty()) {
-        lanes::mx_observer_candidates(P.observer_lists_sorted[l], m0, M0, P.qplan, a, add_cand);
+        codes->bits[0] |= list.bits[0];
+        codes->bits[1] |= list.bits[1];
       } else {
-        for (double p : ps) {
-          const ElemQParams sz = qobs::detail::compute_qparams_elem(a.mul(m0, p), a.mul(M0, p), P.qplan);
-          add_cand(sz.scale, sz.zero_point);
-        }
+        for (std::size_t i = 0; i < pf.size(); ++i) add_cand(fs[i], P_.symmetric ? 0.0 : static_cast<double>(fz[i]));
+      }
+    } else if (!P_.observer_lists_sorted.empty()) {
+      lanes::mx_observer_candidates(P_.observer_lists_sorted[l], m0, M0, P_.qplan, a_, add_cand);
+    } else {
+      for (double p : ps) {
+        const ElemQParams sz = qobs::detail::compute_qparams_elem(a_.mul(m0, p), a_.mul(M0, p), P_.qplan);
+        add_cand(sz.scale, sz.zero_point);
       }
     }
-    return true;
-  };
-  const bool probed = use_codes && !P.probe_groups.empty() && collect_probed();
+  }
+  return true;
+}
+
+void GroupSearch::collect_observer_candidates() {
+  std::vector<Pair>& cands = sc_.cands;
+  cands.clear();
+  // P.code_set: the candidates as a set of E4M3 codes, from the probes' codes where
+  // their guards hold; a scale that is no code (never seen) sends the group back to
+  // the list, exactly as without codes
+  lanes::E4m3CodeSet codes;
+  bool use_codes = P_.code_set;
+  const bool probed = use_codes && !P_.probe_groups.empty() && collect_probed_codes(codes);
   if (!probed) {
     codes = {};  // what a failed probe added
-    if (!collect(use_codes)) {
+    if (!collect_lists(use_codes ? &codes : nullptr)) {
       use_codes = false;
-      collect(false);
+      collect_lists(nullptr);
     }
   }
-  const double amax = std::max(std::fabs(lo), std::fabs(hi));
-
-  const lanes::ScaleWindow window = lanes::scale_window(P, minmax.scale, amax);
-  const int window_lo = window.lo, window_hi = window.hi;
-  if (P.fp_scale_codes && !P.mx) {
-    // (2) FP8 E4M3 block-scale codes around q0 = E4M3(amax / q_max x global)
-    for (int c = window.lo; c <= window.hi; ++c) {
+  window_ = lanes::scale_window(P_, minmax_.scale, amax_);
+  if (P_.fp_scale_codes && !P_.mx) {
+    // FP8 E4M3 block-scale codes around q0 = E4M3(amax / q_max x global)
+    for (int c = window_.lo; c <= window_.hi; ++c) {
       if (use_codes)
         codes.add(c);
       else
-        cands.emplace_back(P.code_scale[static_cast<std::size_t>(c)], 0.0);
+        cands.emplace_back(P_.code_scale[static_cast<std::size_t>(c)], 0.0);
     }
-  } else if (P.mx) {
-    // (2) E8M0 exponents floor - 1, floor, floor + 1 of log2(amax) - log2(q_max)
-    for (int d = window.lo; d <= window.hi; ++d) {
-      const double s = lanes::window_scale(P, d);
+  } else if (P_.mx) {
+    // E8M0 exponents floor - 1, floor, floor + 1 of log2(amax) - log2(q_max)
+    for (int d = window_.lo; d <= window_.hi; ++d) {
+      const double s = lanes::window_scale(P_, d);
       if (std::isfinite(s)) cands.emplace_back(s, 0.0);
     }
   }
   if (use_codes) {
-    // the ascending codes are the ascending stored scales (LsqPlan::code_set)
-    codes.for_each([&](int c) { cands.emplace_back(P.code_scale[static_cast<std::size_t>(c)], 0.0); });
+    // the ascending codes are the ascending stored scales (CpuPlan::code_set)
+    codes.for_each([&](int c) { cands.emplace_back(P_.code_scale[static_cast<std::size_t>(c)], 0.0); });
   } else {
-    lanes::sort_unique_runs(cands, sc.runs);
+    lanes::sort_unique_runs(cands, sc_.runs);
   }
-  double* const errs = grow(sc.errs, cands.size());
-  if (P.fp_scale_codes || P.mx) {
-    // FP block scales: the ones nearest the min-max scale first, then downwards while a
-    // candidate's lower bound (the clipped elements', rising as the scale falls) does
-    // not exceed the best of them, and every one above. A candidate left out is
-    // strictly worse than one scored, so the minimum and its tie order (ascending
-    // scale) are unchanged.
-    const ErrorBounds bounds{g};
-    const std::size_t mid = static_cast<std::size_t>(
-        std::lower_bound(cands.begin(), cands.end(), minmax.scale, [](const auto& c, double v) { return c.first < v; }) -
-        cands.begin());
-    // the clipping bound assumes codes symmetric about 0: with a zero point (an
-    // asymmetric FP8 plan) every candidate is scored
-    const std::size_t seed_lo = !P.symmetric ? 0 : mid > kSeedEachSide ? mid - kSeedEachSide : 0,
-                      seed_hi = !P.symmetric ? cands.size() : std::min(cands.size(), mid + kSeedEachSide);
-    auto score = [&](std::size_t from, std::size_t to) {
-      if (to > from) g.errors(cands.data() + from, to - from, errs + from);
-    };
-    score(seed_lo, seed_hi);
-    double seed_best = INFINITY;
-    for (std::size_t i = seed_lo; i < seed_hi; ++i) seed_best = qobs::detail::nan_min(seed_best, errs[i]);
-    // [kept, seed_lo): the codes below whose bound does not exceed the seeds' best
-    std::size_t kept = seed_lo;
-    while (kept > 0 && !(bounds.clipped(cands[kept - 1].first) * kBoundSafety > seed_best)) --kept;
-    std::fill(errs, errs + kept, INFINITY);  // pruned: never chosen
-    score(kept, seed_lo);
-    // above, the zeroed elements' bound rarely prunes: scored without it
-    score(seed_hi, cands.size());
-    for (std::size_t i = 0; i < cands.size(); ++i) best.offer(errs[i], cands[i].first, cands[i].second);
-    if (window_lo <= window_hi)
-      extend_window(g, bounds, window.lo, window.hi, window.min, window.max,
-                    [&](int i) { return lanes::window_scale(P, i); }, best);
-    return {best.scale, best.zp};
-  }
+  errs_ = grow(sc_.errs, cands.size());
+}
 
-  if (P.cfg.prune_observer_candidates && cands.size() > kIntSeeds) {
-    // INT: the kIntSeeds largest observer scales are scored first. A candidate whose
-    // clipped elements alone cost more than the lanes::kRefits-th least seed error is worse
-    // than lanes::kRefits scored candidates, so it can be neither the minimum nor a refit's
-    // start (top(), below): leaving it out gives the same result as scoring it
-    // (docs/LSQ.md#L4; LsqObservers.PruningKeepsEveryResult).
+void GroupSearch::score_block_scales() {
+  // A candidate left out is strictly worse than one scored, so the minimum and its tie
+  // order (ascending scale) are unchanged.
+  const std::vector<Pair>& cands = sc_.cands;
+  const ErrorBounds bounds{g_};
+  const std::size_t mid = static_cast<std::size_t>(
+      std::lower_bound(cands.begin(), cands.end(), minmax_.scale, [](const auto& c, double v) { return c.first < v; }) -
+      cands.begin());
+  // the clipping bound assumes codes symmetric about 0: with a zero point (an
+  // asymmetric FP8 plan) every candidate is scored
+  const std::size_t seed_lo = !P_.symmetric ? 0 : mid > kSeedEachSide ? mid - kSeedEachSide : 0,
+                    seed_hi = !P_.symmetric ? cands.size() : std::min(cands.size(), mid + kSeedEachSide);
+  auto score = [&](std::size_t from, std::size_t to) {
+    if (to > from) g_.errors(cands.data() + from, to - from, errs_ + from);
+  };
+  score(seed_lo, seed_hi);
+  double seed_best = INFINITY;
+  for (std::size_t i = seed_lo; i < seed_hi; ++i) seed_best = qobs::detail::nan_min(seed_best, errs_[i]);
+  // [kept, seed_lo): the codes below whose bound does not exceed the seeds' best
+  std::size_t kept = seed_lo;
+  while (kept > 0 && !(bounds.clipped(cands[kept - 1].first) * kBoundSafety > seed_best)) --kept;
+  std::fill(errs_, errs_ + kept, INFINITY);  // pruned: never chosen
+  score(kept, seed_lo);
+  // above, the zeroed elements' bound rarely prunes: scored without it
+  score(seed_hi, cands.size());
+  for (std::size_t i = 0; i < cands.size(); ++i) best_.offer(errs_[i], cands[i].first, cands[i].second);
+}
+
+void GroupSearch::score_int_candidates() {
+  const std::vector<Pair>& cands = sc_.cands;
+  if (P_.cfg.prune_observer_candidates && cands.size() > kIntSeeds) {
+    // A candidate whose clipped elements alone cost more than the kRefits-th least seed
+    // error is worse than kRefits scored candidates, so it can be neither the minimum
+    // nor a refit's start: leaving it out gives the same result as scoring it
+    // (LsqObservers.PruningKeepsEveryResult, and the plain reference).
     const std::size_t seed_lo = cands.size() - kIntSeeds;
-    g.errors(cands.data() + seed_lo, kIntSeeds, errs + seed_lo);
+    g_.errors(cands.data() + seed_lo, kIntSeeds, errs_ + seed_lo);
     std::array<double, kIntSeeds> seed_errs;
-    std::copy(errs + seed_lo, errs + cands.size(), seed_errs.begin());
+    std::copy(errs_ + seed_lo, errs_ + cands.size(), seed_errs.begin());
     for (double& e : seed_errs)
       if (std::isnan(e)) e = INFINITY;
-    std::nth_element(seed_errs.begin(), seed_errs.begin() + (lanes::kRefits - 1), seed_errs.end());
-    const double threshold = seed_errs[lanes::kRefits - 1];
-    if (P.symmetric) {
+    std::nth_element(seed_errs.begin(), seed_errs.begin() + (kRefits - 1), seed_errs.end());
+    const double threshold = seed_errs[kRefits - 1];
+    if (P_.symmetric) {
       // The observer scales ascend to the min-max one, and the bound rises as the
       // scale falls, in f64 too (each rounded step is): the first scale from the top
       // that it prunes, found by bisection, leaves out every one beneath it.
-      const ErrorBounds bounds{g};
+      const ErrorBounds bounds{g_};
       std::size_t kept = 0, above = seed_lo;  // [0, kept) pruned so far, [above, seed_lo) kept
       while (kept < above) {
         const std::size_t mid = kept + (above - kept) / 2;
@@ -677,111 +807,81 @@ ElemQParams search_group(Group& g, const CpuPlan& P) {
         else
           above = mid;
       }
-      std::fill(errs, errs + kept, INFINITY);  // pruned: never chosen, never refit
-      if (seed_lo > kept) g.errors(cands.data() + kept, seed_lo - kept, errs + kept);
+      std::fill(errs_, errs_ + kept, INFINITY);  // pruned: never chosen, never refit
+      if (seed_lo > kept) g_.errors(cands.data() + kept, seed_lo - kept, errs_ + kept);
     } else {
       // With a zero point the two clipping levels need not move monotonically along
       // the list: each candidate's bound from the group's two largest and two smallest
       // elements (a subset of its clipped ones, O(1) per candidate).
-      const GroupExtremes ends = group_extremes(g);
-      std::vector<Pair>& todo = sc.todo;
-      std::vector<std::size_t>& at = sc.todo_at;
+      const GroupExtremes ends = group_extremes(g_);
+      std::vector<Pair>& todo = sc_.todo;
+      std::vector<std::size_t>& at = sc_.todo_at;
       todo.clear();
       at.clear();
       for (std::size_t i = 0; i < seed_lo; ++i) {
-        if (ends.clipped_bound(cands[i].first, cands[i].second, P) * kBoundSafety > threshold) {
-          errs[i] = INFINITY;  // pruned: never chosen, never refit
+        if (ends.clipped_bound(cands[i].first, cands[i].second, P_) * kBoundSafety > threshold) {
+          errs_[i] = INFINITY;  // pruned: never chosen, never refit
         } else {
           todo.push_back(cands[i]);
           at.push_back(i);
         }
       }
-      double* const todo_errs = grow(sc.todo_errs, todo.size());
-      if (!todo.empty()) g.errors(todo.data(), todo.size(), todo_errs);
-      for (std::size_t k = 0; k < at.size(); ++k) errs[at[k]] = todo_errs[k];
+      double* const todo_errs = grow(sc_.todo_errs, todo.size());
+      if (!todo.empty()) g_.errors(todo.data(), todo.size(), todo_errs);
+      for (std::size_t k = 0; k < at.size(); ++k) errs_[at[k]] = todo_errs[k];
     }
   } else {
-    g.errors(cands.data(), cands.size(), errs);
+    g_.errors(cands.data(), cands.size(), errs_);
   }
-  for (std::size_t i = 0; i < cands.size(); ++i) best.offer(errs[i], cands[i].first, cands[i].second);
+  for (std::size_t i = 0; i < cands.size(); ++i) best_.offer(errs_[i], cands[i].first, cands[i].second);
+  scored_.emplace(cands, errs_, sc_);
+}
 
-  // (3) integer grids: (weighted) a log grid of scales far below the max; asymmetric
-  // zero points z0 - 1 .. z0 + 1 around the best candidates; the best few refit by least
-  // squares (a refit of every candidate costs several times more and rarely wins).
-  std::vector<Pair>&extra = sc.picks, &todo = sc.todo;
-  std::vector<double>&grid_scales = sc.grid_scales, &es = sc.todo_errs;
-  std::vector<Scored>&scored = sc.scored, &tops = sc.least;
-  extra.clear();
-  if (P.symmetric) {
-    ideal_grid_scales(g, amax, grid_scales);
-    for (double sc : grid_scales) extra.emplace_back(P.stored_scale(sc), 0.0);
+const std::vector<Pair>& GroupSearch::ideal_grid_picks() {
+  std::vector<Pair>& picks = sc_.picks;
+  picks.clear();
+  if (P_.symmetric) {
+    ideal_grid_scales(g_, amax_, sc_.grid_scales);
+    for (double s : sc_.grid_scales) picks.emplace_back(P_.stored_scale(s), 0.0);
   } else {
-    const std::vector<lanes::LsqPair> log_grid = lanes::log_grid_candidates(P, lo, hi);
-    extra.assign(log_grid.begin(), log_grid.end());
-    ideal_best_asym(g, extra);
+    lanes::log_grid_candidates(P_, lo_, hi_, picks);
+    ideal_best_asym(g_, picks);
   }
-  // every pair scored so far: the observer candidates (sorted, unique, and never NaN:
-  // lo and hi are finite), then the later ones in the order they were scored
-  scored.clear();
-  for (std::size_t i = 0; i < cands.size(); ++i) scored.emplace_back(errs[i], cands[i].first, cands[i].second);
-  // the error scored for sz, if it was: by binary search among the observer candidates
-  // (pair_less-equivalence is == on non-NaN pairs: both read -0 and +0 as equal), and a
-  // scan of the rest
-  auto scored_error = [&](const std::pair<double, double>& sz) -> std::optional<double> {
-    auto same = [&](const Scored& t) { return std::get<1>(t) == sz.first && std::get<2>(t) == sz.second; };
-    const auto ref = std::lower_bound(cands.begin(), cands.end(), sz, pair_less);
-    if (ref != cands.end() && *ref == sz) return errs[ref - cands.begin()];
-    const auto found = std::find_if(scored.begin() + static_cast<std::ptrdiff_t>(cands.size()), scored.end(), same);
-    if (found == scored.end()) return std::nullopt;
-    return std::get<0>(*found);
-  };
-  auto score = [&](const std::vector<std::pair<double, double>>& more) {
-    // the pairs not scored yet, first occurrences in order, scored in one batch
-    todo.clear();
-    for (const auto& sz : more)
-      if (!scored_error(sz) && std::find(todo.begin(), todo.end(), sz) == todo.end()) todo.push_back(sz);
-    grow(es, todo.size());
-    g.errors(todo.data(), todo.size(), es.data());
-    for (std::size_t i = 0; i < todo.size(); ++i) {
-      best.offer(es[i], todo[i].first, todo[i].second);
-      scored.emplace_back(es[i], todo[i].first, todo[i].second);
-    }
-  };
-  score(extra);
-  // The kRefits least pairs by scored_less, a total order on unique pairs: the same
-  // values however `scored` lies, so a selection that leaves it as it is.
-  auto top = [&]() -> const std::vector<Scored>& {
-    const std::size_t k = std::min(lanes::kRefits, scored.size());
-    tops.clear();
-    // insertion into the k least so far, ascending
-    for (const Scored& t : scored) {
-      if (tops.size() == k && !scored_less(t, tops.back())) continue;
-      if (tops.size() < k) tops.push_back(t);
-      std::size_t at = tops.size() - 1;
-      for (; at > 0 && scored_less(t, tops[at - 1]); --at) tops[at] = tops[at - 1];
-      tops[at] = t;
-    }
-    return tops;
-  };
-  if (!P.symmetric) {
-    std::vector<Pair>& zs = sc.picks;
-    zs.clear();
-    for (const auto& [e, s, z] : top())
-      for (double dz : {-1.0, 1.0}) zs.emplace_back(s, P.stored_zero_point(z + dz));
-    score(zs);
+  return picks;
+}
+
+const std::vector<Pair>& GroupSearch::zero_point_neighbours() {
+  std::vector<Pair>& picks = sc_.picks;
+  picks.clear();
+  for (const auto& [e, s, z] : scored_->least())
+    for (double dz : {-1.0, 1.0}) picks.emplace_back(s, P_.stored_zero_point(z + dz));
+  return picks;
+}
+
+void GroupSearch::score_new(const std::vector<Pair>& more) {
+  std::vector<Pair>& todo = sc_.todo;
+  todo.clear();
+  for (const Pair& sz : more)
+    if (!scored_->error_of(sz) && std::find(todo.begin(), todo.end(), sz) == todo.end()) todo.push_back(sz);
+  double* const errs = grow(sc_.todo_errs, todo.size());
+  g_.errors(todo.data(), todo.size(), errs);
+  for (std::size_t i = 0; i < todo.size(); ++i) {
+    best_.offer(errs[i], todo[i].first, todo[i].second);
+    scored_->add(errs[i], todo[i]);
   }
+}
+
+void GroupSearch::refit_least() {
   // A pair scored above has its error here (a pruned one's +inf stands for no error:
-  // such a pair is scored anew, as before).
-  auto known = [&](const std::pair<double, double>& sz, double& e) {
-    const std::optional<double> had = scored_error(sz);
+  // such a pair is scored anew).
+  auto known = [&](const Pair& sz, double& e) {
+    const std::optional<double> had = scored_->error_of(sz);
     if (!had || *had == INFINITY) return false;
     e = *had;
     return true;
   };
-  RefitMemo& memo = sc.memo;
-  memo.clear();
-  for (const auto& [e, s, z] : top()) refit(g, s, z, e, best, memo, known);
-  return {best.scale, best.zp};
+  sc_.memo.clear();
+  for (const auto& [e, s, z] : scored_->least()) refit(g_, s, z, e, best_, sc_.memo, known);
 }
 
 CpuPlan make_plan(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,

@@ -130,14 +130,13 @@ IdealGrid IdealGrid::of(const LsqPlan& P, double amax) {
   return g;
 }
 
-std::vector<LsqPair> log_grid_candidates(const LsqPlan& P, double lo, double hi) {
-  std::vector<LsqPair> out;
+void log_grid_candidates(const LsqPlan& P, double lo, double hi, std::vector<LsqPair>& out) {
+  out.clear();
   const double base = (std::max(hi, 0.0) - std::min(lo, 0.0)) / P.qplan.range;
   for (double f : P.log_grid) {
     const double s = P.stored_scale(base * f);
     out.emplace_back(s, P.stored_zero_point(P.qplan.q_min - std::min(lo, 0.0) * f / s));
   }
-  return out;
 }
 
 std::optional<LsqPair> refit_step(const LsqPlan& P, const double* sums, double s, double z) {

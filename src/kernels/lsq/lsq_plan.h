@@ -116,8 +116,8 @@ struct IdealGrid {
 };
 
 /// The INT asymmetric log grid's candidates of a group with range [lo, hi]
-/// (docs/LSQ.md#L1 step 2), in the order of P.log_grid.
-std::vector<LsqPair> log_grid_candidates(const LsqPlan& P, double lo, double hi);
+/// (docs/LSQ.md#L1 step 2), in the order of P.log_grid, into `out` (cleared first).
+void log_grid_candidates(const LsqPlan& P, double lo, double hi, std::vector<LsqPair>& out);
 /// Whether the asymmetric proxy takes a candidate: its scale a normal f32 with a finite
 /// reciprocal, its zero point within f32's integers. Others pass the proxy untouched.
 inline bool asym_proxy_takes(const LsqPair& c) {

@@ -94,8 +94,8 @@ std::vector<LsqPair> ideal_grid_picks(const Search& g, double amax) {
 /// L2, asymmetric INT: the log grid's candidates the proxy cannot take, then of the
 /// others the kIdealBest of least ideal error (a NaN error last, ties in grid order).
 std::vector<LsqPair> log_grid_picks(const Search& g, double lo, double hi) {
-  const std::vector<LsqPair> cands = detail::log_grid_candidates(g.P, lo, hi);
-  std::vector<LsqPair> taken, out;
+  std::vector<LsqPair> cands, taken, out;
+  detail::log_grid_candidates(g.P, lo, hi, cands);
   for (const LsqPair& c : cands) (detail::asym_proxy_takes(c) ? taken : out).push_back(c);
   if (taken.size() <= detail::kIdealBest) return cands;
   std::vector<float> s, z, err(taken.size());

@@ -16,7 +16,6 @@
 // is exact, which the comparison with the plain reference (lsq_ref.cc) checks.
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -25,11 +24,9 @@
 #include <vector>
 
 #include "core/arith.h"
-#include "core/check.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel/thread_pool.h"
 #include "kernels/lsq/lsq_observer_candidates.h"
-#include "kernels/grid_search/select.h"
 #include "kernels/lsq/lsq_candidates_simd.h"
 #include "kernels/lsq/lsq_cpu.h"
 #include "kernels/lsq/lsq_error_simd.h"
@@ -47,8 +44,6 @@ using lanes::kRefits;
 
 using qobs::detail::Arith;
 using qobs::detail::ElemQParams;
-using qobs::detail::QdqPlan;
-using qobs::detail::QParamPlan;
 
 /// The plan of the spec (lsq_plan.h) and what the CPU path derives from it once per call.
 struct CpuPlan : lanes::LsqPlan {

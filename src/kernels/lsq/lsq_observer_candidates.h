@@ -1,4 +1,4 @@
-// Steps of the least-squares observers' search (lsq_search.cc) that the kernel tests
+// Steps of the least-squares observers' search (the CPU path, lsq_cpu.cc) that the kernel tests
 // check on their own: the MX observer candidates by bisection, the NVFP4 observer
 // candidates as a set of E4M3 codes, and the INT symmetric observer lists merged as
 // runs (docs/LSQ.md#L4).

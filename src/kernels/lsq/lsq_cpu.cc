@@ -196,9 +196,11 @@ constexpr auto pair_less = [](const std::pair<double, double>& a, const std::pai
 /// dtype scores NaN), then scale and zero point: a total order on scored pairs, whose
 /// scales and zero points are never NaN.
 constexpr auto scored_less = [](const Scored& a, const Scored& b) {
+  if (std::get<0>(a) < std::get<0>(b)) return true;
+  if (std::get<0>(b) < std::get<0>(a)) return false;
+  // equal errors, or a NaN among them
   const bool nan_a = std::isnan(std::get<0>(a)), nan_b = std::isnan(std::get<0>(b));
   if (nan_a != nan_b) return nan_b;
-  if (!nan_a && std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) < std::get<0>(b);
   if (std::get<1>(a) != std::get<1>(b)) return std::get<1>(a) < std::get<1>(b);
   return std::get<2>(a) < std::get<2>(b);
 };

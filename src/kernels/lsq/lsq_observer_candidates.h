@@ -30,10 +30,11 @@ constexpr bool pair_less_of(const std::pair<T, T>& a, const std::pair<T, T>& b) 
 /// std::stable_sort + std::unique of (scale, zero point) candidates by pair_less_of:
 /// ascending, and of pairs that compare equal (zero points -0 and +0) the first one
 /// kept, so which one the search scores does not depend on a sort's tie order. Fast
-/// when the pairs arrive as runs of non-increasing pairs (each observer list's shrink
-/// factors descend): adjacent repeats are dropped, which leaves every run strictly
-/// decreasing, the runs are reversed, then merged pairwise (std::merge takes the
-/// earlier run's pair first among equals), at a fraction of the sort's comparisons.
+/// when the pairs arrive as runs of decreasing pairs (each observer list's shrink
+/// factors descend; the caller drops a repeat of the previous pair): the strictly
+/// decreasing runs are reversed, then merged pairwise (std::merge takes the earlier
+/// run's pair first among equals, and two equal neighbours lie in different runs), at
+/// a fraction of the sort's comparisons.
 /// Any input order is accepted (a run may be one pair long). With a NaN (the search
 /// has none: its ranges are finite) the stable sort itself.
 /// sort_unique_runs' buffers, kept by the caller so that repeated calls do not allocate.
@@ -43,7 +44,6 @@ struct SortRunsScratch {
 };
 inline void sort_unique_runs(std::vector<std::pair<double, double>>& v, SortRunsScratch& scratch) {
   auto less = [](const std::pair<double, double>& a, const std::pair<double, double>& b) { return pair_less_of(a, b); };
-  v.erase(std::unique(v.begin(), v.end()), v.end());
   const bool nan =
       std::any_of(v.begin(), v.end(), [](const auto& p) { return std::isnan(p.first) || std::isnan(p.second); });
   if (!nan) {
@@ -52,7 +52,7 @@ inline void sort_unique_runs(std::vector<std::pair<double, double>>& v, SortRuns
     ends.clear();
     std::size_t from = 0;
     for (std::size_t i = 1; i <= v.size(); ++i) {
-      if (i < v.size() && !less(v[i - 1], v[i])) continue;
+      if (i < v.size() && less(v[i], v[i - 1])) continue;  // a run: strictly decreasing
       std::reverse(v.begin() + static_cast<std::ptrdiff_t>(from), v.begin() + static_cast<std::ptrdiff_t>(i));
       ends.push_back(i);
       from = i;

@@ -140,10 +140,10 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
 struct LsqSearchConfig {
   /// imatrix_lsq: importance-weighted error, the wide scale grid (docs/LSQ.md#L3).
   bool weighted = false;
-  /// INT: leave out the reference candidates that a lower bound shows to be worse than
+  /// INT: leave out the observer candidates that a lower bound shows to be worse than
   /// kRefits others (docs/LSQ.md#L4); the same result either way, false only for the
   /// test that shows it.
-  bool prune_reference_candidates = true;
+  bool prune_observer_candidates = true;
   /// Refits look up the errors and sums the group's search holds already instead of
   /// computing them again (docs/LSQ.md#L4); the same result either way, false only for
   /// the test that shows it.
@@ -200,7 +200,8 @@ void minmax(const FlatView& flat, float* mins, float* maxs);
 int64_t first_non_finite(const TensorView& value);
 ScaleZeroPoint calculate_qparams(const Tensor& min_vals, const Tensor& max_vals, const QuantizationArgs& args,
                                  const Tensor* global_scale, NumericMode mode);
-/// lsq_search on the caller's thread.
+/// lsq_search as docs/LSQ.md#L1-L3 define it: every candidate scored element by element
+/// (no bounds, no look-ups, no lanes), on the caller's thread.
 LsqSearchResult lsq_search(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
                            const FlatView* weights = nullptr, const Tensor* global_scale = nullptr);
 void sum_squares_by_column(const TensorView& x, int64_t cols, double* acc);

@@ -342,7 +342,7 @@ TEST(LsqObservers, ThreadedEqualsScalarReference) {
   }
 }
 
-// L4: leaving out the INT reference candidates that the clipped elements' bound shows
+// L4: leaving out the INT observer candidates that the clipped elements' bound shows
 // to be worse than kRefits others changes no result, symmetric or not, weighted or not,
 // for every bit width and data dtype; and it does leave some out. Nor do the refits'
 // look-ups of errors and sums the search holds already (each look-up saves a scoring).
@@ -370,13 +370,13 @@ TEST(LsqObservers, PruningKeepsEveryResult) {
             cfg.num_threads = 2;
             const auto pruned = kernels::lsq_search(flat, args, cfg, weighted ? &wflat : nullptr);
             const auto pruned_ref = kernels::ref::lsq_search(flat, args, cfg, weighted ? &wflat : nullptr);
-            cfg.prune_reference_candidates = false;
+            cfg.prune_observer_candidates = false;
             const auto full = kernels::lsq_search(flat, args, cfg, weighted ? &wflat : nullptr);
             // the refits' look-ups of errors and sums the search holds: the same result
-            cfg.prune_reference_candidates = true;
+            cfg.prune_observer_candidates = true;
             cfg.reuse_refit_results = false;
             const auto recomputed = kernels::lsq_search(flat, args, cfg, weighted ? &wflat : nullptr);
-            cfg.prune_reference_candidates = false;
+            cfg.prune_observer_candidates = false;
             const auto full_recomputed = kernels::lsq_search(flat, args, cfg, weighted ? &wflat : nullptr);
             const std::string what = std::string(sym ? "sym" : "asym") + " bits " + std::to_string(bits) + " " +
                                      std::string(dtype_name(dt)) + " group " + std::to_string(group) +

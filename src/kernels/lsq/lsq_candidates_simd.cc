@@ -1,4 +1,4 @@
-// The least-squares observers' reference candidates in lanes (lsq_candidates_simd.h):
+// The least-squares observers' observer candidates in lanes (lsq_candidates_simd.h):
 // the shrunk statistics rounded as Arith::mul rounds them, then R4.1 by
 // shrunk_qparams_lanes. Compiled for AVX2 and AVX-512.
 #include "kernels/simd/simd_targets.h"

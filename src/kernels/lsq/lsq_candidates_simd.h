@@ -1,4 +1,4 @@
-// Private interface of the least-squares observers' reference candidates in lanes
+// Private interface of the least-squares observers' observer candidates in lanes
 // (lsq_candidates_simd.cc, compiled once per instruction set by Highway): R4.1 for the
 // shrunk ranges (m0 p_i, M0 p_i) of one group (docs/LSQ.md#L1 step 1). Scalar twin:
 // ShrunkQParams::compute (qparam_math.h), whose steps shrunk_qparams_lanes repeats.

@@ -1,6 +1,6 @@
-// Steps of the least-squares observers' search (lsq_search.cc) that the kernel tests
-// check on their own: the MX reference candidates by bisection, the NVFP4 reference
-// candidates as a set of E4M3 codes, and the INT symmetric reference lists merged as
+// Steps of the least-squares observers' search (the CPU path, lsq_cpu.cc) that the kernel tests
+// check on their own: the MX observer candidates by bisection, the NVFP4 observer
+// candidates as a set of E4M3 codes, and the INT symmetric observer lists merged as
 // runs (docs/LSQ.md#L4).
 #pragma once
 
@@ -27,24 +27,32 @@ constexpr bool pair_less_of(const std::pair<T, T>& a, const std::pair<T, T>& b) 
   return a.first < b.first || (a.first == b.first && a.second < b.second);
 }
 
-/// std::sort + std::unique of (scale, zero point) candidates by pair_less_of, when they
-/// were collected as runs of
-/// non-increasing pairs (each reference list's shrink factors descend): the runs
-/// reversed, then merged pairwise, at a fraction of the sort's comparisons. The same
-/// sequence whenever equal pairs are equal bit for bit (symmetric grids: z = +0,
-/// s > 0) and none is NaN; with a NaN, the sort itself. Any input order is accepted
-/// (a run may be one element long).
-inline void sort_unique_runs(std::vector<std::pair<double, double>>& v) {
+/// std::stable_sort + std::unique of (scale, zero point) candidates by pair_less_of:
+/// ascending, and of pairs that compare equal (zero points -0 and +0) the first one
+/// kept, so which one the search scores does not depend on a sort's tie order. Fast
+/// when the pairs arrive as runs of decreasing pairs (each observer list's shrink
+/// factors descend; the caller drops a repeat of the previous pair): the strictly
+/// decreasing runs are reversed, then merged pairwise (std::merge takes the earlier
+/// run's pair first among equals, and two equal neighbours lie in different runs), at
+/// a fraction of the sort's comparisons.
+/// Any input order is accepted (a run may be one pair long). With a NaN (the search
+/// has none: its ranges are finite) the stable sort itself.
+/// sort_unique_runs' buffers, kept by the caller so that repeated calls do not allocate.
+struct SortRunsScratch {
+  std::vector<std::size_t> ends, merged_ends;
+  std::vector<std::pair<double, double>> tmp;
+};
+inline void sort_unique_runs(std::vector<std::pair<double, double>>& v, SortRunsScratch& scratch) {
   auto less = [](const std::pair<double, double>& a, const std::pair<double, double>& b) { return pair_less_of(a, b); };
   const bool nan =
       std::any_of(v.begin(), v.end(), [](const auto& p) { return std::isnan(p.first) || std::isnan(p.second); });
   if (!nan) {
-    thread_local std::vector<std::size_t> ends, merged_ends;  // per-thread scratch: once per group
-    thread_local std::vector<std::pair<double, double>> tmp;
+    std::vector<std::size_t>&ends = scratch.ends, &merged_ends = scratch.merged_ends;
+    std::vector<std::pair<double, double>>& tmp = scratch.tmp;
     ends.clear();
     std::size_t from = 0;
     for (std::size_t i = 1; i <= v.size(); ++i) {
-      if (i < v.size() && !less(v[i - 1], v[i])) continue;
+      if (i < v.size() && less(v[i], v[i - 1])) continue;  // a run: strictly decreasing
       std::reverse(v.begin() + static_cast<std::ptrdiff_t>(from), v.begin() + static_cast<std::ptrdiff_t>(i));
       ends.push_back(i);
       from = i;
@@ -65,7 +73,7 @@ inline void sort_unique_runs(std::vector<std::pair<double, double>>& v) {
       std::swap(ends, merged_ends);
     }
   } else {
-    std::sort(v.begin(), v.end(), less);
+    std::stable_sort(v.begin(), v.end(), less);
   }
   v.erase(std::unique(v.begin(), v.end()), v.end());
 }
@@ -81,7 +89,7 @@ inline void sort_unique_runs(std::vector<std::pair<double, double>>& v) {
 /// factor between them does too: bisecting between factors of different keys finds
 /// every distinct key, and each gets one compute_qparams_elem call.
 template <class Emit>
-void mx_reference_candidates(const std::vector<double>& ps, double m0, double M0,
+void mx_observer_candidates(const std::vector<double>& ps, double m0, double M0,
                              const qobs::detail::QParamPlan& qp, const qobs::detail::Arith& a, Emit emit) {
   if (ps.empty()) return;
   const DType rdt = qp.stat_dt == DType::kF64 ? DType::kF64 : qp.stat_dt;
@@ -109,7 +117,7 @@ void mx_reference_candidates(const std::vector<double>& ps, double m0, double M0
 
 /// NVFP4 (FP8 E4M3 block scales): the positive E4M3 code 1..126 whose stored scale
 /// code_scale[code] is exactly v, or -1 (not such a value: 0, eps, NaN, or a scale the
-/// plan stores otherwise). The search keeps its reference candidates' stored scales as
+/// plan stores otherwise). The search keeps its observer candidates' stored scales as
 /// a bitmap of these codes instead of sorting a list (docs/LSQ.md#L4).
 inline int e4m3_code_of(float v, const double* code_scale) {
   if (!(v > 0.0f && v <= 448.0f)) return -1;
@@ -144,7 +152,7 @@ struct E4m3CodeSet {
   }
 };
 
-/// NVFP4 symmetric: the shrink factors of one reference list whose stored scales
+/// NVFP4 symmetric: the shrink factors of one observer list whose stored scales
 /// determine the list's whole E4M3 code set (docs/LSQ.md#L4). The stored scale of a
 /// factor p is the E4M3 rounding of r(p) = global x rnd(rnd(amax' p) / half_range)
 /// (ShrunkQParams::compute, symmetric, amax' = max(|m0|, |M0|)): every step is monotone,

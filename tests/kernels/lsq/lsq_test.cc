@@ -1,14 +1,18 @@
-// The least-squares observers' fast paths against their scalar references, bit for bit
-// (docs/LSQ.md#L4): the group scorer and the refit's sums in lanes
-// (simd/lsq_error_simd.h) against the R5.1 element steps summed in the canonical order, the reference candidates in lanes
-// (simd/lsq_candidates_simd.h) against ShrunkQParams::compute, and the whole search at
-// every SIMD level against kernels::ref::lsq_search.
+// The least-squares search's fast paths against their references, bit for bit
+// (docs/LSQ.md#L4): the group scorer and the refit's sums in lanes (lsq_error_simd.h)
+// against the R5.1 element steps summed in the canonical order, the observer
+// candidates in lanes (lsq_candidates_simd.h) against ShrunkQParams::compute, the
+// candidate steps of lsq_observer_candidates.h against their plain definitions, and
+// the whole search at every SIMD level and thread count against the plain reference
+// kernels::ref::lsq_search (lsq_ref.cc), with a negative control showing that the
+// comparison fails when the reference leaves out any part of the search.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -18,7 +22,9 @@
 #include "kernels/lsq/lsq_observer_candidates.h"
 #include "kernels/grid_search/select.h"
 #include "kernels/lsq/lsq_candidates_simd.h"
+#include "kernels/lsq/lsq_cpu.h"
 #include "kernels/lsq/lsq_error_simd.h"
+#include "kernels/lsq/lsq_ref.h"
 #include "kernels/simd/simd_level.h"
 #include "qobs/qobs.h"
 #include "qparams/qparam_math.h"
@@ -30,13 +36,7 @@ namespace {
 using qobs::testing::double_bits;
 using qobs::testing::float_bits;
 
-std::vector<uint64_t> bits_of(const std::vector<double>& v) {
-  std::vector<uint64_t> out;
-  for (double d : v) out.push_back(double_bits(d));
-  return out;
-}
-
-enum class Data { kNormal, kZeros, kEqual, kSubnormal, kOutliers, kNonFinite };
+enum class Data { kNormal, kZeros, kEqual, kSubnormal, kOutliers, kNonFinite, kHuge };
 
 /// n values of `kind` on dt's grid (as f32).
 std::vector<float> group_values(std::mt19937& rng, int64_t n, Data kind, DType dt) {
@@ -51,6 +51,7 @@ std::vector<float> group_values(std::mt19937& rng, int64_t n, Data kind, DType d
       case Data::kSubnormal: x *= dt == DType::kF16 ? 1e-5 : 1e-37; break;
       case Data::kOutliers: x *= j % 11 == 5 ? 40.0 : 1.0; break;
       case Data::kNonFinite: break;  // the search only (groups with NaN / Inf are not scored)
+      case Data::kHuge: break;       // the search only
     }
     v[static_cast<std::size_t>(j)] = static_cast<float>(round_to_float_dtype(dt, x));
   }
@@ -195,7 +196,7 @@ TEST(LsqKernels, ScorerRejectsNonFiniteError) {
   (void)args;
 }
 
-// The reference candidates in lanes == ShrunkQParams::compute, including bf16 / f16
+// The observer candidates in lanes == ShrunkQParams::compute, including bf16 / f16
 // statistics, zero and one-signed ranges and the NVFP4 global scale.
 TEST(LsqKernels, CandidatesEqualShrunkQParams) {
   std::vector<float> shrink;
@@ -411,7 +412,7 @@ TEST(LsqKernels, E4m3CodeSetRangeEqualsCodeByCode) {
       }
 }
 
-// NVFP4: the reference candidates' stored scales as a set of E4M3 codes, iterated
+// NVFP4: the observer candidates' stored scales as a set of E4M3 codes, iterated
 // ascending, are exactly the sorted unique list the search sorted before
 // (docs/LSQ.md#L4): every positive E4M3 value maps to its code, anything else (between
 // codes, 0, eps, NaN, beyond 448) to none; over random ranges from the subnormal codes
@@ -543,16 +544,18 @@ TEST(LsqKernels, E4m3ProbesGiveEveryFactorsCodes) {
   EXPECT_GT(probed_fewer, 300);  // the dense lists need a few probes, not every factor
 }
 
-// The MX reference candidates by bisection are the set compute_qparams_elem gives
+// The MX observer candidates by bisection are the set compute_qparams_elem gives
 // factor by factor: MXFP4 / MXFP8, bf16 / f16 / f32 / f64 statistics, the reference's
 // shrink lists and random ones, ranges of either sign, tiny (subnormal, underflowing
 // f16's scale) and huge (overflowing f16).
-// L4: the INT symmetric reference lists merged as runs give std::sort + std::unique's
-// sequence: runs of descending scales as the lists arrive (with repeats and jumps back
-// up), ascending and one-element runs, all-equal and empty lists, each bit for bit; and
-// with a NaN the sort itself.
+// L4: the observer lists merged as runs give std::stable_sort + std::unique's sequence:
+// runs of descending scales as the lists arrive (with repeats and jumps back up),
+// ascending and one-element runs, all-equal and empty lists, with zero points 0 or
+// (as asymmetric lists have them) -0, +0 and others, so that of two equal pairs the
+// first must be kept, each bit for bit; and with a NaN the stable sort itself.
 TEST(LsqKernels, SortUniqueRunsEqualsSortAndUnique) {
   std::mt19937 rng(47);
+  detail::SortRunsScratch scratch;  // reused, as the search reuses it
   std::uniform_int_distribution<int> len(0, 12), runs(0, 9), shape(0, 3);
   std::uniform_real_distribution<double> u(0.01, 2.0);
   auto less = [](const std::pair<double, double>& a, const std::pair<double, double>& b) {
@@ -574,7 +577,8 @@ TEST(LsqKernels, SortUniqueRunsEqualsSortAndUnique) {
       // scales on a coarse grid, so that runs share values
       double s = std::round(u(rng) * 64) / 64;
       for (int i = 0; i < n; ++i) {
-        v.emplace_back(s, 0.0);
+        const double zps[] = {0.0, -0.0, 1.0, -1.0};
+        v.emplace_back(s, trial % 2 == 0 ? 0.0 : zps[rng() % 4]);
         // 0: descending with repeats, 1: ascending, 2: no order, 3: all equal
         if (kind == 0) s = std::max(0.0, s - std::round(u(rng) * 4) / 64);
         else if (kind == 1) s += std::round(u(rng) * 4) / 64;
@@ -582,20 +586,20 @@ TEST(LsqKernels, SortUniqueRunsEqualsSortAndUnique) {
       }
     }
     auto want = v;
-    std::sort(want.begin(), want.end(), less);
+    std::stable_sort(want.begin(), want.end(), less);
     want.erase(std::unique(want.begin(), want.end()), want.end());
-    detail::sort_unique_runs(v);
+    detail::sort_unique_runs(v, scratch);
     ASSERT_EQ(bits(v), bits(want)) << "trial " << trial;
   }
   std::vector<std::pair<double, double>> v{{1.0, 0.0}, {NAN, 0.0}, {0.5, 0.0}, {1.0, 0.0}, {0.25, 0.0}};
   auto want = v;
-  std::sort(want.begin(), want.end(), less);
+  std::stable_sort(want.begin(), want.end(), less);
   want.erase(std::unique(want.begin(), want.end()), want.end());
-  detail::sort_unique_runs(v);
+  detail::sort_unique_runs(v, scratch);
   ASSERT_EQ(bits(v), bits(want)) << "with a NaN";
 }
 
-TEST(LsqKernels, MxReferenceCandidatesEqualEveryFactor) {
+TEST(LsqKernels, MxObserverCandidatesEqualEveryFactor) {
   std::mt19937 rng(43);
   std::uniform_real_distribution<double> u(0.0, 1.0);
   // MXFP6's keys round with its element mantissa (R2.4.5), the others' with FP4's
@@ -627,7 +631,7 @@ TEST(LsqKernels, MxReferenceCandidatesEqualEveryFactor) {
           const auto q = qobs::detail::compute_qparams_elem(a.mul(lo, p), a.mul(hi, p), qp);
           want.emplace(q.scale, q.zero_point);
         }
-        detail::mx_reference_candidates(ps, lo, hi, qp, a, [&](double sc, double z) { got.emplace(sc, z); });
+        detail::mx_observer_candidates(ps, lo, hi, qp, a, [&](double sc, double z) { got.emplace(sc, z); });
         ASSERT_EQ(got, want) << preset << " " << dtype_name(dt) << " trial " << trial << " range " << lo << " " << hi;
       }
     }
@@ -645,15 +649,62 @@ Tensor random_tensor(std::mt19937& rng, int64_t rows, int64_t cols, DType dt, Da
     if (kind == Data::kSubnormal) v[i] *= dt == DType::kF16 ? 1e-5 : 1e-37;
     if (kind == Data::kOutliers && i % 13 == 4) v[i] *= 30;
     if (kind == Data::kNonFinite && i % 173 == 9) v[i] = i % 2 ? NAN : (i % 3 ? INFINITY : -INFINITY);
+    // near the dtype's largest value: dequantized codes and sums that overflow
+    if (kind == Data::kHuge) v[i] = std::clamp(v[i] * (dt == DType::kF16 ? 1.5e6 : 8e38), -65504.0, 65504.0) /
+                                    (dt == DType::kF16 ? 1.0 : 65504.0) * (dt == DType::kF16 ? 1.0 : 3.4e38);
   }
   return Tensor::from_values(dt, {rows, cols}, v);
 }
 
-// The whole search at every level (threaded) == the scalar reference: the same stored
-// qparams and the same number of scored candidates, for odd group lengths, every
-// float dtype, INT2..8 sym / asym, NVFP4, MXFP4, weighted and unweighted, and groups
-// with NaN / Inf (the observers reject such weights; the kernel keeps their min-max
-// qparams unscored at every level).
+/// Importance: uniform in [0.001, 4), or (zeros) with every fifth column 0, the other
+/// columns skewed over six decades.
+Tensor random_importance(std::mt19937& rng, int64_t rows, int64_t cols, bool zeros) {
+  std::uniform_real_distribution<double> u(0.001, 4.0), e(-3.0, 3.0);
+  std::vector<double> imp(static_cast<std::size_t>(rows * cols));
+  for (std::size_t i = 0; i < imp.size(); ++i)
+    imp[i] = !zeros ? u(rng) : (i % static_cast<std::size_t>(cols)) % 5 == 2 ? 0.0 : std::pow(10.0, e(rng));
+  return Tensor::from_values(DType::kF32, {rows, cols}, imp);
+}
+
+/// Where two searches' stored qparams differ bit for bit (NaN == NaN, -0 != +0), or
+/// nullopt.
+std::optional<std::string> qparams_mismatch(const LsqSearchResult& got, const LsqSearchResult& want) {
+  if (got.scale.size() != want.scale.size()) return "group counts differ";
+  for (std::size_t q = 0; q < got.scale.size(); ++q)
+    if (double_bits(got.scale[q]) != double_bits(want.scale[q]) ||
+        double_bits(got.zero_point[q]) != double_bits(want.zero_point[q]))
+      return "group " + std::to_string(q) + ": (" + std::to_string(got.scale[q]) + ", " +
+             std::to_string(got.zero_point[q]) + ") vs (" + std::to_string(want.scale[q]) + ", " +
+             std::to_string(want.zero_point[q]) + ")";
+  return std::nullopt;
+}
+
+/// The fast search (kernels::lsq_search) at every SIMD level and 1, 2 and 3 threads
+/// against the plain reference: the same stored qparams bit for bit, and at every
+/// level and thread count the same number of scored candidates.
+void expect_fast_equals_reference(const FlatView& flat, const QuantizationArgs& args, LsqSearchConfig cfg,
+                                  const FlatView* weights, const Tensor* gs, const std::string& where) {
+  const LsqSearchResult want = ref::lsq_search(flat, args, cfg, weights, gs);
+  std::optional<int64_t> evaluations;
+  for (SimdLevel level : available_simd_levels()) {
+    ScopedSimdLevel guard(level);
+    for (int threads : {1, 2, 3}) {
+      cfg.num_threads = threads;
+      const LsqSearchResult got = lsq_search(flat, args, cfg, weights, gs);
+      const std::string at = where + " " + std::string(to_string(level)) + " threads " + std::to_string(threads);
+      EXPECT_EQ(qparams_mismatch(got, want), std::nullopt) << at;
+      if (!evaluations) evaluations = got.candidates_evaluated;
+      EXPECT_EQ(got.candidates_evaluated, *evaluations) << at;
+    }
+  }
+}
+
+// The CPU path at every level (threaded) == the same path at the scalar level on one
+// thread (the scalar twins of every vector kernel): the same stored qparams and the
+// same number of scored candidates, for odd group lengths, every float dtype, INT2..8
+// sym / asym, NVFP4, MXFP4, weighted and unweighted, and groups with NaN / Inf (the
+// observers reject such weights; the kernel keeps their min-max qparams unscored at
+// every level). FastSearchEqualsReference compares the path with the plain reference.
 TEST(LsqKernels, SearchAtEveryLevelEqualsScalarReference) {
   std::mt19937 rng(29);
   struct Case {
@@ -691,19 +742,128 @@ TEST(LsqKernels, SearchAtEveryLevelEqualsScalarReference) {
           LsqSearchConfig cfg;
           cfg.weighted = weighted;
           cfg.num_threads = 3;
-          const LsqSearchResult want = ref::lsq_search(flat, c.args, cfg, weighted ? &wflat : nullptr, gsp);
+          const LsqSearchResult want =
+              cpu::lsq_search(flat, c.args, cfg, weighted ? &wflat : nullptr, gsp, SimdLevel::kScalar, 1);
           for (SimdLevel level : available_simd_levels()) {
             ScopedSimdLevel guard(level);
             const LsqSearchResult got = lsq_search(flat, c.args, cfg, weighted ? &wflat : nullptr, gsp);
             const std::string where = c.name + " " + std::string(dtype_name(dt)) + " kind " +
                                       std::to_string(static_cast<int>(kind)) + " weighted " +
                                       std::to_string(weighted) + " " + std::string(to_string(level));
-            ASSERT_EQ(bits_of(got.scale), bits_of(want.scale)) << where;  // NaN == NaN by bits
-            ASSERT_EQ(bits_of(got.zero_point), bits_of(want.zero_point)) << where;
+            ASSERT_EQ(qparams_mismatch(got, want), std::nullopt) << where;
             ASSERT_EQ(got.candidates_evaluated, want.candidates_evaluated) << where;
           }
         }
       }
+}
+
+/// The formats of the fast-vs-reference comparison, each with a tensor width its
+/// groups divide.
+struct SearchCase {
+  std::string name;
+  QuantizationArgs args;
+  int64_t rows, cols;
+};
+
+std::vector<SearchCase> search_cases() {
+  std::vector<SearchCase> cases;
+  auto int_args = [](int bits, bool sym, std::optional<int64_t> group) {
+    QuantizationArgs a;
+    a.num_bits = bits;
+    a.symmetric = sym;
+    a.strategy = group ? Strategy::kGroup : Strategy::kChannel;
+    a.group_size = group;
+    return a.validated();
+  };
+  for (int bits : {4, 8})
+    for (bool sym : {true, false}) {
+      const std::string n = "int" + std::to_string(bits) + (sym ? "_sym" : "_asym");
+      cases.push_back({n + "_g128", int_args(bits, sym, 128), 4, 256});
+      cases.push_back({n + "_g24", int_args(bits, sym, 24), 4, 72});  // a vector tail in every group
+      cases.push_back({n + "_channel131", int_args(bits, sym, std::nullopt), 3, 131});
+    }
+  cases.push_back({"int4_sym_g8", int_args(4, true, 8), 4, 64});
+  cases.push_back({"nvfp4", preset_scheme("NVFP4A16").weights->validated(), 4, 64});
+  cases.push_back({"mxfp4", preset_scheme("MXFP4A16").weights->validated(), 4, 96});
+  cases.push_back({"mxfp8", preset_scheme("MXFP8A16").weights->validated(), 2, 96});
+  cases.push_back({"fp8_channel", preset_scheme("FP8_DYNAMIC").weights->validated(), 3, 72});
+  QuantizationArgs fp8_asym;  // E4M3 block scales with a zero point (the unpruned FP path)
+  fp8_asym.num_bits = 8;
+  fp8_asym.type = QuantType::kFloat;
+  fp8_asym.symmetric = false;
+  fp8_asym.strategy = Strategy::kGroup;
+  fp8_asym.group_size = 16;
+  fp8_asym.scale_dtype = DType::kF8E4M3;
+  fp8_asym.zp_dtype = DType::kF8E4M3;
+  cases.push_back({"fp8_asym_e4m3_g16", fp8_asym.validated(), 3, 48});
+  QuantizationArgs block = int_args(8, true, std::nullopt);
+  block.strategy = Strategy::kBlock;
+  block.block_structure = std::array<int64_t, 2>{4, 8};
+  cases.push_back({"int8_block_4x8_padded", block.validated(), 6, 20});
+  return cases;
+}
+
+// L1-L3: the fast search (lanes at every level, pruning, look-ups, the ideal grid's
+// early stop, the code sets and probes, 1-3 threads) chooses exactly what the plain
+// reference, which scores every candidate, chooses: INT4 / INT8 sym and asym (groups of
+// 128, 24 and 8, channels of 131), NVFP4 with its global scale, MXFP4 / MXFP8, FP8
+// channels, FP8 asymmetric E4M3 block scales, a padded INT8 block; f32 / bf16 / f16;
+// normal, zero, equal, subnormal, outlier, non-finite and near-overflow groups;
+// unweighted, weighted, and weighted with zero importance.
+TEST(LsqKernels, FastSearchEqualsReference) {
+  std::mt19937 rng(61);
+  const Tensor gs_t = Tensor::from_values(DType::kF32, {1}, {448.0 * 6 / 0.3});
+  for (const SearchCase& c : search_cases())
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+      for (Data kind : {Data::kNormal, Data::kZeros, Data::kEqual, Data::kSubnormal, Data::kOutliers,
+                        Data::kNonFinite, Data::kHuge}) {
+        const Tensor w = random_tensor(rng, c.rows, c.cols, dt, kind);
+        const FlatView flat = flatten_for_calibration(w.view(), "weight", c.args);
+        const Tensor* gsp = c.args.get_strategy() == Strategy::kTensorGroup ? &gs_t : nullptr;
+        for (int weighting : {0, 1, 2}) {
+          const Tensor imp = random_importance(rng, c.rows, c.cols, weighting == 2);
+          const FlatView wflat = flatten_for_calibration(imp.view(), "weight", c.args);
+          LsqSearchConfig cfg;
+          cfg.weighted = weighting > 0;
+          expect_fast_equals_reference(flat, c.args, cfg, weighting > 0 ? &wflat : nullptr, gsp,
+                                       c.name + " " + std::string(dtype_name(dt)) + " data " +
+                                           std::to_string(static_cast<int>(kind)) + " weighting " +
+                                           std::to_string(weighting));
+        }
+      }
+}
+
+// The negative control of FastSearchEqualsReference: the reference with one part of L1
+// left out (detail::LsqRefOmit) differs from the fast search on some of that test's
+// inputs, for every part, so the comparison can fail and its inputs reach each part.
+TEST(LsqKernels, ComparisonFailsWithAnyPartOfTheSearchLeftOut) {
+  using detail::LsqRefOmit;
+  const Tensor gs_t = Tensor::from_values(DType::kF32, {1}, {448.0 * 6 / 0.3});
+  for (LsqRefOmit omit : {LsqRefOmit::kLargestObserverCandidate, LsqRefOmit::kOutwardWalk,
+                          LsqRefOmit::kIdealGridPicks, LsqRefOmit::kZeroPointNeighbours, LsqRefOmit::kRefits}) {
+    std::mt19937 rng(61);
+    std::optional<std::string> found;
+    for (const SearchCase& c : search_cases())
+      for (Data kind : {Data::kNormal, Data::kOutliers})
+        for (int weighting : {0, 2}) {
+          if (found) break;
+          const Tensor w = random_tensor(rng, c.rows, c.cols, DType::kBF16, kind);
+          const Tensor imp = random_importance(rng, c.rows, c.cols, true);
+          const FlatView flat = flatten_for_calibration(w.view(), "weight", c.args);
+          const FlatView wflat = flatten_for_calibration(imp.view(), "weight", c.args);
+          const FlatView* wp = weighting > 0 ? &wflat : nullptr;
+          const Tensor* gsp = c.args.get_strategy() == Strategy::kTensorGroup ? &gs_t : nullptr;
+          LsqSearchConfig cfg;
+          cfg.weighted = weighting > 0;
+          const LsqSearchResult fast = lsq_search(flat, c.args, cfg, wp, gsp);
+          ASSERT_EQ(qparams_mismatch(fast, ref::lsq_search(flat, c.args, cfg, wp, gsp)), std::nullopt) << c.name;
+          const std::optional<std::string> m =
+              qparams_mismatch(fast, detail::lsq_search_ref_omitting(flat, c.args, cfg, wp, gsp, omit));
+          if (m) found = c.name + " data " + std::to_string(static_cast<int>(kind)) + " weighting " +
+                         std::to_string(weighting) + ", " + *m;
+        }
+    EXPECT_TRUE(found.has_value()) << "omission " << static_cast<int>(omit) << " changes no result";
+  }
 }
 
 }  // namespace

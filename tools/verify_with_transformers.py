@@ -253,6 +253,14 @@ def check_against_llmcompressor(qobs, model_dir, auto_cls, schemes, label, work,
             qa = json.load(f)["quantization_config"]
         with open(os.path.join(ours, "config.json")) as f:
             qb = json.load(f)["quantization_config"]
+        # llm-compressor's oneshot assigns the weights' default observer to the scheme's
+        # args, so compressed-tensors 0.20 writes it as user-set; its model_free_ptq and
+        # compressed-tensors' own writer leave it out, as qobs does (docs/RULES.md R8.7.5)
+        for name, group in qa.get("config_groups", {}).items():
+            w = group.get("weights") or {}
+            ours_w = (qb.get("config_groups", {}).get(name) or {}).get("weights") or {}
+            if w.get("observer") == "memoryless_minmax" and "observer" not in ours_w:
+                del w["observer"]
         cfg_diff = sorted(k for k in set(qa) | set(qb) if qa.get(k) != qb.get(k))
         ok = names_ok and same == len(a) and not cfg_diff
         results.append(ok)

@@ -18,14 +18,7 @@ namespace {
 using nlohmann::json;
 using testing::describe_difference;
 
-/// The args of a case; the reference omits keys it did not write (R8.7.5) and holds
-/// zp_dtype in memory only (args_zp_dtype).
-QuantizationArgs case_args(const json& c) {
-  QuantizationArgs a = testing::args_from_golden(c["args"]);
-  if (c.contains("args_zp_dtype") && c["args_zp_dtype"].is_string())
-    a.zp_dtype = parse_dtype(c["args_zp_dtype"].get<std::string>());
-  return a;
-}
+using testing::case_args_from_golden;
 
 std::optional<testing::Golden> golden() { return testing::load_golden("mxfp6.json"); }
 
@@ -93,7 +86,7 @@ TEST(GoldenMxfp6, CalculateQParams) {
   int n = 0;
   for (const json& c : g->doc["qparams_cases"]) {
     SCOPED_TRACE(c["id"].get<std::string>());
-    const auto r = calculate_qparams(g->tensor(c["min"]), g->tensor(c["max"]), case_args(c));
+    const auto r = calculate_qparams(g->tensor(c["min"]), g->tensor(c["max"]), case_args_from_golden(c));
     EXPECT_EQ(describe_difference(g->tensor(c["expect"]["scale"]), r.scale), "") << "scale";
     EXPECT_EQ(describe_difference(g->tensor(c["expect"]["zero_point"]), r.zero_point), "") << "zero_point";
     ++n;
@@ -112,8 +105,8 @@ TEST(GoldenMxfp6, FakeQuantizeAndQuantize) {
       const auto zp = g->maybe(c["zero_point"]);
       const Tensor scale = g->tensor(c["scale"]);
       const Tensor y = std::string(kind) == "fake_quant_cases"
-                           ? fake_quantize(x.view(), scale, zp ? &*zp : nullptr, case_args(c))
-                           : quantize(x.view(), scale, zp ? &*zp : nullptr, case_args(c));
+                           ? fake_quantize(x.view(), scale, zp ? &*zp : nullptr, case_args_from_golden(c))
+                           : quantize(x.view(), scale, zp ? &*zp : nullptr, case_args_from_golden(c));
       EXPECT_EQ(describe_difference(g->tensor(c["expect"]), y), "");
       ++n;
     }
@@ -214,7 +207,7 @@ TEST(GoldenMxfp6, NonFiniteInputs) {
     SCOPED_TRACE(c["id"].get<std::string>());
     const std::string op = c.value("op", std::string("qparams"));
     if (op == "qparams") {
-      EXPECT_THROW(calculate_qparams(g->tensor(c["min"]), g->tensor(c["max"]), case_args(c)), InvalidArgument);
+      EXPECT_THROW(calculate_qparams(g->tensor(c["min"]), g->tensor(c["max"]), case_args_from_golden(c)), InvalidArgument);
       ++raised;
     } else if (op == "compress") {
       const Tensor s = g->tensor(c["weight_scale"]);
@@ -229,8 +222,8 @@ TEST(GoldenMxfp6, NonFiniteInputs) {
       bool finite_scale = true;
       for (int64_t i = 0; i < scale.numel(); ++i) finite_scale = finite_scale && std::isfinite(scale.get(i));
       auto run = [&] {
-        return op == "fake_quantize" ? fake_quantize(x.view(), scale, zp ? &*zp : nullptr, case_args(c))
-                                     : quantize(x.view(), scale, zp ? &*zp : nullptr, case_args(c));
+        return op == "fake_quantize" ? fake_quantize(x.view(), scale, zp ? &*zp : nullptr, case_args_from_golden(c))
+                                     : quantize(x.view(), scale, zp ? &*zp : nullptr, case_args_from_golden(c));
       };
       if (!finite_scale) {
         EXPECT_THROW(run(), InvalidArgument);

@@ -97,6 +97,7 @@ TEST(QParamsKernels, EqualScalarR41BitForBitAtEveryLevel) {
   u8.zp_dtype = DType::kU8;
   plans.push_back({"int8_asym_u8zp", u8});
   plans.push_back({"fp8_sym", make_args(8, QuantType::kFloat, true, Strategy::kChannel)});
+  plans.push_back({"fp6_sym", make_args(6, QuantType::kFloat, true, Strategy::kChannel)});
   // NVFP4: global scale x scale, rounded to FP8 E4M3 (a large global scale saturates at 448)
   const Tensor g_typical = Tensor::from_values(DType::kF32, {1}, {448.0 * 6.0 / 0.3});
   const Tensor g_large = Tensor::from_values(DType::kF32, {1}, {3e7});

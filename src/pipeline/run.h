@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -22,9 +23,21 @@ struct JobResult {
   std::vector<TensorReport> reports;
 };
 
+/// The observer the report's baseline figures are measured with.
+inline constexpr std::string_view kBaselineObserver = "memoryless_minmax";
+
 /// Calibrates job `j` of `plan` and compresses its members; with `baseline`, also
-/// measures memoryless_minmax on the same weights.
+/// measures kBaselineObserver on the same weights.
 JobResult calibrate_job(const Checkpoint& ckpt, const QuantizePlan& plan, std::size_t j, bool baseline);
+
+/// Job j's result from its members' compressed outputs and qparams (`seconds`: the
+/// calibration and compression of all of them). With `baseline`, the report's baseline
+/// figures: the job's own where its observer is kBaselineObserver, else the sums
+/// `baseline_errors()` measures (one per member). calibrate_job ends here, and so does
+/// any other way of computing a job's outputs.
+JobResult finish_job(const QuantizePlan& plan, std::size_t j, std::vector<Compressed>&& outputs,
+                     const std::vector<QParams>& qp, double seconds, bool baseline,
+                     const std::function<std::vector<kernels::ErrorSums>()>& baseline_errors);
 
 /// Runs the jobs `jobs` of `plan` (indices into plan.jobs) as tasks of a ThreadPool of
 /// `options.threads` threads; the kernels' parallel_for calls inside a job run on the

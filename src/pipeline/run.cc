@@ -12,6 +12,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/parallel/thread_pool.h"
+#include "pipeline/device.h"
 #include "qobs/observer.h"
 
 namespace qobs::detail {
@@ -190,7 +191,8 @@ std::vector<std::vector<std::size_t>> assign_jobs(const QuantizePlan& plan, int 
 
 void run_jobs(const Checkpoint& ckpt, const QuantizePlan& plan, const QuantizeOptions& o,
               std::span<const std::size_t> jobs, const std::function<void()>& check_cancel,
-              const std::function<void(std::size_t, JobResult&&)>& consume, const std::function<bool()>& idle) {
+              const std::function<void(std::size_t, JobResult&&)>& consume, const std::function<bool()>& idle,
+              DeviceRunner* device) {
   bool idle_work = static_cast<bool>(idle);
   const std::size_t n = jobs.size();
   const std::size_t ahead = static_cast<std::size_t>(o.threads);
@@ -215,7 +217,8 @@ void run_jobs(const Checkpoint& ckpt, const QuantizePlan& plan, const QuantizeOp
         if (!stop.load()) {
           try {
             check_cancel();
-            r = calibrate_job(ckpt, plan, j, o.baseline);
+            r = device && device->runs(j) ? device->calibrate(ckpt, plan, j, o.baseline)
+                                          : calibrate_job(ckpt, plan, j, o.baseline);
           } catch (...) {
             err = std::current_exception();  // rethrown on the calling thread: library code never aborts
           }

@@ -14,6 +14,11 @@
 #   cpp-tests         every carried GoogleTest binary with QOBS_GPU_TEST_FILTER
 #                     (default *Cuda*:*CUDA*), and the CLI's --version
 #   memcheck, racecheck  compute-sanitizer on QOBS_GPU_SANITIZE_FILTER (default: the test filter)
+#   cli-device        bench/cli_device.py: `qobs quantize --device cuda` against --device cpu on a
+#                     generated Llama-shaped bf16 checkpoint (QOBS_GPU_CLI_LAYERS layers of
+#                     hidden 2048, intermediate 8192, vocab 32000; default 28: 2.0B parameters,
+#                     4 GB), NVFP4A16 nvfp4_expanded_mse: the folders compared byte for byte,
+#                     each run's GB/s against a plain read of the same files, s per 8B parameters
 #   bench             bench/gpu_vs_reference.py (reference Triton / eager / qobs plugin / qobs CUDA)
 #   oneshot-*         tools/gpu_oneshot.py: llm-compressor oneshot on a random Llama with the
 #                     reference's and qobs' W4A16 / NVFP4A16 weight observers, then the table
@@ -23,7 +28,8 @@
 #
 # QOBS_GPU_CHECK_DRYRUN=1 runs the same stages where no GPU is needed, on this machine:
 # nvidia-smi and the sanitizers are skipped when absent, the bench runs --device cpu --small,
-# the oneshot a tiny model on the CPU. QOBS_GPU_PYTHON picks the interpreter (default
+# cli-device a tiny checkpoint (skipped once --device cuda is refused), the oneshot a tiny
+# model on the CPU. QOBS_GPU_PYTHON picks the interpreter (default
 # python3), e.g. a Python 3.12 venv with torch and transformers that stands in for the image.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -145,6 +151,21 @@ run_sanitizer() {  # TOOL
 stage_memcheck() { run_sanitizer memcheck; }
 stage_racecheck() { run_sanitizer racecheck; }
 
+stage_cli_device() {
+  local work=/tmp/qobs-cli-device rc
+  local args=(--qobs "$QOBS_CARRY/bin/qobs" --workdir "$work")
+  if [ "$QOBS_DRY" = 1 ]; then
+    args+=(--layers 2 --hidden 256 --intermediate 512 --vocab 1024 --allow-no-device)
+  else
+    args+=(--layers "${QOBS_GPU_CLI_LAYERS:-28}")
+  fi
+  rm -rf "$work"
+  "$QOBS_PY" bench/cli_device.py "${args[@]}"
+  rc=$?
+  rm -rf "$work"
+  exit $rc
+}
+
 stage_bench() {
   # the bench's own deadline ends its workers in time to print the tables
   local args=(--out "$QOBS_OUT" --budget-s "${QOBS_GPU_BENCH_BUDGET_S:-4}" --deadline-s "${QOBS_STAGE_LIMIT:-200}")
@@ -162,7 +183,7 @@ stage_oneshot_table() {
   cp "$QOBS_ONESHOT_DIR/runs.jsonl" "$QOBS_OUT/oneshot_runs.jsonl" 2>/dev/null || true
 }
 export -f stage_nvidia_smi stage_install stage_cpp_tests run_sanitizer stage_memcheck stage_racecheck \
-  stage_bench stage_oneshot stage_oneshot_table
+  stage_cli_device stage_bench stage_oneshot stage_oneshot_table
 
 start=$SECONDS
 summary=()
@@ -197,6 +218,7 @@ stage install 90 stage_install
 stage cpp-tests 60 stage_cpp_tests
 stage memcheck 60 stage_memcheck
 stage racecheck 60 stage_racecheck
+stage cli-device 180 stage_cli_device
 stage bench 210 stage_bench
 rm -rf "$QOBS_ONESHOT_DIR"
 for scheme in W4A16 NVFP4A16; do

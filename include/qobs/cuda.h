@@ -15,9 +15,13 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "qobs/args.h"
+#include "qobs/numeric.h"
 #include "qobs/observer.h"
 #include "qobs/tensor.h"
 
@@ -66,6 +70,12 @@ class DeviceStatistics {
 /// view of device memory (only its shape, dtype and strides are read).
 std::string device_unsupported(const Observer& observer, const TensorView& weight);
 
+/// device_unsupported without the device: why qobs has no device path for
+/// observer.observe(weight) ("" when it has one), whether or not a device is present, so
+/// that a caller can plan which calls would run there (only the view's shape, dtype and
+/// strides are read; its data may be null).
+std::string path_unsupported(const Observer& observer, const TensorView& weight);
+
 /// Phase 1 on the device: the statistics observer.observe(weight) makes on the CPU, bit
 /// for bit. Non-finite input: InvalidArgument naming the tensor, as on the CPU. The
 /// observer itself is not changed. Runs on the weight's device (made current for the
@@ -90,5 +100,51 @@ QParamsLayout qparams_layout(const Observer& observer, const DeviceStatistics& s
 void qparams_from_statistics(const Observer& observer, const DeviceStatistics& stats,
                              const std::vector<const DeviceStatistics*>& fused, void* scale, void* zero_point,
                              void* global_scale, StreamHandle stream = nullptr);
+
+// ---- quantize, dequantize and pack on the device -----------------------------------
+//
+// quantize / dequantize of qobs/qparams.h and the row packing of qobs/packing.h on views
+// of device memory, with the CPU functions' bytes: the call is resolved as on the CPU
+// (resolve_qdq_layout, the packing checks) and every element runs the reference's QOBS_HD
+// step. The operands of a call are on one device, which becomes the calling thread's
+// current device; a call only enqueues work on `stream`, except the scale's non-finite
+// check (R5.1.1) and a value off its packing grid, which wait for the device's answer and
+// throw the CPU function's error. g_idx (R5.3.1 step 4) has no device path.
+
+/// The dtype and shape of the result of quantize (or dequantize) for operands of these
+/// dtypes and shapes (data unread): the CPU function's checks that need no values
+/// (R5.1-R5.4), with its errors. zero_point and global_scale may be null.
+struct QdqLayout {
+  DType dtype = DType::kF32;
+  Shape shape;
+};
+QdqLayout quantize_layout(const TensorView& x, const TensorView& scale, const TensorView* zero_point,
+                          const QuantizationArgs& args, const TensorView* global_scale = nullptr,
+                          std::optional<DType> out_dtype = std::nullopt, NumericMode mode = NumericMode::kParity);
+QdqLayout dequantize_layout(const TensorView& x_q, const TensorView& scale, const TensorView* zero_point,
+                            const QuantizationArgs& args, const TensorView* global_scale = nullptr,
+                            std::optional<DType> out_dtype = std::nullopt, NumericMode mode = NumericMode::kParity);
+
+/// quantize(x, scale, zero_point, args, nullptr, global_scale, out_dtype, mode) of
+/// qobs/qparams.h on the device, written to `out`: a contiguous device buffer of
+/// quantize_layout's dtype and shape. x may be strided; scale and zero_point are
+/// contiguous; global_scale is one f32. All views are of device memory.
+void quantize(const TensorView& x, const TensorView& scale, const TensorView* zero_point, const QuantizationArgs& args,
+              const TensorView* global_scale, std::optional<DType> out_dtype, void* out,
+              NumericMode mode = NumericMode::kParity, StreamHandle stream = nullptr);
+/// dequantize(x_q, ...) of qobs/qparams.h on the device, as quantize above.
+void dequantize(const TensorView& x_q, const TensorView& scale, const TensorView* zero_point,
+                const QuantizationArgs& args, const TensorView* global_scale, std::optional<DType> out_dtype,
+                void* out, NumericMode mode = NumericMode::kParity, StreamHandle stream = nullptr);
+
+/// pack_int_rows(q, num_bits) of qobs/packing.h (R8.3.1) on the device: q a contiguous
+/// int8 device view (*leading, cols); out an int32 device buffer of shape
+/// (*leading, ceil(cols * num_bits / 32)).
+void pack_int_rows(const TensorView& q, int num_bits, void* out, std::string_view label = {},
+                   StreamHandle stream = nullptr);
+/// pack_fp4(q) of qobs/packing.h (R8.5.1) on the device: q a contiguous device view of
+/// FP4 grid values in a float dtype, (*leading, cols) with cols even; out a uint8 device
+/// buffer of shape (*leading, cols / 2).
+void pack_fp4(const TensorView& q, void* out, std::string_view label = {}, StreamHandle stream = nullptr);
 
 }  // namespace qobs::cuda

@@ -5,7 +5,9 @@
 
 #include "core/check.h"
 #include "kernels/kernels_cuda.h"
+#include "kernels/qdq/qdq_call.h"
 #include "observers/builtin_observers.h"
+#include "qparams/packing_rows.h"
 #include "qparams/qparam_math.h"
 
 namespace qobs::cuda {
@@ -79,6 +81,10 @@ QuantizationArgs search_args_of(const QuantizationArgs& args) {
 
 std::string device_unsupported(const Observer& observer, const TensorView& weight) {
   if (!available()) return unavailable_reason();
+  return path_unsupported(observer, weight);
+}
+
+std::string path_unsupported(const Observer& observer, const TensorView& weight) {
   auto [recipe, why] = recipe_of(observer);
   if (!recipe) return why;
   if (weight.dtype != DType::kF32 && weight.dtype != DType::kBF16 && weight.dtype != DType::kF16)
@@ -200,6 +206,154 @@ void qparams_from_statistics(const Observer& observer, const DeviceStatistics& s
   kernels::cuda::calculate_qparams(b, stats.min_vals(), stats.max_vals(), stats.dtype(), n, plan,
                                    global ? static_cast<const float*>(global_scale) : nullptr, scale, zero_point,
                                    false, s);
+}
+
+// ---- quantize, dequantize and pack on the device -----------------------------------
+
+namespace {
+
+/// The checks of quantize / dequantize that need no values, in resolve_qdq's order
+/// (qdq_call.cc), and the resolved call: the layout, plan and result of the CPU function.
+kernels::QdqCall resolve_device_qdq(kernels::QdqOp op, const TensorView& x, const TensorView& scale,
+                                    const TensorView* zero_point, const QuantizationArgs& args_in,
+                                    const TensorView* global_scale, std::optional<DType> out_dtype, NumericMode mode) {
+  const QuantizationArgs args = args_in.strategy ? args_in : args_in.validated();
+  QOBS_CHECK(is_floating(x.dtype) || op == kernels::QdqOp::kDequantize, TypeError, "x must be a float tensor, got ",
+             dtype_name(x.dtype), " (R5.1)");
+  QOBS_CHECK(is_floating(scale.dtype) && scale.dtype != DType::kF8E4M3, TypeError, "scale must be a float tensor, got ",
+             dtype_name(scale.dtype), " (R5.1.1)");
+  QOBS_CHECK(scale.is_contiguous(), InvalidArgument, "the scale of a quantization on the device must be contiguous");
+  if (global_scale)
+    QOBS_CHECK(global_scale->numel() == 1 && global_scale->dtype == DType::kF32, InvalidArgument,
+               "global_scale on the device must be one f32 value, got ", dtype_name(global_scale->dtype), " ",
+               shape_str(global_scale->shape), " (R4.1 step 4)");
+  if (zero_point) {
+    QOBS_CHECK(zero_point->shape == scale.shape, ShapeError, "zero_point shape ", shape_str(zero_point->shape),
+               " differs from scale shape ", shape_str(scale.shape), " (R5.1)");
+    QOBS_CHECK(zero_point->is_contiguous(), InvalidArgument,
+               "the zero point of a quantization on the device must be contiguous");
+  }
+  // R5.1.1 step 1 (prepare_scale): dividing by the global scale promotes the scale to
+  // f32 at least; it, or a scale of rank >= 1, widens the division's dtype
+  const DType s_dt = global_scale ? qobs::detail::promote_float_dtypes(scale.dtype, DType::kF32) : scale.dtype;
+  const bool widens = global_scale != nullptr || scale.dim() > 0;
+  return kernels::resolve_qdq_layout(op, x, s_dt, scale.shape, widens, zero_point != nullptr, args, nullptr,
+                                     out_dtype, mode);
+}
+
+/// The device of `p` (device memory, else InvalidArgument naming `what`).
+int device_of_operand(const Backend& b, const void* p, const char* what) {
+  const int d = b.device_of(p);
+  QOBS_CHECK(d >= 0, InvalidArgument, what, " is not in CUDA device memory");
+  return d;
+}
+
+/// The device every operand is on (InvalidArgument when they are on several).
+int common_device(const Backend& b, std::initializer_list<std::pair<const void*, const char*>> operands) {
+  int device = -1;
+  for (const auto& [p, what] : operands) {
+    if (!p) continue;
+    const int d = device_of_operand(b, p, what);
+    QOBS_CHECK(device < 0 || d == device, InvalidArgument, what, " is on CUDA device ", d, ", the other operands on ",
+               device);
+    device = d;
+  }
+  return device;
+}
+
+void run_device_qdq(kernels::QdqOp op, const TensorView& x, const TensorView& scale, const TensorView* zero_point,
+                    const QuantizationArgs& args, const TensorView* global_scale, std::optional<DType> out_dtype,
+                    void* out, NumericMode mode, StreamHandle stream) {
+  const Backend& b = kernels::cuda::require_backend();
+  const Stream s{stream};
+  const kernels::QdqCall call = resolve_device_qdq(op, x, scale, zero_point, args, global_scale, out_dtype, mode);
+  std::optional<kernels::cuda::QdqArgs> a = kernels::cuda::cuda_qdq_args(call, x, scale.dtype, mode);
+  QOBS_CHECK(a.has_value(), InvalidArgument, "a tensor of shape ", shape_str(x.shape),
+             " has no device path for quantization (more than ", kernels::cuda::kMaxAxes, " dimensions)");
+  if (a->n == 0) return;
+  b.set_device(common_device(b, {{x.data, "x"},
+                                 {scale.data, "scale"},
+                                 {zero_point ? zero_point->data : nullptr, "zero_point"},
+                                 {global_scale ? global_scale->data : nullptr, "global_scale"},
+                                 {out, "the output buffer"}}));
+  // prepare_scale's check: a NaN/Inf scale would give garbage (values are read here only)
+  if (const int64_t bad = kernels::cuda::first_non_finite(b, scale, s); bad >= 0) {
+    Tensor one = Tensor::uninitialized(scale.dtype, {1});
+    b.copy(one.data(), static_cast<const unsigned char*>(scale.data) + bad * dtype_size(scale.dtype),
+           dtype_size(scale.dtype), kernels::cuda::CopyKind::kDeviceToHost, s);
+    b.synchronize(s);
+    QOBS_THROW(InvalidArgument, "scale[", bad, "] = ", one.get(0),
+               " is non-finite (R5.1.1: a NaN/Inf scale would produce garbage)");
+  }
+  a->x = x.data;
+  a->scale = scale.data;
+  a->global_scale = global_scale ? static_cast<const float*>(global_scale->data) : nullptr;
+  a->zero_point = zero_point ? zero_point->data : nullptr;
+  if (zero_point) a->zp_dtype = zero_point->dtype;
+  a->out = out;
+  kernels::cuda::qdq(b, *a, s);
+}
+
+}  // namespace
+
+QdqLayout quantize_layout(const TensorView& x, const TensorView& scale, const TensorView* zero_point,
+                          const QuantizationArgs& args, const TensorView* global_scale, std::optional<DType> out_dtype,
+                          NumericMode mode) {
+  const kernels::QdqCall c =
+      resolve_device_qdq(kernels::QdqOp::kQuantize, x, scale, zero_point, args, global_scale, out_dtype, mode);
+  return {c.out_dtype, c.out_shape};
+}
+
+QdqLayout dequantize_layout(const TensorView& x_q, const TensorView& scale, const TensorView* zero_point,
+                            const QuantizationArgs& args, const TensorView* global_scale,
+                            std::optional<DType> out_dtype, NumericMode mode) {
+  const kernels::QdqCall c =
+      resolve_device_qdq(kernels::QdqOp::kDequantize, x_q, scale, zero_point, args, global_scale, out_dtype, mode);
+  return {c.out_dtype, c.out_shape};
+}
+
+void quantize(const TensorView& x, const TensorView& scale, const TensorView* zero_point, const QuantizationArgs& args,
+              const TensorView* global_scale, std::optional<DType> out_dtype, void* out, NumericMode mode,
+              StreamHandle stream) {
+  run_device_qdq(kernels::QdqOp::kQuantize, x, scale, zero_point, args, global_scale, out_dtype, out, mode, stream);
+}
+
+void dequantize(const TensorView& x_q, const TensorView& scale, const TensorView* zero_point,
+                const QuantizationArgs& args, const TensorView* global_scale, std::optional<DType> out_dtype,
+                void* out, NumericMode mode, StreamHandle stream) {
+  run_device_qdq(kernels::QdqOp::kDequantize, x_q, scale, zero_point, args, global_scale, out_dtype, out, mode,
+                 stream);
+}
+
+void pack_int_rows(const TensorView& q, int num_bits, void* out, std::string_view label, StreamHandle stream) {
+  const Backend& b = kernels::cuda::require_backend();
+  // check_pack_int_rows (packing_rows.h) on a view
+  qobs::detail::check_pack_bits(num_bits, label);
+  QOBS_CHECK(q.dtype == DType::kI8, InvalidArgument, qobs::detail::name_or(label), ": packing needs int8 values, got ",
+             dtype_name(q.dtype), " (R8.3.6)");
+  QOBS_CHECK(q.dim() >= 1, ShapeError, qobs::detail::name_or(label), ": cannot pack a 0-dimensional tensor (R8.3.1)");
+  QOBS_CHECK(q.is_contiguous(), InvalidArgument, qobs::detail::name_or(label),
+             ": packing on the device needs contiguous values");
+  const int64_t cols = q.shape.back(), rows = cols == 0 ? 0 : q.numel() / cols;
+  if (rows == 0 || cols == 0) return;
+  b.set_device(common_device(b, {{q.data, "the values to pack"}, {out, "the output buffer"}}));
+  kernels::cuda::pack_int_rows(b, static_cast<const int8_t*>(q.data), rows, cols, num_bits,
+                               static_cast<uint32_t*>(out), label, Stream{stream});
+}
+
+void pack_fp4(const TensorView& q, void* out, std::string_view label, StreamHandle stream) {
+  const Backend& b = kernels::cuda::require_backend();
+  // check_pack_fp4 (packing_rows.h) on a view
+  QOBS_CHECK(is_floating(q.dtype) && q.dtype != DType::kF8E4M3, InvalidArgument, qobs::detail::name_or(label),
+             ": FP4 packing needs values in a float tensor, got ", dtype_name(q.dtype), " (R8.5.1)");
+  QOBS_CHECK(q.dim() >= 1, ShapeError, qobs::detail::name_or(label), ": cannot pack a 0-dimensional tensor (R8.5.1)");
+  QOBS_CHECK(q.shape.back() % 2 == 0, InvalidArgument, qobs::detail::name_or(label),
+             ": FP4 packing needs an even number of columns, got ", q.shape.back(), " (R8.5.1)");
+  QOBS_CHECK(q.is_contiguous(), InvalidArgument, qobs::detail::name_or(label),
+             ": packing on the device needs contiguous values");
+  if (q.numel() == 0) return;
+  b.set_device(common_device(b, {{q.data, "the values to pack"}, {out, "the output buffer"}}));
+  kernels::cuda::pack_fp4(b, q.data, q.dtype, q.numel(), static_cast<uint8_t*>(out), label, Stream{stream});
 }
 
 }  // namespace qobs::cuda

@@ -51,8 +51,13 @@ class DeviceStatistics {
   DType dtype() const;
   const void* min_vals() const;
   const void* max_vals() const;
+  /// The device the statistics live on.
+  int device() const;
   /// The statistics copied to the host (waits for `stream`).
   std::pair<Tensor, Tensor> to_host(StreamHandle stream = nullptr) const;
+  /// The statistics copied into the caller's device buffers of shape() and dtype() on
+  /// the same device (enqueued on `stream`, no wait).
+  void copy_to(void* min_vals, void* max_vals, StreamHandle stream = nullptr) const;
 
   struct Impl;
   explicit DeviceStatistics(std::unique_ptr<Impl> impl);
@@ -81,6 +86,14 @@ struct QParamsLayout {
   bool has_global_scale = false;  ///< tensor_group: one f32 global scale
 };
 QParamsLayout qparams_layout(const Observer& observer, const DeviceStatistics& stats);
+
+/// R6.1.5 on the device: get_global_scale's f32 global scale of a tensor_group observer
+/// written to the caller's device buffer of one f32; fused as for
+/// qparams_from_statistics. InvalidArgument for an observer of another strategy (it has
+/// no global scale).
+void global_scale_from_statistics(const Observer& observer, const DeviceStatistics& stats,
+                                  const std::vector<const DeviceStatistics*>& fused, void* global_scale,
+                                  StreamHandle stream = nullptr);
 
 /// Phase 2 on the device: get_qparams' scale, zero point and global scale (R6.1.4,
 /// R6.1.5) written to the caller's device buffers (qparams_layout's shapes and dtypes;

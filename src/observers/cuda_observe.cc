@@ -41,6 +41,16 @@ DType DeviceStatistics::dtype() const { return impl_->dtype; }
 const void* DeviceStatistics::min_vals() const { return impl_->mins.get(); }
 const void* DeviceStatistics::max_vals() const { return impl_->maxs.get(); }
 
+int DeviceStatistics::device() const { return impl_->device; }
+
+void DeviceStatistics::copy_to(void* min_vals, void* max_vals, StreamHandle stream) const {
+  const Backend& b = kernels::cuda::require_backend();
+  b.set_device(impl_->device);
+  const std::size_t bytes = static_cast<std::size_t>(shape_numel(impl_->shape)) * dtype_size(impl_->dtype);
+  b.copy(min_vals, impl_->mins.get(), bytes, kernels::cuda::CopyKind::kDeviceToDevice, Stream{stream});
+  b.copy(max_vals, impl_->maxs.get(), bytes, kernels::cuda::CopyKind::kDeviceToDevice, Stream{stream});
+}
+
 std::pair<Tensor, Tensor> DeviceStatistics::to_host(StreamHandle stream) const {
   const Backend& b = kernels::cuda::require_backend();
   b.set_device(impl_->device);
@@ -167,33 +177,42 @@ QParamsLayout qparams_layout(const Observer& observer, const DeviceStatistics& s
   return l;
 }
 
+void global_scale_from_statistics(const Observer& observer, const DeviceStatistics& stats,
+                                  const std::vector<const DeviceStatistics*>& fused, void* global_scale,
+                                  StreamHandle stream) {
+  const Backend& b = kernels::cuda::require_backend();
+  const Stream s{stream};
+  QOBS_CHECK(observer.args().get_strategy() == Strategy::kTensorGroup, InvalidArgument, observer.options().label,
+             ": only tensor_group observers have a global scale (R6.1.5)");
+  QOBS_CHECK(global_scale != nullptr, InvalidArgument, observer.options().label,
+             ": tensor_group qparams need a global-scale buffer (R6.1.5)");
+  b.set_device(stats.impl().device);
+  std::vector<const DeviceStatistics*> members = fused.empty() ? std::vector<const DeviceStatistics*>{&stats} : fused;
+  // the extremes of every member, side by side; the statistics' promoted dtype
+  DeviceBuffer all(b, members.size() * 4 * sizeof(float), s);
+  DType dt = members[0]->dtype();
+  for (std::size_t m = 0; m < members.size(); ++m) {
+    QOBS_CHECK(members[m]->impl().extremes.get() != nullptr, PreconditionError,
+               "fused member without tensor_group statistics (R6.10)");
+    QOBS_CHECK(members[m]->impl().device == stats.impl().device, InvalidArgument,
+               "fused members on different CUDA devices (", members[m]->impl().device, " and ", stats.impl().device,
+               ")");
+    dt = qobs::detail::promote_float_dtypes(dt, members[m]->dtype());
+    b.copy(all.as<float>() + 4 * m, members[m]->impl().extremes.get(), 4 * sizeof(float),
+           kernels::cuda::CopyKind::kDeviceToDevice, s);
+  }
+  kernels::cuda::global_scale(b, all.as<float>(), static_cast<int>(members.size()), dt, observer.options().mode,
+                              static_cast<float*>(global_scale), s);
+}
+
 void qparams_from_statistics(const Observer& observer, const DeviceStatistics& stats,
                              const std::vector<const DeviceStatistics*>& fused, void* scale, void* zero_point,
                              void* global_scale, StreamHandle stream) {
   const Backend& b = kernels::cuda::require_backend();
   const Stream s{stream};
-  b.set_device(stats.impl().device);
   const bool global = observer.args().get_strategy() == Strategy::kTensorGroup;
-  if (global) {
-    QOBS_CHECK(global_scale != nullptr, InvalidArgument, observer.options().label,
-               ": tensor_group qparams need a global-scale buffer (R6.1.5)");
-    std::vector<const DeviceStatistics*> members = fused.empty() ? std::vector<const DeviceStatistics*>{&stats} : fused;
-    // the extremes of every member, side by side; the statistics' promoted dtype
-    DeviceBuffer all(b, members.size() * 4 * sizeof(float), s);
-    DType dt = members[0]->dtype();
-    for (std::size_t m = 0; m < members.size(); ++m) {
-      QOBS_CHECK(members[m]->impl().extremes.get() != nullptr, PreconditionError,
-                 "fused member without tensor_group statistics (R6.10)");
-      QOBS_CHECK(members[m]->impl().device == stats.impl().device, InvalidArgument,
-                 "fused members on different CUDA devices (", members[m]->impl().device, " and ", stats.impl().device,
-                 ")");
-      dt = qobs::detail::promote_float_dtypes(dt, members[m]->dtype());
-      b.copy(all.as<float>() + 4 * m, members[m]->impl().extremes.get(), 4 * sizeof(float),
-             kernels::cuda::CopyKind::kDeviceToDevice, s);
-    }
-    kernels::cuda::global_scale(b, all.as<float>(), static_cast<int>(members.size()), dt, observer.options().mode,
-                                static_cast<float*>(global_scale), s);
-  }
+  if (global) global_scale_from_statistics(observer, stats, fused, global_scale, stream);
+  b.set_device(stats.impl().device);
   const auto plan = plan_of(observer, stats.dtype(), global);
   const int64_t n = shape_numel(stats.shape());
   // statistics of checked, finite input are finite: no wait for the flag

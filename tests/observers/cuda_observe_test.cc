@@ -87,6 +87,56 @@ TEST(CudaObserve, WeightObserversEqualTheCpuObservers) {
       }
 }
 
+TEST(CudaObserve, FusedGlobalScaleAndStatisticCopiesEqualTheCpuObservers) {
+  if (!cuda::available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+  const auto& b = kernels::cuda::require_backend();
+  const QuantizationArgs a = args_of(
+      R"({"num_bits": 4, "type": "float", "symmetric": true, "strategy": "tensor_group", "group_size": 16, "scale_dtype": "float8_e4m3fn"})");
+  std::vector<Tensor> ws;
+  std::vector<std::shared_ptr<Observer>> cpu, dev;
+  std::vector<DeviceBuffer> dws;
+  std::vector<cuda::DeviceStatistics> stats;
+  for (int m = 0; m < 3; ++m) {
+    std::vector<float> v = weights(64 * 128, 30 + m);
+    for (float& x : v) x *= static_cast<float>(m + 1);
+    ws.push_back(Tensor::from_floats(DType::kBF16, {64, 128}, v));
+    cpu.push_back(load_observer("memoryless_mse", "weight", a));
+    dev.push_back(load_observer("memoryless_mse", "weight", a));
+    dws.emplace_back(b, ws.back().nbytes(), Stream{});
+    b.copy(dws.back().get(), ws.back().data(), ws.back().nbytes(), CopyKind::kHostToDevice, Stream{});
+    stats.push_back(cuda::observe_weight(*dev.back(), TensorView(dws.back().get(), DType::kBF16, {64, 128})));
+  }
+  fuse_observers(cpu);
+  for (int m = 0; m < 3; ++m) cpu[m]->bind_weight(ws[m].view());
+  const Tensor want = *cpu[1]->get_global_scale();
+  // member 1's view of the group: itself first
+  const std::vector<const cuda::DeviceStatistics*> fused{&stats[1], &stats[0], &stats[2]};
+  DeviceBuffer g(b, sizeof(float), Stream{});
+  cuda::global_scale_from_statistics(*dev[1], stats[1], fused, g.get());
+  Tensor got = Tensor::uninitialized(DType::kF32, {1});
+  b.copy(got.data(), g.get(), 4, CopyKind::kDeviceToHost, Stream{});
+  // the statistics copied on the device equal those copied to the host, and the CPU's
+  const auto [mn, mx] = stats[2].to_host();
+  DeviceBuffer cmn(b, mn.nbytes(), Stream{}), cmx(b, mx.nbytes(), Stream{});
+  stats[2].copy_to(cmn.get(), cmx.get());
+  Tensor gmn = Tensor::uninitialized(mn.dtype(), mn.shape()), gmx = Tensor::uninitialized(mx.dtype(), mx.shape());
+  b.copy(gmn.data(), cmn.get(), gmn.nbytes(), CopyKind::kDeviceToHost, Stream{});
+  b.copy(gmx.data(), cmx.get(), gmx.nbytes(), CopyKind::kDeviceToHost, Stream{});
+  b.synchronize(Stream{});
+  EXPECT_EQ(testing::describe_difference(want, got), "");
+  EXPECT_EQ(testing::describe_difference(mn, gmn), "");
+  EXPECT_EQ(testing::describe_difference(mx, gmx), "");
+  const auto host = cpu[2]->get_statistics();  // observed for get_global_scale (R6.10.3)
+  EXPECT_EQ(testing::describe_difference(host[0].second, mn), "");
+  EXPECT_EQ(testing::describe_difference(host[1].second, mx), "");
+  EXPECT_EQ(stats[2].device(), b.device_of(dws[2].get()));
+  // a strategy without a global scale has none to give
+  auto ch = load_observer("memoryless_minmax", "weight", args_of(R"({"num_bits": 8, "strategy": "channel"})"));
+  const cuda::DeviceStatistics cs = cuda::observe_weight(*ch, TensorView(dws[0].get(), DType::kBF16, {64, 128}));
+  testing::expect_error<InvalidArgument>([&] { cuda::global_scale_from_statistics(*ch, cs, {}, g.get()); },
+                                         {"only tensor_group observers have a global scale"});
+}
+
 TEST(CudaObserve, NonFiniteWeightsAreRejectedAsOnTheCpu) {
   if (!cuda::available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
   const auto& b = kernels::cuda::require_backend();

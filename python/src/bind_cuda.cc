@@ -1,0 +1,89 @@
+// qobs/cuda.h: the CUDA device queries, the opaque DeviceStatistics and the two phases
+// of a weight observer on device memory. Device tensors cross as what torch reports of
+// them (data_ptr, dtype name, shape, strides in elements) and streams as the integer
+// value of a cudaStream_t; python/qobs/cuda.py turns torch tensors and streams into
+// these. Every call that does device work releases the GIL.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "binding.h"
+#include "qobs/cuda.h"
+
+namespace qobs_ext {
+
+namespace {
+
+using qobs::cuda::DeviceStatistics;
+
+/// A view of device memory: the core reads only its shape, dtype and strides on the
+/// host, the kernels its data.
+TensorView device_view(std::uintptr_t data_ptr, const std::string& dtype, const Shape& shape, const Shape& strides) {
+  return TensorView(reinterpret_cast<const void*>(data_ptr), qobs::parse_dtype(dtype), shape, strides);
+}
+
+void* device_ptr(std::uintptr_t p) { return reinterpret_cast<void*>(p); }
+
+qobs::cuda::StreamHandle stream_of(std::uintptr_t handle) { return reinterpret_cast<qobs::cuda::StreamHandle>(handle); }
+
+}  // namespace
+
+void bind_cuda(py::module_& m) {
+  m.def("cuda_available", &qobs::cuda::available);
+  m.def("cuda_unavailable_reason", &qobs::cuda::unavailable_reason);
+  m.def("cuda_device_count", &qobs::cuda::device_count);
+  m.def("cuda_describe_device", &qobs::cuda::describe_device, py::arg("device"));
+
+  py::class_<DeviceStatistics>(m, "DeviceStatistics",
+                               "An observer's statistics of one weight in CUDA device memory (qobs/cuda.h).")
+      .def_property_readonly("shape", [](const DeviceStatistics& s) { return py::tuple(py::cast(s.shape())); })
+      .def_property_readonly("dtype", [](const DeviceStatistics& s) { return std::string(qobs::dtype_name(s.dtype())); })
+      .def_property_readonly("device", &DeviceStatistics::device)
+      .def("copy_to", [](const DeviceStatistics& s, std::uintptr_t min_vals, std::uintptr_t max_vals,
+                         std::uintptr_t stream) {
+        without_gil([&] { s.copy_to(device_ptr(min_vals), device_ptr(max_vals), stream_of(stream)); });
+      }, py::arg("min_vals_ptr"), py::arg("max_vals_ptr"), py::arg("stream"),
+      "Enqueues copies of min_vals / max_vals into device buffers of this shape and dtype.");
+
+  m.def("cuda_device_unsupported",
+        [](const qobs::Observer& o, std::uintptr_t data_ptr, const std::string& dtype, const Shape& shape,
+           const Shape& strides) {
+          const TensorView w = device_view(data_ptr, dtype, shape, strides);
+          return without_gil([&] { return qobs::cuda::device_unsupported(o, w); });
+        },
+        py::arg("observer"), py::arg("data_ptr"), py::arg("dtype"), py::arg("shape"), py::arg("strides"));
+  m.def("cuda_observe_weight",
+        [](const qobs::Observer& o, std::uintptr_t data_ptr, const std::string& dtype, const Shape& shape,
+           const Shape& strides, std::uintptr_t stream) {
+          const TensorView w = device_view(data_ptr, dtype, shape, strides);
+          return without_gil([&] { return qobs::cuda::observe_weight(o, w, stream_of(stream)); });
+        },
+        py::arg("observer"), py::arg("data_ptr"), py::arg("dtype"), py::arg("shape"), py::arg("strides"),
+        py::arg("stream"));
+  m.def("cuda_qparams_layout", [](const qobs::Observer& o, const DeviceStatistics& stats) {
+    const qobs::cuda::QParamsLayout l = qobs::cuda::qparams_layout(o, stats);
+    return py::make_tuple(py::tuple(py::cast(l.scale_shape)), std::string(qobs::dtype_name(l.scale_dtype)),
+                          py::tuple(py::cast(l.zero_point_shape)), std::string(qobs::dtype_name(l.zero_point_dtype)),
+                          l.has_global_scale);
+  }, py::arg("observer"), py::arg("stats"));
+  m.def("cuda_global_scale_from_statistics",
+        [](const qobs::Observer& o, const DeviceStatistics& stats, const std::vector<const DeviceStatistics*>& fused,
+           std::uintptr_t global_ptr, std::uintptr_t stream) {
+          without_gil([&] {
+            qobs::cuda::global_scale_from_statistics(o, stats, fused, device_ptr(global_ptr), stream_of(stream));
+          });
+        },
+        py::arg("observer"), py::arg("stats"), py::arg("fused"), py::arg("global_ptr"), py::arg("stream"));
+  m.def("cuda_qparams_from_statistics",
+        [](const qobs::Observer& o, const DeviceStatistics& stats, const std::vector<const DeviceStatistics*>& fused,
+           std::uintptr_t scale_ptr, std::uintptr_t zp_ptr, std::uintptr_t global_ptr, std::uintptr_t stream) {
+          without_gil([&] {
+            qobs::cuda::qparams_from_statistics(o, stats, fused, device_ptr(scale_ptr), device_ptr(zp_ptr),
+                                                device_ptr(global_ptr), stream_of(stream));
+          });
+        },
+        py::arg("observer"), py::arg("stats"), py::arg("fused"), py::arg("scale_ptr"), py::arg("zp_ptr"),
+        py::arg("global_ptr"), py::arg("stream"));
+}
+
+}  // namespace qobs_ext

@@ -1,4 +1,5 @@
-"""qobs on CUDA devices: weights in torch CUDA tensors calibrated where they are.
+"""qobs on CUDA devices: weights in torch CUDA tensors calibrated where they are, and
+activation statistics accumulated where the activations are.
 
     import qobs, qobs.cuda
     obs = qobs.Observer.load_from_registry("memoryless_mse", base_name="weight", args=args)
@@ -19,6 +20,15 @@ the answer must reach Python: the weight's non-finite check (one small copy per
 weight, which raises ValueError naming the value and its index, as on the host) and,
 for tensor_group, the global scale's range check.
 
+Activations: ``ActivationStatistics`` continues an activation observer's min_vals /
+max_vals (memoryless_minmax, static_minmax, minmax) over torch CUDA batches, and
+``Importance`` an imatrix observer's importance (its forward-pre hook's work), each
+batch enqueued on torch's current stream with no wait and no copy; ``store_into``
+waits once and hands the result to the observer, with the bytes the host observer
+gives for the same batches. A batch holding NaN or Inf is found on the device and
+raises (ValueError naming the value, index, shape and batch) at ``store_into``, the
+statistics being those before it, as the host observer keeps them when it raises.
+
 ``import qobs.cuda`` needs no torch and no GPU: ``available()`` is then False and
 ``unavailable_reason()`` says why (qobs built without CUDA, no driver, no device).
 ``QOBS_CUDA=0`` in the environment keeps the llm-compressor plugin on the host
@@ -34,7 +44,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from . import _qobs
 
 __all__ = ["available", "unavailable_reason", "device_count", "describe_device", "calibrate_weight",
-           "device_unsupported"]
+           "device_unsupported", "ActivationStatistics", "Importance"]
 
 # torch reports its default stream, CUDA's legacy default stream, as the handle 0. qobs
 # reads a null handle as its own per-thread default stream, which is ordered against the
@@ -269,3 +279,92 @@ def calibrate_weight(observer: Any, weight: Any, fused: Optional[Sequence[Any]] 
     if not members or not _qobs.cuda_qparams_layout(_core(observer), own.stats)[4]:
         return qparams_of(observer, own)
     return qparams_of(observer, own, [own] + [observe_weight(o, w) for o, w in members])
+
+
+def _view_args(t: Any) -> tuple:
+    return t.data_ptr(), str(t.dtype), list(t.shape), list(t.stride())
+
+
+class _Accumulator:
+    """A device accumulation over batches (the C++ object `impl`) and the torch stream
+    its work is ordered on: each batch runs on torch's current stream of the batch's
+    device, made to wait (on the device) for the stream of the batch before when that
+    was another one, so that the calls stay ordered as qobs/cuda.h requires."""
+
+    __slots__ = ("_impl", "stream", "device")
+
+    def __init__(self, impl: Any):
+        self._impl = impl
+        self.stream = None
+        self.device = None
+
+    @property
+    def empty(self) -> bool:
+        return self._impl.empty
+
+    def unsupported(self, observer: Any, x: Any) -> str:
+        """Why this batch (a torch CUDA tensor) cannot continue the accumulation on the
+        device ("" when it can)."""
+        return _layout_reason(x) or self._impl.unsupported(_core(observer), *_view_args(x))
+
+    def _enqueue(self, call: Any, observer: Any, x: Any) -> None:
+        torch = _torch()
+        reason = _layout_reason(x)
+        if reason:
+            raise TypeError(f"qobs.cuda: cannot read the batch: {reason}")
+        core = _core(observer)
+        why = self._impl.unsupported(core, *_view_args(x))
+        if why:
+            raise ValueError(f"qobs.cuda: {core.name} cannot take this batch on the device: {why}")
+        stream, handle = _stream(x.device)
+        if self.stream is not None and self.stream != stream:
+            stream.wait_stream(self.stream)
+        with torch.cuda.device(x.device):
+            call(core, *_view_args(x), handle)
+        # the batch's memory is read on `stream` after the caller drops it: see observe_weight
+        x.record_stream(stream)
+        self.stream, self.device = stream, x.device
+
+    def store_into(self, observer: Any) -> None:
+        """Waits for the device and replaces the observer's statistics by these (nothing
+        when no batch was accumulated); this object is empty afterwards."""
+        if self._impl.empty:
+            return
+        torch = _torch()
+        stream, device = self.stream, self.device
+        self.stream = self.device = None
+        with torch.cuda.device(device):
+            self._impl.store_into(_core(observer), stream.cuda_stream or _CUDA_STREAM_LEGACY)
+
+
+class ActivationStatistics(_Accumulator):
+    """An activation observer's statistics over torch CUDA batches, kept on the device:
+    ``observe(observer, x)`` per batch (nothing waits), ``store_into(observer)`` once.
+    The first batch continues the observer's own statistics; until store_into, they
+    must not change. ``unsupported`` says why a batch must stay on the host."""
+
+    __slots__ = ()
+
+    def __init__(self):
+        super().__init__(_qobs.CudaActivationStatistics())
+
+    def observe(self, observer: Any, x: Any) -> None:
+        """One batch (R6.1.2): ValueError naming why when unsupported, a shape error for
+        statistics of another shape than the running ones (as on the host)."""
+        self._enqueue(self._impl.observe, observer, x)
+
+
+class Importance(_Accumulator):
+    """An imatrix observer's importance (R6.8.3: its forward-pre hook's sums of x^2 per
+    input feature and its row count) over torch CUDA inputs, kept on the device:
+    ``accumulate(observer, x)`` per input, ``store_into(observer)`` once."""
+
+    __slots__ = ()
+
+    def __init__(self):
+        super().__init__(_qobs.CudaImportance())
+
+    def accumulate(self, observer: Any, x: Any) -> None:
+        """One input batch: ValueError naming why when unsupported or when its last
+        dimension is not the observer's in_features."""
+        self._enqueue(self._impl.accumulate, observer, x)

@@ -25,9 +25,13 @@ calibrating without importance.
 CUDA: a weight observer given a CUDA tensor whose call the device supports
 (qobs.cuda.device_unsupported) keeps its statistics on the device and computes its
 qparams there, on torch's current stream, with the bytes of the host path; a fused group
-(R6.10) does so only when every member can, else the whole group stays on the host. Any
-other CUDA tensor is copied to the host as before, and the first such call per observer
-and reason logs why on the "qobs.llmcompressor" logger. ``QOBS_CUDA=0`` in the
+(R6.10) does so only when every member can, else the whole group stays on the host. The
+activation observers qobs_memoryless_minmax, qobs_static_minmax and qobs_minmax, and the
+imatrix observers' forward-pre hook, accumulate CUDA batches on the device
+(qobs.cuda.ActivationStatistics, qobs.cuda.Importance) with no wait per batch; the
+first call that needs the statistics (get_qparams, get_statistics, ...) waits once and
+hands them to the core. Any other CUDA tensor is copied to the host as before, and the
+first such call per observer and reason logs why on the "qobs.llmcompressor" logger. ``QOBS_CUDA=0`` in the
 environment keeps everything on the host (docs/PYTHON.md, "CUDA").
 
 Requires llmcompressor (and so torch): ``pip install qobs[llmcompressor]``; importing
@@ -123,11 +127,36 @@ class QobsObserver(_LcObserver):
         # step with the core's by calling both on every deletion.
         self._dev_stats: Optional[_cuda.WeightStatistics] = None
         self._dev_done = False
+        # An activation observer's statistics and an imatrix observer's importance
+        # accumulated on the device (created at their first CUDA batch), handed to the
+        # core by store_device_statistics before anything reads the core's.
+        self._dev_acts: Optional[_cuda.ActivationStatistics] = None
+        self._dev_importance: Optional[_cuda.Importance] = None
 
     # -- statistics --------------------------------------------------------------
     @property
     def has_statistics(self) -> bool:
+        if self._dev_acts is not None and not self._dev_acts.empty:
+            return True
         return self._dev_stats is not None or self._qobs.has_statistics
+
+    def store_device_statistics(self) -> None:
+        """Hands the activation statistics and importance accumulated on the device to
+        the core (waiting for the device once; nothing when there are none): every call
+        that reads the core's statistics runs this first. Raises ValueError for a
+        non-finite batch observed on the device, as the host path raises when it
+        observes it, the statistics being those before that batch."""
+        stored = False
+        try:
+            if self._dev_importance is not None and not self._dev_importance.empty:
+                stored = True
+                self._dev_importance.store_into(self._qobs)
+            if self._dev_acts is not None and not self._dev_acts.empty:
+                stored = True
+                self._dev_acts.store_into(self._qobs)
+        finally:
+            if stored:
+                self._qobs._kind = "torch"  # the core's results come back as torch tensors, as after a torch batch
 
     def update_statistics_from_observed(self, observed: torch.Tensor) -> None:
         # llm-compressor's own forward flattens and calls this; the plugin's forward hands
@@ -141,10 +170,14 @@ class QobsObserver(_LcObserver):
         self._feed(observed, self._qobs.update_statistics_from_observed)
 
     def forward(self, observed: torch.Tensor) -> "QobsObserver":
-        if self._dev_stats is not None and self._qobs.is_weight_obs:  # R6.1.2-2, Q27
+        if self._qobs.is_weight_obs:
+            if self._dev_stats is not None:  # R6.1.2-2, Q27
+                return self
+            if self._observe_on_device(observed):
+                return self
+        elif self._observe_activation_on_device(observed):
             return self
-        if not self._observe_on_device(observed):
-            self._feed(observed, self._qobs)
+        self._feed(observed, self._qobs)
         return self
 
     def _feed(self, observed: torch.Tensor, update) -> None:
@@ -152,6 +185,7 @@ class QobsObserver(_LcObserver):
         # reads the tensor's memory, nothing is recorded), no copy of a CPU tensor and
         # the fusion context only for fused observers keep the call within a few
         # microseconds of the core's own time.
+        self.store_device_statistics()
         self._device = observed.device
         if not observed.is_cpu:
             observed = observed.detach().cpu()
@@ -166,9 +200,12 @@ class QobsObserver(_LcObserver):
     def get_statistics(self) -> Dict[str, torch.Tensor]:
         if self._dev_stats is not None:
             return _cuda.statistics_of(self._dev_stats)
+        self.store_device_statistics()
         return {k: v.to(self._device) if self._device else v for k, v in self._qobs.get_statistics().items()}
 
     def delete_statistics(self, check_fused: bool = True) -> None:
+        self._dev_acts = None  # deleted before anything read them: no wait
+        self.store_device_statistics()  # the importance: the core decides what deletion keeps of it
         self._qobs.delete_statistics(check_fused)
         self._delete_device_statistics(check_fused)
 
@@ -178,6 +215,7 @@ class QobsObserver(_LcObserver):
             fused = self._device_fused_statistics()
             if fused is not None:
                 return _cuda.global_scale_of(self._qobs, self._dev_stats, fused)
+        self.store_device_statistics()
         with self._fusion_bound() as members:
             _require_importance(members)
             g = self._qobs.get_global_scale()
@@ -191,6 +229,7 @@ class QobsObserver(_LcObserver):
                 qp = _cuda.qparams_of(self._qobs, self._dev_stats, fused)
                 self.delete_statistics()  # R6.1.4-4, cooperative (R6.10.4)
                 return qp
+        self.store_device_statistics()
         with self._fusion_bound() as members:
             _require_importance(members)
             qp = self._qobs.get_qparams()  # deletes the core's statistics cooperatively
@@ -217,9 +256,6 @@ class QobsObserver(_LcObserver):
         # keeps them, and its fused group stays on the host)
         if not _cuda.is_device_tensor(observed) or observed.numel() == 0 or self._qobs.has_statistics:
             return False
-        if not self._qobs.is_weight_obs:
-            self._note_host("the device path calibrates weights")
-            return False
         why = _cuda.host_reason() or _cuda.device_unsupported(self._qobs, observed)
         pending: list = []
         if not why and self.fusion_handler.is_fused:
@@ -232,6 +268,40 @@ class QobsObserver(_LcObserver):
         # R6.1.2-5: the fused partners lacking statistics observe their weights now
         self._observe_partners(pending)
         return True
+
+    def _observe_activation_on_device(self, observed: torch.Tensor) -> bool:
+        """One activation batch into the statistics kept on its CUDA device, when the
+        observer and the batch allow it; False when the host path must run (the
+        statistics accumulated so far go to the core first, in _feed)."""
+        if not _cuda.is_device_tensor(observed) or observed.numel() == 0:
+            return False
+        if self._dev_acts is None:
+            self._dev_acts = _cuda.ActivationStatistics()
+        why = _cuda.host_reason() or self._dev_acts.unsupported(self._qobs, observed)
+        if why:
+            self._note_host(why)
+            return False
+        self._device = observed.device
+        self._dev_acts.observe(self._qobs, observed)
+        return True
+
+    def _accumulate_importance(self, args: Any) -> None:
+        """The imatrix forward-pre hook's input on its CUDA device when it can stay
+        there, else on the host (accumulate_hook_input), after the importance the
+        device holds has gone to the core."""
+        x = args[0] if isinstance(args, tuple) and args else args
+        if isinstance(x, tuple):
+            x = x[0] if x else None
+        if _cuda.is_device_tensor(x) and x.dim() != 1:
+            if self._dev_importance is None:
+                self._dev_importance = _cuda.Importance()
+            why = _cuda.host_reason() or self._dev_importance.unsupported(self._qobs, x)
+            if not why:
+                self._dev_importance.accumulate(self._qobs, x.detach())
+                return
+            self._note_host("imatrix input: " + why)
+        self.store_device_statistics()
+        accumulate_hook_input(self._qobs._core, args)
 
     def _device_group(self, device: torch.device):
         """This observer's fused group for the device path: (observers, the partners
@@ -363,13 +433,12 @@ class QobsObserver(_LcObserver):
             return
         self._qobs._core.attach(int(module.in_features))
         self._imatrix_module = weakref.ref(module)
-        core = self._qobs._core
 
         def _hook(mod, args):
             # Respect llm-compressor's global hook switch like the built-in imatrix hook.
             if HooksMixin._HOOKS_DISABLED and self._imatrix_hook not in HooksMixin._HOOKS_KEEP_ENABLED:
                 return
-            accumulate_hook_input(core, args)
+            self._accumulate_importance(args)
 
         self._imatrix_hook = module.register_forward_pre_hook(_hook)
 
@@ -377,12 +446,14 @@ class QobsObserver(_LcObserver):
         if self._imatrix_hook is not None:
             self._imatrix_hook.remove()
             self._imatrix_hook = None
+            self.store_device_statistics()
             self._qobs._core.detach()
 
     # -- DDP -----------------------------------------------------------------------
     def sync_activation_stats(self) -> List[Any]:
         """All-reduce the statistics of the core's sync table (R6.11.1) and import the
         result. The reduction completes before returning, so no handles are pending."""
+        self.store_device_statistics()
         table = self._qobs.sync_table()
         if not table or not (dist.is_available() and dist.is_initialized()) or not self._qobs.has_statistics:
             return []
@@ -428,6 +499,7 @@ def _require_importance(observers) -> None:
     fused partner) after attach without any input is a data-free run. The core raises
     too; this names the module in llm-compressor's terms and says how to give data."""
     for o in observers:
+        o.store_device_statistics()
         mod = o._imatrix_module() if o._imatrix_module is not None else None
         if mod is None or o._qobs.has_statistics:
             continue

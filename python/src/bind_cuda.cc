@@ -1,5 +1,6 @@
 // qobs/cuda.h: the CUDA device queries, the opaque DeviceStatistics and the two phases
-// of a weight observer on device memory. Device tensors cross as what torch reports of
+// of a weight observer on device memory, and the activation statistics and imatrix
+// importance accumulated on the device. Device tensors cross as what torch reports of
 // them (data_ptr, dtype name, shape, strides in elements) and streams as the integer
 // value of a cudaStream_t; python/qobs/cuda.py turns torch tensors and streams into
 // these. Every call that does device work releases the GIL.
@@ -14,6 +15,8 @@ namespace qobs_ext {
 
 namespace {
 
+using qobs::cuda::ActivationStatistics;
+using qobs::cuda::DeviceImportance;
 using qobs::cuda::DeviceStatistics;
 
 /// A view of device memory: the core reads only its shape, dtype and strides on the
@@ -84,6 +87,61 @@ void bind_cuda(py::module_& m) {
         },
         py::arg("observer"), py::arg("stats"), py::arg("fused"), py::arg("scale_ptr"), py::arg("zp_ptr"),
         py::arg("global_ptr"), py::arg("stream"));
+
+  py::class_<ActivationStatistics>(m, "CudaActivationStatistics",
+                                   "An activation observer's min_vals / max_vals over batches in CUDA device memory "
+                                   "(qobs/cuda.h ActivationStatistics).")
+      .def(py::init<>())
+      .def("unsupported",
+           [](const ActivationStatistics& a, const qobs::Observer& o, std::uintptr_t data_ptr, const std::string& dtype,
+              const Shape& shape, const Shape& strides) {
+             const TensorView x = device_view(data_ptr, dtype, shape, strides);
+             return without_gil([&] { return a.unsupported(o, x); });
+           },
+           py::arg("observer"), py::arg("data_ptr"), py::arg("dtype"), py::arg("shape"), py::arg("strides"))
+      .def("observe",
+           [](ActivationStatistics& a, const qobs::Observer& o, std::uintptr_t data_ptr, const std::string& dtype,
+              const Shape& shape, const Shape& strides, std::uintptr_t stream) {
+             const TensorView x = device_view(data_ptr, dtype, shape, strides);
+             without_gil([&] { a.observe(o, x, stream_of(stream)); });
+           },
+           py::arg("observer"), py::arg("data_ptr"), py::arg("dtype"), py::arg("shape"), py::arg("strides"),
+           py::arg("stream"), "Enqueues one batch; nothing waits for the device.")
+      .def_property_readonly("empty", &ActivationStatistics::empty)
+      .def("store_into",
+           [](ActivationStatistics& a, qobs::Observer& o, std::uintptr_t stream) {
+             without_gil([&] { a.store_into(o, stream_of(stream)); });
+           },
+           py::arg("observer"), py::arg("stream"),
+           "Waits for the stream and replaces the observer's min_vals / max_vals; ValueError for a recorded "
+           "non-finite batch.");
+
+  py::class_<DeviceImportance>(m, "CudaImportance",
+                               "An imatrix observer's importance over input batches in CUDA device memory "
+                               "(qobs/cuda.h DeviceImportance).")
+      .def(py::init<>())
+      .def("unsupported",
+           [](const DeviceImportance& d, const qobs::Observer& o, std::uintptr_t data_ptr, const std::string& dtype,
+              const Shape& shape, const Shape& strides) {
+             const TensorView x = device_view(data_ptr, dtype, shape, strides);
+             return without_gil([&] { return d.unsupported(o, x); });
+           },
+           py::arg("observer"), py::arg("data_ptr"), py::arg("dtype"), py::arg("shape"), py::arg("strides"))
+      .def("accumulate",
+           [](DeviceImportance& d, const qobs::Observer& o, std::uintptr_t data_ptr, const std::string& dtype,
+              const Shape& shape, const Shape& strides, std::uintptr_t stream) {
+             const TensorView x = device_view(data_ptr, dtype, shape, strides);
+             without_gil([&] { d.accumulate(o, x, stream_of(stream)); });
+           },
+           py::arg("observer"), py::arg("data_ptr"), py::arg("dtype"), py::arg("shape"), py::arg("strides"),
+           py::arg("stream"), "Enqueues one input batch; nothing waits for the device.")
+      .def_property_readonly("empty", &DeviceImportance::empty)
+      .def("store_into",
+           [](DeviceImportance& d, qobs::Observer& o, std::uintptr_t stream) {
+             without_gil([&] { d.store_into(o, stream_of(stream)); });
+           },
+           py::arg("observer"), py::arg("stream"),
+           "Waits for the stream and replaces the observer's importance_sum / importance_count.");
 }
 
 }  // namespace qobs_ext

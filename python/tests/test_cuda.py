@@ -6,7 +6,9 @@ and the plugin's device-path bookkeeping (fused groups, partners observed on dem
 cooperative deletion, the host fallback of mixed groups, the fallback log) runs against
 a host stand-in of qobs.cuda that computes with the host observers. With a device
 (tools/gpu_check.sh): calibrate_weight and the plugin on CUDA tensors give the host
-observers' bytes; the device tests are skipped elsewhere, naming the reason.
+observers' bytes; the device tests are skipped elsewhere, naming the reason. The same
+for activations: qobs.cuda.ActivationStatistics / Importance and the plugin's activation
+observers and imatrix hook, which keep their statistics on the device between batches.
 """
 
 import logging
@@ -139,6 +141,7 @@ class _HostStandIn:
     def __init__(self, torch, unsupported=(), host_reason=None):
         self.torch = torch
         self.unsupported = set(unsupported)
+        self.batches_unsupported = set()  # observers whose activation / input batches stay on the host
         self.observed = []  # the observer name of each observe_weight call
         self._host_reason = host_reason
 
@@ -185,6 +188,63 @@ class _HostStandIn:
 
     def statistics_of(self, stats):
         return {n: t.torch() for n, t, _ in stats.stats.items}
+
+    def ActivationStatistics(self):  # noqa: N802  (qobs.cuda's class)
+        return _HostAccumulator(self, "observe")
+
+    def Importance(self):  # noqa: N802
+        return _HostAccumulator(self, "accumulate")
+
+
+class _HostAccumulator:
+    """qobs.cuda.ActivationStatistics / Importance of the stand-in: a host observer of
+    the same configuration continues the observer's statistics batch by batch; an error
+    a batch raises is held until store_into, with the statistics before it, as the
+    device defers it."""
+
+    def __init__(self, standin, kind):
+        self.standin, self.kind = standin, kind
+        self.obs = None
+        self.error = None
+
+    @property
+    def empty(self):
+        return self.obs is None
+
+    def unsupported(self, observer, x):
+        return "no device path (stand-in)" if observer.name in self.standin.batches_unsupported else ""
+
+    def _call(self, observer, x):
+        assert not self.unsupported(observer, x)
+        if self.obs is None:
+            self.obs = _HostStandIn._fresh(observer)
+            if self.kind == "accumulate":
+                imp = {n: t for n, t, _ in observer.export_statistics().items}["importance_sum"]
+                self.obs._core.attach(int(imp.shape[0]))
+            self.obs.import_statistics(observer.export_statistics())
+        self.standin.observed.append(f"{self.kind} {observer.name}")
+        if self.error is not None:
+            return
+        try:
+            if self.kind == "observe":
+                self.obs(x.detach())
+            else:
+                self.obs._core.accumulate_input(x.detach())
+        except ValueError as e:
+            self.error = e
+
+    observe = accumulate = _call
+
+    def store_into(self, observer):
+        if self.obs is None:
+            return
+        mine = self.obs.export_statistics()
+        names = {n for n, _, _ in mine.items}
+        kept = [i for i in observer.export_statistics().items if i[0] not in names]
+        observer.import_statistics(qobs.Statistics(observer.name, kept + list(mine.items), 1))
+        self.obs, error, self.error = None, self.error, None
+        if error is not None:
+            raise error
 
 
 @pytest.fixture
@@ -530,3 +590,277 @@ def test_oneshot_on_cuda_equals_the_host_path(lc, torch, monkeypatch, tmp_path, 
         assert bool(calls) == (env is None), calls
     same, total, diffs = example.compare(results["0"], results[None])
     assert total > 0 and same == total, diffs
+
+
+# -- activations ------------------------------------------------------------------------------
+
+ACT_OBSERVERS = ("memoryless_minmax", "static_minmax", "minmax")
+ACT_FORMATS = {"int8_tensor": dict(num_bits=8, type="int", symmetric=True, strategy="tensor"),
+               "int4_g16_asym": dict(num_bits=4, type="int", symmetric=False, strategy="group", group_size=16),
+               "fp8_tensor": dict(num_bits=8, type="float", symmetric=True, strategy="tensor")}
+
+
+def _batches(torch, shape, n, dtype="bfloat16", seed=40):
+    """n activation batches: normal values with outliers, then signed zeros, subnormals,
+    all-equal and all-zero batches."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for k in range(n):
+        x = torch.randn(*shape, generator=g) * 3
+        x.view(-1)[::53] *= 40
+        if k % 5 == 1:
+            x.view(-1)[::3] = torch.tensor([0.0, -0.0]).repeat((x.numel() + 5) // 6)[: (x.numel() + 2) // 3]
+        elif k % 5 == 2:
+            x *= 1e-39
+        elif k % 5 == 3:
+            x.fill_(-0.8125)
+        elif k % 5 == 4:
+            x.zero_()
+        out.append(x.to(getattr(torch, dtype)))
+    return out
+
+
+def test_activation_accumulators_say_why_they_stay_on_the_host(torch):
+    args = qobs.QuantizationArgs(**ACT_FORMATS["int8_tensor"])
+    mse = qobs.Observer.load_from_registry("mse", base_name="input", args=args)
+    mm = qobs.Observer.load_from_registry("minmax", base_name="input", args=args)
+    x = torch.zeros(2, 32)  # only the shape, dtype and strides are read
+    acts = qobs.cuda.ActivationStatistics()
+    assert acts.empty
+    assert acts.unsupported(mse, x) == "observer mse has no device path for activations; it runs on the CPU"
+    assert "int32 batch" in acts.unsupported(mm, x.to(torch.int32))
+    assert "lazy negation" in acts.unsupported(mm, torch._neg_view(x))
+    if not qobs.cuda.available():
+        assert acts.unsupported(mm, x) == qobs.cuda.unavailable_reason()
+        with pytest.raises(ValueError, match="minmax cannot take this batch on the device: " +
+                           qobs.cuda.unavailable_reason()[:20]):
+            acts.observe(mm, x)
+    imp = qobs.cuda.Importance()
+    assert imp.unsupported(mm, x) == "observer minmax collects no importance"
+    im = qobs.Observer.load_from_registry("imatrix_mse", base_name="weight", args=qobs.QuantizationArgs(**INT4_SYM))
+    assert "not attached" in imp.unsupported(im, x)
+    im.attach(32)
+    assert imp.unsupported(im, x.t()) == "a non-contiguous input"
+    with pytest.raises(TypeError, match="lazy negation"):
+        imp.accumulate(im, torch._neg_view(x))
+    acts.store_into(mm)  # nothing observed: nothing stored, nothing waited for
+    assert not mm.has_statistics
+
+
+def _run_activations(ours, xs):
+    for x in xs:
+        ours(x)
+    return ours.get_statistics(), ours.get_qparams()
+
+
+@pytest.mark.parametrize("fmt", ["int8_tensor", "int4_g16_asym"])
+@pytest.mark.parametrize("name", ACT_OBSERVERS)
+def test_plugin_keeps_activation_statistics_on_the_device(lc, torch, monkeypatch, name, fmt):
+    qlc = lc[0]
+    xs = _batches(torch, (2, 5, 64), 6)
+    want_st, want_qp = _run_activations(_lc_observer(lc, name, "input", ACT_FORMATS[fmt]), xs)
+    dev = _HostStandIn(torch)
+    monkeypatch.setattr(qlc, "_cuda", dev)
+    ours = _lc_observer(lc, name, "input", ACT_FORMATS[fmt])
+    for x in xs:
+        ours(x)
+    # every batch went to the device; the core saw none of them
+    assert dev.observed == [f"observe {name}"] * len(xs)
+    assert ours.has_statistics and not ours._qobs.has_statistics and not ours._dev_acts.empty
+    st = ours.get_statistics()  # hands them to the core
+    assert ours._dev_acts.empty and ours._qobs.has_statistics
+    for k in ("min_vals", "max_vals"):
+        assert _same_bytes(torch, st[k], want_st[k]), k
+    ours(xs[0])  # continues from the core's statistics
+    qp = ours.get_qparams()
+    ref = _lc_observer(lc, name, "input", ACT_FORMATS[fmt])
+    for x in xs + [xs[0]]:
+        ref(x)
+    want_qp = ref.get_qparams()
+    for k in ("scale", "zero_point"):
+        assert _same_bytes(torch, qp[k], want_qp[k]), k
+
+
+def test_plugin_activation_fallback_hands_the_device_statistics_to_the_host_first(lc, torch, monkeypatch, caplog):
+    qlc = lc[0]
+    monkeypatch.setattr(qlc, "_warned", set())
+    xs = _batches(torch, (3, 64), 5, "float32")
+    ref = _lc_observer(lc, "static_minmax", "input", ACT_FORMATS["int8_tensor"])
+    for x in xs:
+        ref(x)
+    want = ref.get_qparams()
+    dev = _HostStandIn(torch)
+    monkeypatch.setattr(qlc, "_cuda", dev)
+    ours = _lc_observer(lc, "static_minmax", "input", ACT_FORMATS["int8_tensor"])
+    with caplog.at_level(logging.INFO, logger="qobs"):
+        for i, x in enumerate(xs):
+            if i == 3:
+                dev.batches_unsupported.add("static_minmax")  # e.g. a batch of another dtype
+            ours(x)
+    assert dev.observed == ["observe static_minmax"] * 3
+    assert ours._dev_acts.empty
+    got = ours.get_qparams()
+    for k in ("scale", "zero_point"):
+        assert _same_bytes(torch, got[k], want[k]), k
+    assert [r.getMessage() for r in caplog.records if r.name == "qobs.llmcompressor"] == [
+        "qobs_static_minmax (input): CUDA tensor calibrated on the host (copied there): no device path (stand-in)"]
+
+
+def test_plugin_deferred_non_finite_batch_raises_when_the_statistics_are_read(lc, torch, monkeypatch):
+    qlc = lc[0]
+    xs = _batches(torch, (3, 64), 4, "float32")
+    xs[2] = xs[2].clone()
+    xs[2][1, 7] = float("inf")
+    ref = _lc_observer(lc, "minmax", "input", ACT_FORMATS["int8_tensor"])
+    ref(xs[0])
+    ref(xs[1])
+    with pytest.raises(ValueError, match="non-finite"):
+        ref(xs[2])
+    monkeypatch.setattr(qlc, "_cuda", _HostStandIn(torch))
+    ours = _lc_observer(lc, "minmax", "input", ACT_FORMATS["int8_tensor"])
+    for x in xs:
+        ours(x)  # nothing raises before the statistics are read
+    with pytest.raises(ValueError, match="non-finite"):
+        ours.get_qparams()
+    # the statistics before the bad batch, as the host observer keeps them
+    got, want = ours.get_statistics(), ref.get_statistics()
+    for k in ("min_vals", "max_vals"):
+        assert _same_bytes(torch, got[k], want[k]), k
+
+
+def _imatrix_run(lc, torch, xs, dev_module="cpu"):
+    lin = torch.nn.Linear(64, 32, bias=False).to(torch.bfloat16)
+    with torch.no_grad():
+        lin.weight.copy_(_weight(torch, 32, 64, 21))
+    lin = lin.to(dev_module)
+    obs = _lc_observer(lc, "imatrix_mse", "weight", dict(INT4_SYM, group_size=16))
+    obs.attach(lin)
+    with torch.no_grad():
+        for x in xs:
+            lin(x.to(dev_module))
+    return obs, lin
+
+
+def test_plugin_imatrix_hook_accumulates_on_the_device(lc, torch, monkeypatch):
+    qlc = lc[0]
+    xs = _batches(torch, (2, 7, 64), 4)
+    ref, ref_lin = _imatrix_run(lc, torch, xs)
+    want = ref(ref_lin.weight).get_qparams()
+    dev = _HostStandIn(torch, unsupported={"imatrix_mse"})  # its weight has no device path
+    monkeypatch.setattr(qlc, "_cuda", dev)
+    ours, lin = _imatrix_run(lc, torch, xs)
+    assert dev.observed == ["accumulate imatrix_mse"] * 4
+    assert not ours._dev_importance.empty
+    got = ours(lin.weight).get_qparams()  # the weight on the host: the importance reaches the core first
+    assert ours._dev_importance.empty
+    for k in ("scale", "zero_point"):
+        assert _same_bytes(torch, got[k], want[k]), k
+
+
+# -- activations on a CUDA device ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("fmt", list(ACT_FORMATS))
+@pytest.mark.parametrize("name", ACT_OBSERVERS)
+def test_activation_statistics_equal_the_host_observer(torch, name, fmt, dtype):
+    dev = _device(torch)
+    args = qobs.QuantizationArgs(**ACT_FORMATS[fmt])
+    host = qobs.Observer.load_from_registry(name, base_name="input", args=args)
+    obs = qobs.Observer.load_from_registry(name, base_name="input", args=args)
+    acts = qobs.cuda.ActivationStatistics()
+    for x in _batches(torch, (3, 7, 48), 10, dtype):
+        host(x)
+        acts.observe(obs, x.to(dev))
+    acts.store_into(obs)
+    want, got = host.get_statistics(), obs.get_statistics()
+    for k in ("min_vals", "max_vals"):
+        assert _same_bytes(torch, torch.as_tensor(got[k]), torch.as_tensor(want[k])), k
+
+
+def test_activation_statistics_defer_a_non_finite_batch(torch):
+    dev = _device(torch)
+    args = qobs.QuantizationArgs(**ACT_FORMATS["int8_tensor"])
+    host = qobs.Observer.load_from_registry("static_minmax", base_name="input", args=args)
+    obs = qobs.Observer.load_from_registry("static_minmax", base_name="input", args=args)
+    xs = _batches(torch, (4, 64), 4, "bfloat16")
+    xs[2] = xs[2].clone()
+    xs[2][3, 5] = float("nan")
+    acts = qobs.cuda.ActivationStatistics()
+    for x in xs:
+        acts.observe(obs, x.to(dev))
+    host(xs[0])
+    host(xs[1])
+    with pytest.raises(ValueError, match=r"non-finite value nan at flat index 197 of shape \(4, 64\) in batch 3 of 4"):
+        acts.store_into(obs)
+    for k in ("min_vals", "max_vals"):
+        assert _same_bytes(torch, torch.as_tensor(obs.get_statistics()[k]), torch.as_tensor(host.get_statistics()[k]))
+
+
+def test_activation_statistics_follow_torchs_current_stream(torch):
+    dev = _device(torch)
+    args = qobs.QuantizationArgs(**ACT_FORMATS["int8_tensor"])
+    obs = qobs.Observer.load_from_registry("static_minmax", base_name="input", args=args)
+    src = _batches(torch, (64, 256), 1, "bfloat16")[0].to(dev)
+    x = torch.zeros_like(src)
+    acts = qobs.cuda.ActivationStatistics()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        # written late on the side stream: read on another stream, it would still be zeros
+        torch.cuda._sleep(200_000_000)
+        x.copy_(src)
+        acts.observe(obs, x)
+    acts.observe(obs, torch.zeros_like(src))  # the default stream, ordered after the side stream's batch
+    acts.store_into(obs)
+    host = qobs.Observer.load_from_registry("static_minmax", base_name="input", args=args)
+    host(src.cpu())
+    host(torch.zeros(64, 256, dtype=torch.bfloat16))
+    for k in ("min_vals", "max_vals"):
+        assert _same_bytes(torch, torch.as_tensor(obs.get_statistics()[k]), torch.as_tensor(host.get_statistics()[k]))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_importance_equals_the_host_hook(torch, dtype):
+    dev = _device(torch)
+    args = qobs.QuantizationArgs(**INT4_SYM)
+    host = qobs.Observer.load_from_registry("imatrix_mse", base_name="weight", args=args)
+    obs = qobs.Observer.load_from_registry("imatrix_mse", base_name="weight", args=args)
+    host.attach(256)
+    obs.attach(256)
+    imp = qobs.cuda.Importance()
+    for x in _batches(torch, (3, 9, 256), 6, dtype):
+        host._core.accumulate_input(x)
+        imp.accumulate(obs, x.to(dev))
+    imp.store_into(obs)
+    assert torch.equal(torch.as_tensor(obs._imatrix_sum).view(torch.int32),
+                       torch.as_tensor(host._imatrix_sum).view(torch.int32))
+    assert int(obs._imatrix_count) == int(host._imatrix_count) == 6 * 27
+
+
+@pytest.mark.parametrize("fmt", ["int8_tensor", "int4_g16_asym"])
+@pytest.mark.parametrize("name", ACT_OBSERVERS)
+def test_plugin_on_cuda_activations_equal_the_host_path(lc, torch, name, fmt):
+    dev = _device(torch)
+    xs = _batches(torch, (2, 33, 64), 6)
+    want_st, want_qp = _run_activations(_lc_observer(lc, name, "input", ACT_FORMATS[fmt]), xs)
+    ours = _lc_observer(lc, name, "input", ACT_FORMATS[fmt])
+    for x in xs:
+        ours(x.to(dev))
+    assert not ours._dev_acts.empty and not ours._qobs.has_statistics
+    st, qp = ours.get_statistics(), ours.get_qparams()
+    for k in ("min_vals", "max_vals"):
+        assert st[k].device == dev and _same_bytes(torch, st[k], want_st[k]), k
+    for k in ("scale", "zero_point"):
+        assert qp[k].device == dev and _same_bytes(torch, qp[k], want_qp[k]), k
+
+
+def test_plugin_on_cuda_imatrix_hook_equals_the_host_path(lc, torch):
+    dev = _device(torch)
+    xs = _batches(torch, (2, 7, 64), 4)
+    ref, ref_lin = _imatrix_run(lc, torch, xs)
+    want = ref(ref_lin.weight).get_qparams()
+    ours, lin = _imatrix_run(lc, torch, xs, dev)
+    assert not ours._dev_importance.empty
+    got = ours(lin.weight).get_qparams()
+    for k in ("scale", "zero_point"):
+        assert got[k].device == dev and _same_bytes(torch, got[k], want[k]), k

@@ -61,7 +61,7 @@ except ImportError as e:
 from . import _qobs
 from . import cuda as _cuda
 from .args import as_core_args
-from .observer import IMATRIX_OBSERVERS, accumulate_hook_input
+from .observer import IMATRIX_OBSERVERS, accumulate_hook_input, hook_input
 from .observer import Observer as _QObserver
 from .observer import Statistics
 
@@ -289,17 +289,18 @@ class QobsObserver(_LcObserver):
         """The imatrix forward-pre hook's input on its CUDA device when it can stay
         there, else on the host (accumulate_hook_input), after the importance the
         device holds has gone to the core."""
-        x = args[0] if isinstance(args, tuple) and args else args
-        if isinstance(x, tuple):
-            x = x[0] if x else None
+        x = hook_input(args)
         if _cuda.is_device_tensor(x) and x.dim() != 1:
             if self._dev_importance is None:
                 self._dev_importance = _cuda.Importance()
-            why = _cuda.host_reason() or self._dev_importance.unsupported(self._qobs, x)
+            why = _cuda.host_reason()
             if not why:
-                self._dev_importance.accumulate(self._qobs, x.detach())
-                return
-            self._note_host("imatrix input: " + why)
+                why = self._dev_importance.unsupported(self._qobs, x)
+                if not why:
+                    self._dev_importance.accumulate(self._qobs, x.detach())
+                    return
+                why = "imatrix input: " + why
+            self._note_host(why)
         self.store_device_statistics()
         accumulate_hook_input(self._qobs._core, args)
 

@@ -757,6 +757,28 @@ def test_plugin_imatrix_hook_accumulates_on_the_device(lc, torch, monkeypatch):
         assert _same_bytes(torch, got[k], want[k]), k
 
 
+def test_plugin_activations_and_imatrix_inputs_honour_qobs_cuda_0(lc, torch, monkeypatch, caplog):
+    qlc = lc[0]
+    monkeypatch.setattr(qlc, "_warned", set())
+    monkeypatch.setattr(qobs.cuda, "available", lambda: True)  # as where a device is present
+    dev = _HostStandIn(torch, unsupported={"imatrix_mse"}, host_reason=qobs.cuda.host_reason)
+    monkeypatch.setattr(qlc, "_cuda", dev)
+    monkeypatch.setenv("QOBS_CUDA", "0")
+    xs = _batches(torch, (2, 7, 64), 3)
+    with caplog.at_level(logging.INFO, logger="qobs"):
+        acts = _lc_observer(lc, "minmax", "input", ACT_FORMATS["int8_tensor"])
+        for x in xs:
+            acts(x)
+        imatrix, _ = _imatrix_run(lc, torch, xs)
+    assert dev.observed == [] and acts._dev_acts.empty and acts._qobs.has_statistics
+    assert int(imatrix._qobs._imatrix_count) == 3 * 14
+    assert [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "qobs.llmcompressor"] == [
+        (logging.INFO, "qobs_minmax (input): CUDA tensor calibrated on the host (copied there): "
+                       "QOBS_CUDA=0 in the environment"),
+        (logging.INFO, "qobs_imatrix_mse (weight): CUDA tensor calibrated on the host (copied there): "
+                       "QOBS_CUDA=0 in the environment")]
+
+
 # -- activations on a CUDA device ---------------------------------------------------------------
 
 

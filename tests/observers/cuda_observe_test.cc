@@ -341,21 +341,38 @@ TEST(CudaObserve, NonFiniteActivationBatchesRaiseOnStoreWithTheCpuStatistics) {
 TEST(CudaObserve, ActivationShapeAndDtypeChangesAreRefusedAsOnTheCpu) {
   if (!cuda::available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
   const auto& b = kernels::cuda::require_backend();
-  auto dev = load_observer("static_minmax", "input", args_of(kActivationFormats[1]));
-  auto cpu = load_observer("static_minmax", "input", args_of(kActivationFormats[1]));
+  const QuantizationArgs a = args_of(kActivationFormats[0]);
+  // running statistics of another shape than a tensor observer's (1,), as imported from elsewhere
+  Statistics st;
+  st.observer = "static_minmax";
+  st.items = {{"min_vals", Tensor::from_floats(DType::kBF16, {3}, std::vector<float>{-1.0f, -2.0f, -3.0f}), ReduceOp::kMin},
+              {"max_vals", Tensor::from_floats(DType::kBF16, {3}, std::vector<float>{1.0f, 2.0f, 3.0f}), ReduceOp::kMax}};
+  auto dev = load_observer("static_minmax", "input", a);
+  auto cpu = load_observer("static_minmax", "input", a);
+  cpu->import_statistics(st);
+  dev->import_statistics(st);
   const Tensor x1 = Tensor::from_floats(DType::kBF16, {4, 32}, weights(128, 1));
-  const Tensor x2 = Tensor::from_floats(DType::kBF16, {5, 32}, weights(160, 2));
   const Tensor x3 = Tensor::from_floats(DType::kF32, {4, 32}, weights(128, 3));
-  DeviceBatch d1 = to_device(b, x1), d2 = to_device(b, x2), d3 = to_device(b, x3);
+  DeviceBatch d1 = to_device(b, x1), d3 = to_device(b, x3);
   cuda::ActivationStatistics acts;
-  acts.observe(*dev, d1.view);
-  cpu->observe(x1.view());
-  testing::expect_error<ShapeError>([&] { cpu->observe(x2.view()); }, {"does not match the running statistics"});
-  testing::expect_error<ShapeError>([&] { acts.observe(*dev, d2.view); }, {"does not match the running statistics"});
-  EXPECT_NE(acts.unsupported(*dev, d3.view).find("a float32 batch after statistics of dtype bfloat16"), std::string::npos)
-      << acts.unsupported(*dev, d3.view);
+  testing::expect_error<ShapeError>([&] { cpu->observe(x1.view()); }, {"does not match the running statistics"});
+  testing::expect_error<ShapeError>([&] { acts.observe(*dev, d1.view); }, {"does not match the running statistics"});
   acts.store_into(*dev);
-  expect_same_statistics(*cpu, *dev, "static_minmax");
+  expect_same_statistics(*cpu, *dev, "static_minmax after a shape error");
+  // a batch of another dtype than the statistics so far, on the device or in the observer
+  auto fresh = load_observer("static_minmax", "input", a);
+  cuda::ActivationStatistics acts2;
+  acts2.observe(*fresh, d1.view);
+  const std::string want = "a float32 batch after statistics of dtype bfloat16";
+  EXPECT_EQ(acts2.unsupported(*fresh, d3.view), want);
+  acts2.store_into(*fresh);
+  EXPECT_EQ(cuda::ActivationStatistics().unsupported(*fresh, d3.view), want);
+  // memoryless_minmax takes each batch's statistics, but not into running ones of another shape
+  auto memoryless = load_observer("memoryless_minmax", "input", a);
+  st.observer = "memoryless_minmax";
+  memoryless->import_statistics(st);
+  EXPECT_NE(cuda::ActivationStatistics().unsupported(*memoryless, d1.view).find("differs from (3,) so far"),
+            std::string::npos);
 }
 
 TEST(CudaObserve, ImatrixImportanceEqualsTheCpuObserver) {

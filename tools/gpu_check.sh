@@ -13,9 +13,10 @@
 #                     the imports and the version / requirement report
 #   cpp-tests         every carried GoogleTest binary with QOBS_GPU_TEST_FILTER
 #                     (default *Cuda*:*CUDA*), and the CLI's --version
-#   py-cuda           python/tests/test_cuda.py on the installed package: qobs.cuda and the
-#                     llm-compressor plugin on CUDA weights and activation batches against
-#                     the host observers (skipped when the interpreter has no pytest)
+#   py-cuda           python/tests/test_cuda.py (but its oneshot cases) on the installed
+#                     package: qobs.cuda and the llm-compressor plugin on CUDA weights and
+#                     activation batches against the host observers (skipped when the
+#                     interpreter has no pytest)
 #   memcheck, racecheck  compute-sanitizer on QOBS_GPU_SANITIZE_FILTER (default: the test filter)
 #   bench             bench/gpu_vs_reference.py (reference Triton / eager / qobs plugin / qobs CUDA)
 #   oneshot-*         tools/gpu_oneshot.py: llm-compressor oneshot on a random Llama with the
@@ -138,8 +139,9 @@ stage_cpp_tests() {
 
 stage_py_cuda() {
   "$QOBS_PY" -c 'import pytest' 2>/dev/null || { echo "no pytest for $QOBS_PY: skipped"; exit 77; }
-  # the carried package (PYTHONPATH), not the checkout's python/qobs, which has no extension here
-  "$QOBS_PY" -m pytest -q -p no:cacheprovider -rs python/tests/test_cuda.py
+  # the carried package (PYTHONPATH), not the checkout's python/qobs, which has no extension
+  # here; oneshot has stages of its own below
+  "$QOBS_PY" -m pytest -q -p no:cacheprovider -rs -k "not oneshot" python/tests/test_cuda.py
 }
 
 run_sanitizer() {  # TOOL

@@ -29,6 +29,36 @@ void* device_ptr(std::uintptr_t p) { return reinterpret_cast<void*>(p); }
 
 qobs::cuda::StreamHandle stream_of(std::uintptr_t handle) { return reinterpret_cast<qobs::cuda::StreamHandle>(handle); }
 
+/// ActivationStatistics and DeviceImportance: the same four calls, `add` taking one batch.
+template <class Acc>
+void bind_accumulator(py::module_& m, const char* name, const char* doc, const char* add_name,
+                      void (Acc::*add)(const qobs::Observer&, const TensorView&, qobs::cuda::StreamHandle),
+                      const char* add_doc, const char* store_doc) {
+  py::class_<Acc>(m, name, doc)
+      .def(py::init<>())
+      .def("unsupported",
+           [](const Acc& a, const qobs::Observer& o, std::uintptr_t data_ptr, const std::string& dtype,
+              const Shape& shape, const Shape& strides) {
+             const TensorView x = device_view(data_ptr, dtype, shape, strides);
+             return without_gil([&] { return a.unsupported(o, x); });
+           },
+           py::arg("observer"), py::arg("data_ptr"), py::arg("dtype"), py::arg("shape"), py::arg("strides"))
+      .def(add_name,
+           [add](Acc& a, const qobs::Observer& o, std::uintptr_t data_ptr, const std::string& dtype,
+                 const Shape& shape, const Shape& strides, std::uintptr_t stream) {
+             const TensorView x = device_view(data_ptr, dtype, shape, strides);
+             without_gil([&] { (a.*add)(o, x, stream_of(stream)); });
+           },
+           py::arg("observer"), py::arg("data_ptr"), py::arg("dtype"), py::arg("shape"), py::arg("strides"),
+           py::arg("stream"), add_doc)
+      .def_property_readonly("empty", &Acc::empty)
+      .def("store_into",
+           [](Acc& a, qobs::Observer& o, std::uintptr_t stream) {
+             without_gil([&] { a.store_into(o, stream_of(stream)); });
+           },
+           py::arg("observer"), py::arg("stream"), store_doc);
+}
+
 }  // namespace
 
 void bind_cuda(py::module_& m) {
@@ -88,60 +118,18 @@ void bind_cuda(py::module_& m) {
         py::arg("observer"), py::arg("stats"), py::arg("fused"), py::arg("scale_ptr"), py::arg("zp_ptr"),
         py::arg("global_ptr"), py::arg("stream"));
 
-  py::class_<ActivationStatistics>(m, "CudaActivationStatistics",
-                                   "An activation observer's min_vals / max_vals over batches in CUDA device memory "
-                                   "(qobs/cuda.h ActivationStatistics).")
-      .def(py::init<>())
-      .def("unsupported",
-           [](const ActivationStatistics& a, const qobs::Observer& o, std::uintptr_t data_ptr, const std::string& dtype,
-              const Shape& shape, const Shape& strides) {
-             const TensorView x = device_view(data_ptr, dtype, shape, strides);
-             return without_gil([&] { return a.unsupported(o, x); });
-           },
-           py::arg("observer"), py::arg("data_ptr"), py::arg("dtype"), py::arg("shape"), py::arg("strides"))
-      .def("observe",
-           [](ActivationStatistics& a, const qobs::Observer& o, std::uintptr_t data_ptr, const std::string& dtype,
-              const Shape& shape, const Shape& strides, std::uintptr_t stream) {
-             const TensorView x = device_view(data_ptr, dtype, shape, strides);
-             without_gil([&] { a.observe(o, x, stream_of(stream)); });
-           },
-           py::arg("observer"), py::arg("data_ptr"), py::arg("dtype"), py::arg("shape"), py::arg("strides"),
-           py::arg("stream"), "Enqueues one batch; nothing waits for the device.")
-      .def_property_readonly("empty", &ActivationStatistics::empty)
-      .def("store_into",
-           [](ActivationStatistics& a, qobs::Observer& o, std::uintptr_t stream) {
-             without_gil([&] { a.store_into(o, stream_of(stream)); });
-           },
-           py::arg("observer"), py::arg("stream"),
-           "Waits for the stream and replaces the observer's min_vals / max_vals; ValueError for a recorded "
-           "non-finite batch.");
-
-  py::class_<DeviceImportance>(m, "CudaImportance",
-                               "An imatrix observer's importance over input batches in CUDA device memory "
-                               "(qobs/cuda.h DeviceImportance).")
-      .def(py::init<>())
-      .def("unsupported",
-           [](const DeviceImportance& d, const qobs::Observer& o, std::uintptr_t data_ptr, const std::string& dtype,
-              const Shape& shape, const Shape& strides) {
-             const TensorView x = device_view(data_ptr, dtype, shape, strides);
-             return without_gil([&] { return d.unsupported(o, x); });
-           },
-           py::arg("observer"), py::arg("data_ptr"), py::arg("dtype"), py::arg("shape"), py::arg("strides"))
-      .def("accumulate",
-           [](DeviceImportance& d, const qobs::Observer& o, std::uintptr_t data_ptr, const std::string& dtype,
-              const Shape& shape, const Shape& strides, std::uintptr_t stream) {
-             const TensorView x = device_view(data_ptr, dtype, shape, strides);
-             without_gil([&] { d.accumulate(o, x, stream_of(stream)); });
-           },
-           py::arg("observer"), py::arg("data_ptr"), py::arg("dtype"), py::arg("shape"), py::arg("strides"),
-           py::arg("stream"), "Enqueues one input batch; nothing waits for the device.")
-      .def_property_readonly("empty", &DeviceImportance::empty)
-      .def("store_into",
-           [](DeviceImportance& d, qobs::Observer& o, std::uintptr_t stream) {
-             without_gil([&] { d.store_into(o, stream_of(stream)); });
-           },
-           py::arg("observer"), py::arg("stream"),
-           "Waits for the stream and replaces the observer's importance_sum / importance_count.");
+  bind_accumulator<ActivationStatistics>(
+      m, "CudaActivationStatistics",
+      "An activation observer's min_vals / max_vals over batches in CUDA device memory "
+      "(qobs/cuda.h ActivationStatistics).",
+      "observe", &ActivationStatistics::observe, "Enqueues one batch; nothing waits for the device.",
+      "Waits for the stream and replaces the observer's min_vals / max_vals; ValueError for a recorded "
+      "non-finite batch.");
+  bind_accumulator<DeviceImportance>(
+      m, "CudaImportance",
+      "An imatrix observer's importance over input batches in CUDA device memory (qobs/cuda.h DeviceImportance).",
+      "accumulate", &DeviceImportance::accumulate, "Enqueues one input batch; nothing waits for the device.",
+      "Waits for the stream and replaces the observer's importance_sum / importance_count.");
 }
 
 }  // namespace qobs_ext

@@ -31,8 +31,9 @@ imatrix observers' forward-pre hook, accumulate CUDA batches on the device
 (qobs.cuda.ActivationStatistics, qobs.cuda.Importance) with no wait per batch; the
 first call that needs the statistics (get_qparams, get_statistics, ...) waits once and
 hands them to the core. Any other CUDA tensor is copied to the host as before, and the
-first such call per observer and reason logs why on the "qobs.llmcompressor" logger. ``QOBS_CUDA=0`` in the
-environment keeps everything on the host (docs/PYTHON.md, "CUDA").
+first such call per observer and reason logs why on the "qobs.llmcompressor" logger.
+``QOBS_CUDA=0`` in the environment keeps everything on the host (docs/PYTHON.md,
+"CUDA").
 
 Requires llmcompressor (and so torch): ``pip install qobs[llmcompressor]``; importing
 it without them raises ImportError saying so.

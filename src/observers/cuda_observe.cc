@@ -251,7 +251,8 @@ std::pair<std::optional<ActivationRecipe>, std::string> activation_recipe(const 
     if (c == 1.0) return {ActivationRecipe{}, ""};
     return {ActivationRecipe{RunningOp::kBlend, c, true}, ""};
   }
-  return {std::nullopt, "observer " + std::string(o.name()) + " has no device path for activations; it runs on the CPU"};
+  return {std::nullopt,
+          "observer " + std::string(o.name()) + " has no device path for activations; it runs on the CPU"};
 }
 
 bool device_float(DType dt) { return dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16; }
@@ -459,7 +460,8 @@ std::string DeviceImportance::unsupported(const Observer& observer, const Tensor
 
 void DeviceImportance::accumulate(const Observer& observer, const TensorView& x, StreamHandle stream) {
   const std::string why = unsupported(observer, x);
-  QOBS_CHECK(why.empty(), InvalidArgument, label_of(observer), ": ", observer.name(), " importance on the device: ", why);
+  QOBS_CHECK(why.empty(), InvalidArgument, label_of(observer), ": ", observer.name(), " importance on the device: ",
+             why);
   const Backend& b = kernels::cuda::require_backend();
   const Stream s{stream};
   const int device = b.device_of(x.data);

@@ -13,13 +13,17 @@
 #                     the imports and the version / requirement report
 #   cpp-tests         every carried GoogleTest binary with QOBS_GPU_TEST_FILTER
 #                     (default *Cuda*:*CUDA*), and the CLI's --version
+#   py-cuda           python/tests/test_cuda.py (but its oneshot cases) on the installed
+#                     package: qobs.cuda and the llm-compressor plugin on CUDA weights and
+#                     activation batches against the host observers (skipped when the
+#                     interpreter has no pytest)
 #   memcheck, racecheck  compute-sanitizer on QOBS_GPU_SANITIZE_FILTER (default: the test filter)
+#   bench             bench/gpu_vs_reference.py (reference Triton / eager / qobs plugin / qobs CUDA)
 #   cli-device        bench/cli_device.py: `qobs quantize --device cuda` against --device cpu on a
 #                     generated Llama-shaped bf16 checkpoint (QOBS_GPU_CLI_LAYERS layers of
 #                     hidden 2048, intermediate 8192, vocab 32000; default 28: 2.0B parameters,
 #                     4 GB), NVFP4A16 nvfp4_expanded_mse: the folders compared byte for byte,
 #                     each run's GB/s against a plain read of the same files, s per 8B parameters
-#   bench             bench/gpu_vs_reference.py (reference Triton / eager / qobs plugin / qobs CUDA)
 #   oneshot-*         tools/gpu_oneshot.py: llm-compressor oneshot on a random Llama with the
 #                     reference's and qobs' W4A16 / NVFP4A16 weight observers, then the table
 # Everything printed goes to $OUT/gpu_check.log too (OUT: the device tool's folder; else
@@ -139,6 +143,13 @@ stage_cpp_tests() {
   run_on_tests "$QOBS_TEST_FILTER"
 }
 
+stage_py_cuda() {
+  "$QOBS_PY" -c 'import pytest' 2>/dev/null || { echo "no pytest for $QOBS_PY: skipped"; exit 77; }
+  # the carried package (PYTHONPATH), not the checkout's python/qobs, which has no extension
+  # here; oneshot has stages of its own below
+  "$QOBS_PY" -m pytest -q -p no:cacheprovider -rs -k "not oneshot" python/tests/test_cuda.py
+}
+
 run_sanitizer() {  # TOOL
   local cs
   cs=$(sanitizer)
@@ -182,7 +193,7 @@ stage_oneshot_table() {
   "$QOBS_PY" tools/gpu_oneshot.py --compare --dir "$QOBS_ONESHOT_DIR" | tee "$QOBS_OUT/oneshot.md"
   cp "$QOBS_ONESHOT_DIR/runs.jsonl" "$QOBS_OUT/oneshot_runs.jsonl" 2>/dev/null || true
 }
-export -f stage_nvidia_smi stage_install stage_cpp_tests run_sanitizer stage_memcheck stage_racecheck \
+export -f stage_nvidia_smi stage_install stage_cpp_tests stage_py_cuda run_sanitizer stage_memcheck stage_racecheck \
   stage_cli_device stage_bench stage_oneshot stage_oneshot_table
 
 start=$SECONDS
@@ -216,10 +227,11 @@ stage() {  # NAME LIMIT_S FUNCTION [ARGS...]: runs FUNCTION in its own bash unde
 stage nvidia-smi 20 stage_nvidia_smi
 stage install 90 stage_install
 stage cpp-tests 60 stage_cpp_tests
+stage py-cuda 60 stage_py_cuda
 stage memcheck 60 stage_memcheck
 stage racecheck 60 stage_racecheck
-stage cli-device 180 stage_cli_device
 stage bench 210 stage_bench
+stage cli-device 180 stage_cli_device
 rm -rf "$QOBS_ONESHOT_DIR"
 for scheme in W4A16 NVFP4A16; do
   for obs in ref qobs; do

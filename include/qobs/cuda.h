@@ -12,6 +12,11 @@
 // mse, R6.9.1), nvfp4_expanded_mse and its alias fouroversix. device_unsupported says
 // why another call must stay on the CPU (an observer without a device path, a layout
 // that needs a copy, a norm whose power the device cannot reproduce bit for bit).
+//
+// Activations: ActivationStatistics runs memoryless_minmax, static_minmax and minmax
+// over batches in device memory, and DeviceImportance the imatrix observers'
+// forward-pre hook (R6.8.3), with no wait per batch; both continue the host observer's
+// statistics and store the result back into it when asked.
 #pragma once
 
 #include <memory>
@@ -55,8 +60,13 @@ class DeviceStatistics {
   DType dtype() const;
   const void* min_vals() const;
   const void* max_vals() const;
+  /// The device the statistics live on.
+  int device() const;
   /// The statistics copied to the host (waits for `stream`).
   std::pair<Tensor, Tensor> to_host(StreamHandle stream = nullptr) const;
+  /// The statistics copied into the caller's device buffers of shape() and dtype() on
+  /// the same device (enqueued on `stream`, no wait).
+  void copy_to(void* min_vals, void* max_vals, StreamHandle stream = nullptr) const;
 
   struct Impl;
   explicit DeviceStatistics(std::unique_ptr<Impl> impl);
@@ -91,6 +101,14 @@ struct QParamsLayout {
   bool has_global_scale = false;  ///< tensor_group: one f32 global scale
 };
 QParamsLayout qparams_layout(const Observer& observer, const DeviceStatistics& stats);
+
+/// R6.1.5 on the device: get_global_scale's f32 global scale of a tensor_group observer
+/// written to the caller's device buffer of one f32; fused as for
+/// qparams_from_statistics. InvalidArgument for an observer of another strategy (it has
+/// no global scale).
+void global_scale_from_statistics(const Observer& observer, const DeviceStatistics& stats,
+                                  const std::vector<const DeviceStatistics*>& fused, void* global_scale,
+                                  StreamHandle stream = nullptr);
 
 /// Phase 2 on the device: get_qparams' scale, zero point and global scale (R6.1.4,
 /// R6.1.5) written to the caller's device buffers (qparams_layout's shapes and dtypes;
@@ -146,5 +164,79 @@ void pack_int_rows(const TensorView& q, int num_bits, void* out, std::string_vie
 /// FP4 grid values in a float dtype, (*leading, cols) with cols even; out a uint8 device
 /// buffer of shape (*leading, cols / 2).
 void pack_fp4(const TensorView& q, void* out, std::string_view label = {}, StreamHandle stream = nullptr);
+
+/// An activation observer's statistics (min_vals, max_vals) over batches in device
+/// memory: the updates observer.observe(batch) makes on the CPU for memoryless_minmax,
+/// static_minmax and minmax (R6.4.1, R6.4.2, R6.5), bit for bit, each batch enqueued on
+/// a stream with no wait and nothing copied to the host. The first batch continues the
+/// statistics the observer holds (copied to the device); store_into hands the result
+/// back. In between, the observer's own statistics must not change.
+///
+/// A batch holding NaN or +-Inf cannot raise when it is observed (that would wait for
+/// the device): it is recorded, the statistics stay those before it (as the host
+/// observer keeps them when it raises), later batches leave them so, and store_into
+/// stores those and raises the host observer's error for that batch.
+///
+/// Calls on one object must be ordered: on one stream, or the caller orders the streams.
+class ActivationStatistics {
+ public:
+  ActivationStatistics();
+  ~ActivationStatistics();
+  ActivationStatistics(ActivationStatistics&&) noexcept;
+  ActivationStatistics& operator=(ActivationStatistics&&) noexcept;
+
+  /// Why observer.observe(x) cannot continue these statistics on the device ("" when it
+  /// can): no device, another observer, a weight observer, a dtype other than f32 /
+  /// bf16 / f16, a layout whose flattening needs a copy, or a batch whose dtype, device
+  /// or (memoryless_minmax) statistics shape differs from the statistics so far.
+  std::string unsupported(const Observer& observer, const TensorView& x) const;
+  /// One batch (R6.1.2; an empty one changes nothing). InvalidArgument naming why when
+  /// unsupported; ShapeError for statistics of another shape than the running ones,
+  /// as on the CPU.
+  void observe(const Observer& observer, const TensorView& x, StreamHandle stream = nullptr);
+  /// No batch observed since construction or store_into.
+  bool empty() const;
+  /// Waits for `stream`, replaces the observer's min_vals / max_vals by these, and
+  /// empties this object; InvalidArgument (after storing) for a recorded non-finite
+  /// batch, naming its value, flat index, shape and number.
+  void store_into(Observer& observer, StreamHandle stream = nullptr);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// The importance statistic of an imatrix observer's forward-pre hook (R6.8.3:
+/// importance_sum, f32 per input feature, and importance_count) over input batches in
+/// device memory, each enqueued on a stream with no wait; the first batch continues the
+/// observer's statistic, store_into hands the result back. In between, the observer's
+/// importance must not change. Calls on one object must be ordered as
+/// ActivationStatistics's.
+class DeviceImportance {
+ public:
+  DeviceImportance();
+  ~DeviceImportance();
+  DeviceImportance(DeviceImportance&&) noexcept;
+  DeviceImportance& operator=(DeviceImportance&&) noexcept;
+
+  /// Why observer.accumulate_input(x) cannot run here ("" when it can): no device, an
+  /// observer without importance (not an imatrix observer, or not attached), a dtype
+  /// other than f32 / bf16 / f16, an input of fewer than two dimensions or not
+  /// contiguous, or on another device than the batches so far.
+  std::string unsupported(const Observer& observer, const TensorView& x) const;
+  /// One input batch; InvalidArgument naming why when unsupported, or for an input
+  /// whose last dimension is not in_features (as on the CPU).
+  void accumulate(const Observer& observer, const TensorView& x, StreamHandle stream = nullptr);
+  bool empty() const;
+  /// Waits for `stream`, replaces the observer's importance_sum / importance_count by
+  /// these, and empties this object.
+  void store_into(Observer& observer, StreamHandle stream = nullptr);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace qobs::cuda

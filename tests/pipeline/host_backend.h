@@ -156,6 +156,29 @@ class HostBackend final : public kernels::cuda::Backend {
       for (int64_t i = 0; i < a.n; ++i) kernels::cuda::non_finite_elem(a, i, kernels::cuda::testing::HostMinU64{});
     });
   }
+  void running_minmax(const kernels::cuda::RunningMinmaxArgs& a, Stream s) const override {
+    enqueue(s, [a] {
+      for (int64_t i = 0; i < a.n; ++i) kernels::cuda::running_minmax_elem(a, i);
+    });
+  }
+  void importance(const kernels::cuda::ImportanceArgs& a, Stream s) const override {
+    enqueue(s, [a] {
+      for (int64_t c = 0; c < a.sums.cols; ++c) kernels::cuda::importance_column(a, c);
+    });
+  }
+  void flag_non_finite(const kernels::cuda::FlagNonFiniteArgs& a, Stream s) const override {
+    enqueue(s, [a] {
+      for (int64_t i = 0; i < a.n; ++i) kernels::cuda::flag_non_finite_elem(a, i, kernels::cuda::testing::HostOrU32{});
+    });
+  }
+  void record_non_finite(const kernels::cuda::RecordNonFiniteArgs& a, Stream s) const override {
+    enqueue(s, [a] {
+      // the scan kernel returns at once unless the batch was flagged (stats_cuda.cu)
+      if (a.record->state == 1)
+        for (int64_t i = 0; i < a.scan.n; ++i) kernels::cuda::record_scan_elem(a, i, kernels::cuda::testing::HostMinU64{});
+      kernels::cuda::record_finish(a);
+    });
+  }
 
   /// Bytes of device and pinned memory held now (what was allocated and not released).
   std::size_t held_bytes() const {

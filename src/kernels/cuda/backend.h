@@ -64,6 +64,10 @@ class Backend {
   virtual void pack_fp4(const PackFp4Args& a, Stream s) const = 0;
   virtual void column_squares(const ColumnSquaresArgs& a, Stream s) const = 0;
   virtual void non_finite(const NonFiniteArgs& a, Stream s) const = 0;
+  virtual void running_minmax(const RunningMinmaxArgs& a, Stream s) const = 0;
+  virtual void importance(const ImportanceArgs& a, Stream s) const = 0;
+  virtual void flag_non_finite(const FlagNonFiniteArgs& a, Stream s) const = 0;
+  virtual void record_non_finite(const RecordNonFiniteArgs& a, Stream s) const = 0;
 };
 
 /// The backend, or nullptr (no CUDA in this build, no driver, or no device). Probed once.

@@ -83,7 +83,7 @@ std::pair<std::optional<Recipe>, std::string> recipe_of(const Observer& o) {
     if (m->name() == "mse") return {std::nullopt, "a moving-average mse observer (weights use memoryless_mse, R6.9.1)"};
     return {Recipe{m}, ""};
   }
-  return {std::nullopt, "observer " + std::string(o.name()) + " has no device path; it runs on the CPU"};
+  return {std::nullopt, "observer " + std::string(o.name()) + " has no device path"};
 }
 
 QuantizationArgs search_args_of(const QuantizationArgs& args) {
@@ -406,7 +406,7 @@ std::pair<std::optional<ActivationRecipe>, std::string> activation_recipe(const 
     return {ActivationRecipe{RunningOp::kBlend, c, true}, ""};
   }
   return {std::nullopt,
-          "observer " + std::string(o.name()) + " has no device path for activations; it runs on the CPU"};
+          "observer " + std::string(o.name()) + " has no device path for activations"};
 }
 
 bool device_float(DType dt) { return dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16; }

@@ -29,6 +29,9 @@
 # Everything printed goes to $OUT/gpu_check.log too (OUT: the device tool's folder; else
 # /tmp/qobs-gpu-check), with the tables in $OUT (7 files at most, the tool returns 8).
 # Exit status: 0 when every stage passed or was skipped, 1 otherwise (the summary lists them).
+# The stages run in the order above, most wanted first: when the budget runs out, the later
+# ones print NOT RUN (budget). QOBS_GPU_STAGES="bench oneshot" (name prefixes) runs only
+# those after nvidia-smi and install, for a second call that covers what the first left.
 #
 # QOBS_GPU_CHECK_DRYRUN=1 runs the same stages where no GPU is needed, on this machine:
 # nvidia-smi and the sanitizers are skipped when absent, the bench runs --device cpu --small,
@@ -202,6 +205,16 @@ failed=0
 stage() {  # NAME LIMIT_S FUNCTION [ARGS...]: runs FUNCTION in its own bash under timeout
   local name=$1 limit=$2
   shift 2
+  if [ -n "${QOBS_GPU_STAGES:-}" ] && [ "$name" != nvidia-smi ] && [ "$name" != install ]; then
+    local p chosen=0
+    for p in $QOBS_GPU_STAGES; do
+      case $name in "$p"*) chosen=1 ;; esac
+    done
+    if [ "$chosen" = 0 ]; then
+      summary+=("$(printf '%-22s %-22s %5s' "$name" "not selected" "-")")
+      return
+    fi
+  fi
   local left=$((budget - (SECONDS - start) - 5))
   [ "$limit" -gt "$left" ] && limit=$left
   if [ "$limit" -lt 15 ]; then

@@ -130,12 +130,19 @@ def worker(a):
             return st["min_vals"], st["max_vals"]
         return obs.min_vals, obs.max_vals
 
+    def plugin_core(obs):
+        # the importance the plugin accumulates on the device reaches its core when asked
+        store = getattr(obs, "store_device_statistics", None)
+        if store:
+            store()
+        return obs._qobs
+
     def importance_sum(obs):
         # the plugin's core hands numpy arrays back until it has seen a torch tensor
-        return torch.as_tensor((obs._qobs if a.side in QOBS_SIDES else obs)._imatrix_sum)
+        return torch.as_tensor((plugin_core(obs) if a.side in QOBS_SIDES else obs)._imatrix_sum)
 
     def importance_of(obs):
-        count = (obs._qobs if a.side in QOBS_SIDES else obs)._imatrix_count
+        count = (plugin_core(obs) if a.side in QOBS_SIDES else obs)._imatrix_count
         return importance_sum(obs).float() / float(torch.as_tensor(count))
 
     def cpu(t):

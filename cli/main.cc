@@ -66,6 +66,11 @@ quantize options:
                               cache (default main; qobs never downloads)
   --threads N                 threads in all: layers calibrated at once, sharing them with their
                               kernels (default: QOBS_NUM_THREADS, else every core)
+  --device cpu|cuda|cuda:N    where weights are calibrated, quantized and packed (default cpu).
+                              cuda[:N]: GPU N (default 0; under mpirun without N each rank takes
+                              its own) for every weight whose observer has a device path, the CPU
+                              for the rest (said once per reason); the output is the CPU run's
+                              byte for byte
   --overwrite                 replace OUT_DIR if it exists
   --dry-run                   calibrate and report, write no checkpoint
   --report DIR                also/only write qobs-report.json and .csv there
@@ -370,6 +375,13 @@ Args parse_args(int argc, char** argv, int first) {
       const long n = std::strtol(v.c_str(), &end, 10);
       if (*end != '\0' || n < 1 || n > 1024) throw UsageError("--threads expects a number from 1 to 1024, got '" + v + "'");
       a.q.threads = static_cast<int>(n);
+    } else if (f == "--device") {
+      const std::string v = value(i, f);
+      try {
+        a.q.device = qobs::parse_device(v);
+      } catch (const qobs::InvalidArgument& e) {
+        throw OptionError(e.what());  // the message lists the accepted forms
+      }
     } else if (f == "--overwrite") {
       a.q.overwrite = true;
     } else if (f == "--dry-run") {
@@ -462,6 +474,21 @@ int run_quantize(Args& a, bool demo) {
       throw qobs::IoError("cannot silence the output of MPI rank " + std::to_string(ranks->rank()));
   }
 #endif
+#ifdef QOBS_MPI
+  const int local_rank = ranks ? ranks->local_rank() : 0;
+#else
+  const int local_rank = 0;
+#endif
+  // --device cuda: checked before anything is read or written; ranks without an index
+  // take their own GPU. Under mpirun a rank whose host has no usable GPU leaves the check
+  // to quantize_checkpoint's first step, where every rank fails with its error instead of
+  // the others waiting for a rank that left.
+  try {
+    a.q.device = qobs::resolve_device(a.q.device, local_rank);
+  } catch (const qobs::InvalidArgument& e) {
+    if (!a.q.collective) throw OptionError(e.what());
+  }
+  if (!a.quiet) a.q.log = [](const std::string& line) { std::fprintf(stderr, "qobs: %s\n", line.c_str()); };
   ProgressPrinter printer(a.quiet);
   a.q.cancel = &g_cancel;
   install_stop_handlers();

@@ -13,17 +13,30 @@
 #                     the imports and the version / requirement report
 #   cpp-tests         every carried GoogleTest binary with QOBS_GPU_TEST_FILTER
 #                     (default *Cuda*:*CUDA*), and the CLI's --version
+#   py-cuda           python/tests/test_cuda.py (but its oneshot cases) on the installed
+#                     package: qobs.cuda and the llm-compressor plugin on CUDA weights and
+#                     activation batches against the host observers (skipped when the
+#                     interpreter has no pytest)
 #   memcheck, racecheck  compute-sanitizer on QOBS_GPU_SANITIZE_FILTER (default: the test filter)
 #   bench             bench/gpu_vs_reference.py (reference Triton / eager / qobs plugin / qobs CUDA)
+#   cli-device        bench/cli_device.py: `qobs quantize --device cuda` against --device cpu on a
+#                     generated Llama-shaped bf16 checkpoint (QOBS_GPU_CLI_LAYERS layers of
+#                     hidden 2048, intermediate 8192, vocab 32000; default 28: 2.0B parameters,
+#                     4 GB), NVFP4A16 nvfp4_expanded_mse: the folders compared byte for byte,
+#                     each run's GB/s against a plain read of the same files, s per 8B parameters
 #   oneshot-*         tools/gpu_oneshot.py: llm-compressor oneshot on a random Llama with the
 #                     reference's and qobs' W4A16 / NVFP4A16 weight observers, then the table
 # Everything printed goes to $OUT/gpu_check.log too (OUT: the device tool's folder; else
 # /tmp/qobs-gpu-check), with the tables in $OUT (7 files at most, the tool returns 8).
 # Exit status: 0 when every stage passed or was skipped, 1 otherwise (the summary lists them).
+# The stages run in the order above, most wanted first: when the budget runs out, the later
+# ones print NOT RUN (budget). QOBS_GPU_STAGES="bench oneshot" (name prefixes) runs only
+# those after nvidia-smi and install, for a second call that covers what the first left.
 #
 # QOBS_GPU_CHECK_DRYRUN=1 runs the same stages where no GPU is needed, on this machine:
 # nvidia-smi and the sanitizers are skipped when absent, the bench runs --device cpu --small,
-# the oneshot a tiny model on the CPU. QOBS_GPU_PYTHON picks the interpreter (default
+# cli-device a tiny checkpoint (skipped once --device cuda is refused), the oneshot a tiny
+# model on the CPU. QOBS_GPU_PYTHON picks the interpreter (default
 # python3), e.g. a Python 3.12 venv with torch and transformers that stands in for the image.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -133,6 +146,13 @@ stage_cpp_tests() {
   run_on_tests "$QOBS_TEST_FILTER"
 }
 
+stage_py_cuda() {
+  "$QOBS_PY" -c 'import pytest' 2>/dev/null || { echo "no pytest for $QOBS_PY: skipped"; exit 77; }
+  # the carried package (PYTHONPATH), not the checkout's python/qobs, which has no extension
+  # here; oneshot has stages of its own below
+  "$QOBS_PY" -m pytest -q -p no:cacheprovider -rs -k "not oneshot" python/tests/test_cuda.py
+}
+
 run_sanitizer() {  # TOOL
   local cs
   cs=$(sanitizer)
@@ -144,6 +164,21 @@ run_sanitizer() {  # TOOL
 }
 stage_memcheck() { run_sanitizer memcheck; }
 stage_racecheck() { run_sanitizer racecheck; }
+
+stage_cli_device() {
+  local work=/tmp/qobs-cli-device rc
+  local args=(--qobs "$QOBS_CARRY/bin/qobs" --workdir "$work")
+  if [ "$QOBS_DRY" = 1 ]; then
+    args+=(--layers 2 --hidden 256 --intermediate 512 --vocab 1024 --allow-no-device)
+  else
+    args+=(--layers "${QOBS_GPU_CLI_LAYERS:-28}")
+  fi
+  rm -rf "$work"
+  "$QOBS_PY" bench/cli_device.py "${args[@]}"
+  rc=$?
+  rm -rf "$work"
+  exit $rc
+}
 
 stage_bench() {
   # the bench's own deadline ends its workers in time to print the tables
@@ -161,8 +196,8 @@ stage_oneshot_table() {
   "$QOBS_PY" tools/gpu_oneshot.py --compare --dir "$QOBS_ONESHOT_DIR" | tee "$QOBS_OUT/oneshot.md"
   cp "$QOBS_ONESHOT_DIR/runs.jsonl" "$QOBS_OUT/oneshot_runs.jsonl" 2>/dev/null || true
 }
-export -f stage_nvidia_smi stage_install stage_cpp_tests run_sanitizer stage_memcheck stage_racecheck \
-  stage_bench stage_oneshot stage_oneshot_table
+export -f stage_nvidia_smi stage_install stage_cpp_tests stage_py_cuda run_sanitizer stage_memcheck stage_racecheck \
+  stage_cli_device stage_bench stage_oneshot stage_oneshot_table
 
 start=$SECONDS
 summary=()
@@ -170,6 +205,16 @@ failed=0
 stage() {  # NAME LIMIT_S FUNCTION [ARGS...]: runs FUNCTION in its own bash under timeout
   local name=$1 limit=$2
   shift 2
+  if [ -n "${QOBS_GPU_STAGES:-}" ] && [ "$name" != nvidia-smi ] && [ "$name" != install ]; then
+    local p chosen=0
+    for p in $QOBS_GPU_STAGES; do
+      case $name in "$p"*) chosen=1 ;; esac
+    done
+    if [ "$chosen" = 0 ]; then
+      summary+=("$(printf '%-22s %-22s %5s' "$name" "not selected" "-")")
+      return
+    fi
+  fi
   local left=$((budget - (SECONDS - start) - 5))
   [ "$limit" -gt "$left" ] && limit=$left
   if [ "$limit" -lt 15 ]; then
@@ -195,9 +240,11 @@ stage() {  # NAME LIMIT_S FUNCTION [ARGS...]: runs FUNCTION in its own bash unde
 stage nvidia-smi 20 stage_nvidia_smi
 stage install 90 stage_install
 stage cpp-tests 60 stage_cpp_tests
+stage py-cuda 60 stage_py_cuda
 stage memcheck 60 stage_memcheck
 stage racecheck 60 stage_racecheck
 stage bench 210 stage_bench
+stage cli-device 180 stage_cli_device
 rm -rf "$QOBS_ONESHOT_DIR"
 for scheme in W4A16 NVFP4A16; do
   for obs in ref qobs; do

@@ -55,6 +55,9 @@ class MpiCollective : public Collective {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  /// This rank's index among the ranks on its host (the shared-memory split of the
+  /// communicator, in rank order): what picks its GPU for `--device cuda`.
+  int local_rank() const { return local_rank_; }
   std::vector<std::string> allgather(const std::string& bytes) override;
   void post_progress(int64_t modules) override;
   std::vector<std::pair<int, int64_t>> receive_progress(bool wait) override;
@@ -67,6 +70,7 @@ class MpiCollective : public Collective {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
+  int local_rank_ = 0;
   std::mutex mu_;
   std::condition_variable cv_;
   std::filesystem::path tmp_;

@@ -22,6 +22,33 @@ namespace qobs {
 
 class Collective;  // qobs/collective.h
 
+/// Where quantize_checkpoint calibrates, quantizes and packs the weights (`--device`,
+/// docs/CLI.md "Devices"). The output is byte-identical for every device.
+struct DeviceSpec {
+  enum class Kind { kCpu, kCuda };
+  Kind kind = Kind::kCpu;
+  /// kCuda: the device's index; unset: device 0 (the CLI gives each MPI rank its own,
+  /// cuda_device_for_rank).
+  std::optional<int> index;
+
+  /// "cpu", "cuda" or "cuda:N", as parse_device reads it.
+  std::string str() const;
+  bool operator==(const DeviceSpec&) const = default;
+};
+
+/// "cpu", "cuda" or "cuda:N" (N a decimal index from 0); anything else is an
+/// InvalidArgument naming the value and the accepted forms.
+DeviceSpec parse_device(std::string_view text);
+
+/// The CUDA device of a rank that asked for `--device cuda` without an index: its rank
+/// among the ranks of its host (`local_rank`) modulo the devices the host has.
+int cuda_device_for_rank(int local_rank, int device_count);
+
+/// `device` checked against the CUDA runtime, with its index: cpu as given; cuda without
+/// a usable device, or with an index the runtime does not have, is an InvalidArgument
+/// naming the device and why; cuda without an index gets cuda_device_for_rank's.
+DeviceSpec resolve_device(const DeviceSpec& device, int local_rank = 0);
+
 /// Options of quantize_checkpoint (the flags of `qobs quantize`).
 struct QuantizeOptions {
   std::string model_path;  ///< checkpoint folder (or one .safetensors file)
@@ -70,6 +97,17 @@ struct QuantizeOptions {
   /// each rank writes its tensors into the shared temporary folder and rank 0 publishes.
   /// The output folder is the single-process one. Null: this process does everything.
   Collective* collective = nullptr;
+  /// Where weights are calibrated, quantized and packed. kCuda: every weight whose
+  /// observer and layout have a device path (cuda::path_unsupported, and a fused group
+  /// only when all its members have one) runs on that CUDA device, the others on the CPU;
+  /// the output is the CPU run's byte for byte. Without a usable device, or with an index
+  /// the runtime does not have: InvalidArgument before anything is read or written.
+  DeviceSpec device;
+  /// Notes on how the run proceeds, one line each, without a trailing newline: with a
+  /// CUDA device, the device and how many weights run there, then one line per distinct
+  /// reason that keeps weights on the CPU. Called on the calling thread of rank 0 before
+  /// calibration starts; null: none.
+  std::function<void(const std::string&)> log;
 };
 
 /// quantize_checkpoint stopped because QuantizeOptions::cancel was set; nothing was

@@ -4,10 +4,11 @@ computed by a C++ core.
 The names follow the reference (``qobs.QuantizationArgs``, ``qobs.Observer``,
 ``qobs.calculate_qparams``, ...). Arrays may be numpy arrays or CPU torch tensors and
 are read in place; results come back as the kind given. ``import qobs.llmcompressor``
-registers qobs-backed observers in llm-compressor's registry. See docs/PYTHON.md.
+registers qobs-backed observers in llm-compressor's registry; ``qobs.cuda`` calibrates
+weights in torch CUDA tensors on their device. See docs/PYTHON.md.
 """
 
-from . import _qobs
+from . import _qobs, cuda
 from ._qobs import Tensor
 from ._tensors import to_numpy, to_torch  # noqa: F401  (also installs Tensor.numpy/.torch)
 from .args import (
@@ -21,6 +22,7 @@ from .args import (
     is_preset_scheme,
     preset_name_to_scheme,
 )
+from .cuda import available as cuda_available
 from .functional import (
     calculate_qparams,
     compute_dynamic_scales_and_zp,
@@ -82,6 +84,7 @@ __all__ = [
     "calculate_qparams",
     "collect_importance",
     "compute_dynamic_scales_and_zp",
+    "cuda_available",
     "dequantize",
     "fake_quantize",
     "flatten_for_calibration",

@@ -4,7 +4,7 @@ qobs C++ core (translation layer; use the `qobs` package)
 from __future__ import annotations
 import collections.abc
 import typing
-__all__: list[str] = ['Observer', 'ObserverOptions', 'QuantizationArgs', 'QuantizationScheme', 'Statistics', 'Tensor', 'calculate_qparams', 'calibration_observer_name', 'compute_dynamic_scales_and_zp', 'data_ptr', 'dequantize', 'fake_quantize', 'flatten_for_calibration', 'fuse_observers', 'fused_layer_names', 'generate_gparam', 'generate_mx_scales', 'infer_compression_format', 'is_activation_base_name', 'is_preset_name', 'load_observer', 'normalize_observer_name', 'preset_names', 'preset_scheme', 'quantize', 'reduce_statistics', 'reference_versions', 'registered_observers']
+__all__: list[str] = ['CudaActivationStatistics', 'CudaImportance', 'DeviceStatistics', 'Observer', 'ObserverOptions', 'QuantizationArgs', 'QuantizationScheme', 'Statistics', 'Tensor', 'calculate_qparams', 'calibration_observer_name', 'compute_dynamic_scales_and_zp', 'cuda_available', 'cuda_describe_device', 'cuda_device_count', 'cuda_device_unsupported', 'cuda_global_scale_from_statistics', 'cuda_observe_weight', 'cuda_qparams_from_statistics', 'cuda_qparams_layout', 'cuda_unavailable_reason', 'data_ptr', 'dequantize', 'fake_quantize', 'flatten_for_calibration', 'fuse_observers', 'fused_layer_names', 'generate_gparam', 'generate_mx_scales', 'infer_compression_format', 'is_activation_base_name', 'is_preset_name', 'load_observer', 'normalize_observer_name', 'preset_names', 'preset_scheme', 'quantize', 'reduce_statistics', 'reference_versions', 'registered_observers']
 class Tensor:
     """
     An owned, contiguous qobs tensor. numpy.asarray(t) wraps its bytes without copying (bfloat16 / float8 as raw int16 / uint8 bit patterns).
@@ -233,11 +233,84 @@ class Observer:
     @property
     def options(self) -> ObserverOptions:
         ...
+class DeviceStatistics:
+    """
+    An observer's statistics of one weight in CUDA device memory (qobs/cuda.h).
+    """
+    def copy_to(self, min_vals_ptr: typing.SupportsInt | typing.SupportsIndex, max_vals_ptr: typing.SupportsInt | typing.SupportsIndex, stream: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Enqueues copies of min_vals / max_vals into device buffers of this shape and dtype.
+        """
+    @property
+    def device(self) -> int:
+        ...
+    @property
+    def dtype(self) -> str:
+        ...
+    @property
+    def shape(self) -> tuple:
+        ...
+class CudaActivationStatistics:
+    """
+    An activation observer's min_vals / max_vals over batches in CUDA device memory (qobs/cuda.h ActivationStatistics).
+    """
+    def __init__(self) -> None:
+        ...
+    def observe(self, observer: Observer, data_ptr: typing.SupportsInt | typing.SupportsIndex, dtype: str, shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], strides: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], stream: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Enqueues one batch; nothing waits for the device.
+        """
+    def store_into(self, observer: Observer, stream: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Waits for the stream and replaces the observer's min_vals / max_vals; ValueError for a recorded non-finite batch.
+        """
+    def unsupported(self, observer: Observer, data_ptr: typing.SupportsInt | typing.SupportsIndex, dtype: str, shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], strides: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> str:
+        ...
+    @property
+    def empty(self) -> bool:
+        ...
+class CudaImportance:
+    """
+    An imatrix observer's importance over input batches in CUDA device memory (qobs/cuda.h DeviceImportance).
+    """
+    def __init__(self) -> None:
+        ...
+    def accumulate(self, observer: Observer, data_ptr: typing.SupportsInt | typing.SupportsIndex, dtype: str, shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], strides: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], stream: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Enqueues one input batch; nothing waits for the device.
+        """
+    def store_into(self, observer: Observer, stream: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Waits for the stream and replaces the observer's importance_sum / importance_count.
+        """
+    def unsupported(self, observer: Observer, data_ptr: typing.SupportsInt | typing.SupportsIndex, dtype: str, shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], strides: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> str:
+        ...
+    @property
+    def empty(self) -> bool:
+        ...
 def calculate_qparams(min_vals: typing.Any, max_vals: typing.Any, args: QuantizationArgs, global_scale: typing.Any = None, mode: str = 'parity') -> tuple[typing.Any, typing.Any]:
     ...
 def calibration_observer_name(base_name: str, name: str) -> str:
     ...
 def compute_dynamic_scales_and_zp(value: typing.Any, args: QuantizationArgs, global_scale: typing.Any = None, mode: str = 'parity') -> tuple[typing.Any, typing.Any]:
+    ...
+def cuda_available() -> bool:
+    ...
+def cuda_describe_device(device: typing.SupportsInt | typing.SupportsIndex) -> str:
+    ...
+def cuda_device_count() -> int:
+    ...
+def cuda_device_unsupported(observer: Observer, data_ptr: typing.SupportsInt | typing.SupportsIndex, dtype: str, shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], strides: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> str:
+    ...
+def cuda_global_scale_from_statistics(observer: Observer, stats: DeviceStatistics, fused: collections.abc.Sequence[DeviceStatistics], global_ptr: typing.SupportsInt | typing.SupportsIndex, stream: typing.SupportsInt | typing.SupportsIndex) -> None:
+    ...
+def cuda_observe_weight(observer: Observer, data_ptr: typing.SupportsInt | typing.SupportsIndex, dtype: str, shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], strides: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], stream: typing.SupportsInt | typing.SupportsIndex) -> DeviceStatistics:
+    ...
+def cuda_qparams_from_statistics(observer: Observer, stats: DeviceStatistics, fused: collections.abc.Sequence[DeviceStatistics], scale_ptr: typing.SupportsInt | typing.SupportsIndex, zp_ptr: typing.SupportsInt | typing.SupportsIndex, global_ptr: typing.SupportsInt | typing.SupportsIndex, stream: typing.SupportsInt | typing.SupportsIndex) -> None:
+    ...
+def cuda_qparams_layout(observer: Observer, stats: DeviceStatistics) -> tuple:
+    ...
+def cuda_unavailable_reason() -> str:
     ...
 def data_ptr(arg0: typing.Any) -> int:
     """

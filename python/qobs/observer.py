@@ -78,15 +78,22 @@ def _warn_imatrix_fallback(core: Any) -> None:
 
 
 
-def accumulate_hook_input(core: Any, args: Any) -> None:
-    """The imatrix forward pre-hook's work (R6.8.3): the module's first positional input,
-    detached and on the CPU, into ``core.accumulate_input``; a call without a tensor
-    input is ignored. Shared by Observer.attach, the llm-compressor plugin and
-    collect_importance, so all three accumulate the same rows."""
+def hook_input(args: Any) -> Any:
+    """The tensor an imatrix forward pre-hook reads of the module's positional
+    arguments: the first one (the first item of a tuple there); None without one."""
     x = args[0] if isinstance(args, tuple) and args else args
     if isinstance(x, tuple):
         x = x[0] if x else None
-    if x is None or not is_torch(x):
+    return x if x is not None and is_torch(x) else None
+
+
+def accumulate_hook_input(core: Any, args: Any) -> None:
+    """The imatrix forward pre-hook's work (R6.8.3): the module's first positional input
+    (hook_input), detached and on the CPU, into ``core.accumulate_input``; a call
+    without a tensor input is ignored. Shared by Observer.attach, the llm-compressor
+    plugin and collect_importance, so all three accumulate the same rows."""
+    x = hook_input(args)
+    if x is None:
         return
     core.accumulate_input(x.detach().cpu())
 

@@ -85,5 +85,6 @@ void bind_qparams(py::module_& m);     ///< qparam math, fake quantization, flat
 void bind_statistics(py::module_& m);  ///< Statistics, reduce_statistics
 void bind_importance(py::module_& m);  ///< importance files
 void bind_observers(py::module_& m);   ///< ObserverOptions, Observer, registry, fusion
+void bind_cuda(py::module_& m);        ///< qobs/cuda.h: devices, DeviceStatistics, the weight phases
 
 }  // namespace qobs_ext

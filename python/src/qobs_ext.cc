@@ -50,5 +50,6 @@ PYBIND11_MODULE(_qobs, m) {
   qobs_ext::bind_statistics(m);
   qobs_ext::bind_importance(m);
   qobs_ext::bind_observers(m);
+  qobs_ext::bind_cuda(m);
   m.attr("__version__") = QOBS_VERSION;
 }

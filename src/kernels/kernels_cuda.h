@@ -31,6 +31,13 @@ void minmax_stats(const Backend& b, const FlatView& flat, DType out_dtype, void*
 /// result's sign is unspecified). minmax/minmax.cc.
 void nan_min_max(const Backend& b, const void* x, DType dtype, int64_t n, float* out, Stream s);
 
+/// An activation observer's running statistics after one batch (minmax_cuda.h
+/// RunningMinmaxArgs): n statistics of `dtype` in place, from the batch's n; skip: the
+/// non-finite record's state (stats_cuda.h), or null. minmax/minmax.cc.
+void running_minmax(const Backend& b, const void* batch_min, const void* batch_max, DType dtype, int64_t n,
+                    RunningOp op, double c, NumericMode mode, void* run_min, void* run_max, const uint32_t* skip,
+                    Stream s);
+
 /// R6.1.5 / R4.2: the NVFP4 global scale of the statistics of one or more fused
 /// members, each given by its nan_min_max of min_vals (extremes[2 m]) and of max_vals
 /// (extremes[2 m + 1]), both already on the device; dt: the statistics' promoted dtype.
@@ -60,6 +67,17 @@ int64_t first_non_finite(const Backend& b, const TensorView& x, Stream s);
 /// sum_squares_by_column of a contiguous device matrix into cols f64 device sums.
 /// stats/stats.cc.
 void sum_squares_by_column(const Backend& b, const TensorView& x, int64_t cols, double* acc, Stream s);
+
+/// The imatrix statistic of one batch (stats_cuda.h importance_column): a contiguous
+/// device matrix of `cols` columns added to cols f32 device sums. stats/stats.cc.
+void add_importance(const Backend& b, const TensorView& x, int64_t cols, float* importance, Stream s);
+
+/// One activation batch x (device view) into a non-finite record (stats_cuda.h
+/// NonFiniteRecord): its n min-max statistics (stat_dtype, device) flagged, and the
+/// batch recorded as number `batch` when it is the first to hold a non-finite value.
+/// No wait. stats/stats.cc.
+void record_non_finite(const Backend& b, const void* mins, const void* maxs, DType stat_dtype, int64_t n,
+                       const TensorView& x, int64_t batch, NonFiniteRecord* record, Stream s);
 
 /// quantize / dequantize / fake_quantize with arguments from cuda_qdq_args and device
 /// pointers set. qdq/qdq.cc.

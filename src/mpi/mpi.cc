@@ -53,6 +53,12 @@ MpiCollective::MpiCollective(MPI_Comm comm) {
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
   check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+  // the ranks that share this host (MPI-3's shared-memory split), in rank order
+  MPI_Comm host = MPI_COMM_NULL;
+  check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host), "MPI_Comm_split_type");
+  const int rc = MPI_Comm_rank(host, &local_rank_);
+  MPI_Comm_free(&host);
+  check(rc, "MPI_Comm_rank");
 }
 
 MpiCollective::~MpiCollective() {

@@ -53,6 +53,7 @@ class MovingAverageMinMaxObserver : public Observer {
   std::vector<std::pair<std::string, ReduceOp>> sync_table() const override {
     return {{"min_vals", ReduceOp::kAvg}, {"max_vals", ReduceOp::kAvg}};
   }
+  double averaging_constant() const { return averaging_constant_; }
 
  private:
   double averaging_constant_;
@@ -90,6 +91,11 @@ class ImatrixMseObserver : public Observer {
     return {{"importance_sum", ReduceOp::kSum}, {"importance_count", ReduceOp::kSum}};
   }
   const kernels::GridSearchConfig& search_config() const { return cfg_; }
+  /// Whether attach() made the observer collect importance (until detach()).
+  bool attached() const {
+    const Lock held = lock();
+    return attached_;
+  }
   /// Which path the last search took ("importance" or "uniform fallback: <why>"), Q8.
   std::string last_path() const {
     const Lock held = lock();

@@ -1,4 +1,6 @@
-// One module's weight -> compressed-tensors tensors (RULES §8.2-8.6, table R8.9).
+// One module's weight -> compressed-tensors tensors (RULES §8.2-8.6, table R8.9): the
+// setup and the assembly are shared with the device path (device.cc), which quantizes,
+// packs and measures on the GPU in between.
 #include "pipeline/compress.h"
 
 #include <algorithm>
@@ -36,10 +38,6 @@ Shape scale_shape(const QuantizationArgs& a, const Shape& w) {
 }
 
 bool packs_int(const std::string& format) { return format == "pack-quantized"; }
-bool packs_fp4(const std::string& format) {
-  return format == "nvfp4-pack-quantized" || format == "mxfp4-pack-quantized";
-}
-bool packs_fp6(const std::string& format) { return format == "mxfp6-pack-quantized"; }
 bool e8m0_scales(const std::string& format) {
   return format == "mxfp4-pack-quantized" || format == "mxfp6-pack-quantized" || format == "mxfp8-quantized";
 }
@@ -54,6 +52,11 @@ bool packs_zero_point(const QuantizationArgs& a, const std::string& format) {
 }
 
 }  // namespace
+
+bool packs_fp4(const std::string& format) {
+  return format == "nvfp4-pack-quantized" || format == "mxfp4-pack-quantized";
+}
+bool packs_fp6(const std::string& format) { return format == "mxfp6-pack-quantized"; }
 
 DType model_dtype_of(DType w) {
   return (w == DType::kF16 || w == DType::kBF16 || w == DType::kF32 || w == DType::kF64) ? w : DType::kF16;
@@ -146,12 +149,6 @@ Tensor qparam_rows(const Tensor& t, int64_t r0, int64_t r1) {
 /// weight). Quantization, packing and dequantization are element- or row-wise, and the
 /// blocks hold a multiple of 8 elements so that kernels::add_error_sums gives
 /// error_sums' result bit for bit: the outputs equal the whole-tensor steps'.
-struct Quantized {
-  Tensor q;       ///< the whole quantized weight, when the format stores it or packing was not by blocks
-  Tensor packed;  ///< weight_packed, when the format packs and it was packed by blocks
-  kernels::ErrorSums error;
-};
-
 Quantized quantize_and_measure(const TensorView& w, const Tensor& scale, const Tensor& zp, const QuantizationArgs& a,
                                const Tensor* g, std::optional<DType> q_dt, const std::string& format,
                                const PlannedTensor* packed_plan, std::string_view label) {
@@ -208,26 +205,32 @@ Quantized quantize_and_measure(const TensorView& w, const Tensor& scale, const T
 
 }  // namespace
 
-Compressed compress_weight(const TensorView& w, const QParams& qp, const QuantizationArgs& a, const std::string& format,
-                           std::string_view label) {
-  const std::vector<PlannedTensor> plan = plan_compressed(a, format, w.dtype, w.shape, label);
-  const DType md = model_dtype_of(w.dtype);
+const PlannedTensor* CompressSetup::packed() const {
+  for (const PlannedTensor& p : plan)
+    if (p.local == "weight_packed") return &p;
+  return nullptr;
+}
+
+CompressSetup compress_setup(DType weight_dtype, const Shape& weight_shape, const QParams& qp,
+                             const QuantizationArgs& a, const std::string& format, std::string_view label) {
+  CompressSetup s;
+  s.plan = plan_compressed(a, format, weight_dtype, weight_shape, label);
   // R5.7.5 / R8.2.5: the scale as the module parameter holds it, and quantization uses
   // exactly that value. fp8 (NVFP4) and power-of-two (MX) scales are exact in every
   // model dtype, so the stored fp8 / E8M0 codes below decode to the same value.
-  const Tensor scale = qp.scale.to(md);
+  s.scale = qp.scale.to(model_dtype_of(weight_dtype));
+  if (a.type == QuantType::kInt || a.num_bits == 8) s.q_dtype = a.pytorch_dtype();  // int8/16/32 or fp8
+  return s;
+}
+
+Compressed assemble_compressed(const CompressSetup& setup, Quantized&& qz, const QParams& qp,
+                               const QuantizationArgs& a, const std::string& format, const Shape& w_shape,
+                               std::string_view label) {
   const Tensor& zp = qp.zero_point;
   const Tensor* g = qp.global_scale ? &*qp.global_scale : nullptr;
-  std::optional<DType> q_dt;
-  if (a.type == QuantType::kInt || a.num_bits == 8) q_dt = a.pytorch_dtype();  // int8/16/32 or fp8
-  const PlannedTensor* packed_plan = nullptr;
-  for (const PlannedTensor& p : plan)
-    if (p.local == "weight_packed") packed_plan = &p;
-  Quantized qz = quantize_and_measure(w, scale, zp, a, g, q_dt, format, packed_plan, label);
-
   Compressed c;
   c.error = qz.error;
-  for (const PlannedTensor& p : plan) {
+  for (const PlannedTensor& p : setup.plan) {
     Tensor t;
     if (p.local == "weight_packed") {
       if (qz.packed.numel() > 0) t = std::move(qz.packed);
@@ -235,8 +238,8 @@ Compressed compress_weight(const TensorView& w, const QParams& qp, const Quantiz
     } else if (p.local == "weight") {
       t = std::move(qz.q);
     } else if (p.local == "weight_scale") {
-      if (p.dtype == DType::kU8) t = encode_e8m0(scale, label);  // R8.6.2
-      else t = scale.to(p.dtype);                                 // model dtype, or fp8 (R8.5.2)
+      if (p.dtype == DType::kU8) t = encode_e8m0(setup.scale, label);  // R8.6.2
+      else t = setup.scale.to(p.dtype);                                 // model dtype, or fp8 (R8.5.2)
     } else if (p.local == "weight_zero_point") {
       const Tensor z = zp.to(DType::kI8);
       t = packs_zero_point(a, format) ? pack_zero_points(z.reshaped({z.numel() / z.shape().back(), z.shape().back()}),
@@ -246,7 +249,7 @@ Compressed compress_weight(const TensorView& w, const QParams& qp, const Quantiz
       QOBS_CHECK(g != nullptr, InvalidArgument, label, ": tensor_group weights produced no global scale (R6.1.5)");
       t = g->to(DType::kF32).reshaped({1});
     } else if (p.local == "weight_shape") {
-      t = Tensor::from_values(DType::kI64, {2}, {static_cast<double>(w.shape[0]), static_cast<double>(w.shape[1])});
+      t = Tensor::from_values(DType::kI64, {2}, {static_cast<double>(w_shape[0]), static_cast<double>(w_shape[1])});
     }
     QOBS_CHECK(t.dtype() == p.dtype && t.shape() == p.shape, InvalidArgument, label, ".", p.local, ": produced ",
                dtype_name(t.dtype()), " ", shape_str(t.shape()), ", planned ", dtype_name(p.dtype), " ",
@@ -254,6 +257,15 @@ Compressed compress_weight(const TensorView& w, const QParams& qp, const Quantiz
     c.tensors.emplace_back(p.local, std::move(t));
   }
   return c;
+}
+
+Compressed compress_weight(const TensorView& w, const QParams& qp, const QuantizationArgs& a, const std::string& format,
+                           std::string_view label) {
+  const CompressSetup setup = compress_setup(w.dtype, w.shape, qp, a, format, label);
+  const Tensor* g = qp.global_scale ? &*qp.global_scale : nullptr;
+  Quantized qz =
+      quantize_and_measure(w, setup.scale, qp.zero_point, a, g, setup.q_dtype, format, setup.packed(), label);
+  return assemble_compressed(setup, std::move(qz), qp, a, format, w.shape, label);
 }
 
 }  // namespace qobs::detail

@@ -2,6 +2,7 @@
 // of quantize_checkpoint, exposed to the tests.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -37,6 +38,38 @@ struct Compressed {
   /// (kernels::error_sums of the weight and its dequantized copy, in the weight's dtype).
   kernels::ErrorSums error;
 };
+
+/// What compress_weight settles before it quantizes: the planned tensors, the scale as
+/// the module parameter holds it (R5.7.5; quantization uses exactly that value, R8.2.5)
+/// and the dtype quantize() gives the weight. Shared by the CPU and the device path.
+struct CompressSetup {
+  std::vector<PlannedTensor> plan;
+  Tensor scale;                      ///< qp.scale in the module dtype
+  std::optional<DType> q_dtype;      ///< quantize()'s out_dtype (int8/16/32, fp8), else its default
+  const PlannedTensor* packed() const;  ///< weight_packed of `plan`, or null when the format stores q itself
+};
+CompressSetup compress_setup(DType weight_dtype, const Shape& weight_shape, const QParams& qp,
+                             const QuantizationArgs& args, const std::string& format, std::string_view label);
+
+/// True for the formats whose weight_packed holds FP4 codes (R8.5.1); the other packing
+/// formats pack FP6 codes (packs_fp6, R8.10.1) or int rows (R8.3.1).
+bool packs_fp4(const std::string& format);
+/// True for mxfp6-pack-quantized: weight_packed holds FP6 codes, four in three bytes (R8.10.1).
+bool packs_fp6(const std::string& format);
+
+/// The quantized weight as the format stores it, and the report's sums: the weight
+/// against dequantize(q) with the stored qparams (what a loader reconstructs).
+struct Quantized {
+  Tensor q;       ///< the whole quantized weight, when the format stores it or packing was not by blocks
+  Tensor packed;  ///< weight_packed, when the format packs and it was packed already
+  kernels::ErrorSums error;
+};
+
+/// compress_weight's last step: the format's tensors (plan order) from the quantized
+/// weight and the qparams.
+Compressed assemble_compressed(const CompressSetup& setup, Quantized&& quantized, const QParams& qp,
+                               const QuantizationArgs& args, const std::string& format, const Shape& weight_shape,
+                               std::string_view label);
 
 /// Quantizes `weight` with calibrated qparams for storage. The scale is first converted
 /// to the module parameter dtype (R5.7.5) and that stored value is the one used to

@@ -18,6 +18,8 @@
 
 #include "core/check.h"
 #include "kernels/parallel/thread_pool.h"
+#include "qobs/cuda.h"
+#include "pipeline/device.h"
 #include "pipeline/distributed.h"
 #include "pipeline/plan.h"
 #include "pipeline/publish.h"
@@ -71,6 +73,9 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& options, const Progres
   std::optional<Checkpoint> ckpt;
   std::optional<detail::QuantizePlan> plan;
   detail::run_step(c, [&] {
+    // a device the runtime sees, checked before anything is read or written, on every
+    // rank (a rank on a host without one fails the run for all)
+    o.device = resolve_device(o.device);
     std::vector<detail::PlanGroup> groups = detail::resolve_groups(o);
     if (rank == 0) folder = detail::prepare_output(o);
     ckpt = Checkpoint::open(o.model_path);
@@ -78,6 +83,22 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& options, const Progres
   });
   detail::share_output_folder(c, folder);
   QuantizeReport report = detail::start_report(o, *plan, *ckpt, folder);
+  // --device cuda: which jobs run there is known from the plan; rank 0 says so before
+  // any tensor is read
+  std::optional<detail::Placement> placement;
+  std::optional<detail::DeviceRunner> device;
+  if (o.device.kind == DeviceSpec::Kind::kCuda) {
+    placement = detail::place_jobs(*plan, o.baseline);
+    device.emplace(*o.device.index, *placement);
+    if (rank == 0 && o.log) {
+      // the counts are the whole run's; under several ranks each is on its own device
+      o.log("--device " + o.device.str() + (distributed ? " (rank 0)" : "") + ": " +
+            cuda::describe_device(*o.device.index) + ": " + std::to_string(placement->device_modules) + " of " +
+            std::to_string(placement->device_modules + placement->cpu_modules) +
+            " weights are calibrated, quantized and packed on the " + (distributed ? "ranks' GPUs" : "GPU"));
+      for (const std::string& line : placement->cpu_notes(*plan)) o.log(line);
+    }
+  }
   const std::vector<std::size_t> mine = detail::assign_jobs(*plan, c.size(), o.baseline)[static_cast<std::size_t>(rank)];
   RankReport me;
   if (distributed) me = detail::this_rank(c, *plan, mine, o.baseline);
@@ -154,7 +175,7 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& options, const Progres
         }
         if (rank != 0) c.post_progress(static_cast<int64_t>(job.members.size()));
         if (rank == 0) collect(false);
-      }, [&] { return passthrough.write_next(); });
+      }, [&] { return passthrough.write_next(); }, device ? &*device : nullptr);
       passthrough.write_all();
       for (auto& w : writers) report.output_bytes += w->data_size();
       for (auto& w : writers) w->close();

@@ -12,6 +12,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/parallel/thread_pool.h"
+#include "pipeline/device.h"
 #include "qobs/observer.h"
 
 namespace qobs::detail {
@@ -61,6 +62,44 @@ std::vector<QParams> calibrate(const std::vector<TensorView>& views, const std::
 
 }  // namespace
 
+JobResult finish_job(const QuantizePlan& plan, std::size_t j, std::vector<Compressed>&& outputs,
+                     const std::vector<QParams>& qp, double secs, bool baseline,
+                     const std::function<std::vector<kernels::ErrorSums>()>& baseline_errors) {
+  const Job& job = plan.jobs[j];
+  const PlanGroup& group = plan.group_of(job);
+  JobResult r;
+  r.outputs = std::move(outputs);
+  for (std::size_t k = 0; k < job.members.size(); ++k) {
+    const PlannedModule& m = plan.modules[job.members[k]];
+    TensorReport t;
+    t.module = m.module;
+    t.shape = m.weight->shape;
+    t.dtype = std::string(dtype_name(m.weight->dtype));
+    t.observer = group.observer;
+    const Metrics mt = measure(r.outputs[k].error);
+    t.rel_mse = mt.rel_mse;
+    t.sqnr_db = mt.sqnr_db;
+    t.seconds = secs / static_cast<double>(job.members.size());
+    if (qp[k].global_scale) t.global_scale = qp[k].global_scale->get(0);
+    r.reports.push_back(std::move(t));
+  }
+  if (!baseline) return r;
+  if (group.observer == kBaselineObserver) {
+    for (auto& t : r.reports) {
+      t.baseline_rel_mse = t.rel_mse;
+      t.baseline_sqnr_db = t.sqnr_db;
+    }
+    return r;
+  }
+  const std::vector<kernels::ErrorSums> errors = baseline_errors();
+  for (std::size_t k = 0; k < job.members.size(); ++k) {
+    const Metrics mt = measure(errors[k]);
+    r.reports[k].baseline_rel_mse = mt.rel_mse;
+    r.reports[k].baseline_sqnr_db = mt.sqnr_db;
+  }
+  return r;
+}
+
 JobResult calibrate_job(const Checkpoint& ckpt, const QuantizePlan& plan, std::size_t j, bool baseline) {
   const Job& job = plan.jobs[j];
   const PlanGroup& group = plan.group_of(job);
@@ -77,42 +116,17 @@ JobResult calibrate_job(const Checkpoint& ckpt, const QuantizePlan& plan, std::s
   }
   const auto start = Clock::now();
   const std::vector<QParams> qp = calibrate(views, labels, wargs, group.observer, importance);
-  JobResult r;
+  std::vector<Compressed> outputs;
   for (std::size_t k = 0; k < job.members.size(); ++k)
-    r.outputs.push_back(compress_weight(views[k], qp[k], wargs, group.format(), labels[k]));
+    outputs.push_back(compress_weight(views[k], qp[k], wargs, group.format(), labels[k]));
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  for (std::size_t k = 0; k < job.members.size(); ++k) {
-    const PlannedModule& m = plan.modules[job.members[k]];
-    TensorReport t;
-    t.module = m.module;
-    t.shape = m.weight->shape;
-    t.dtype = std::string(dtype_name(m.weight->dtype));
-    t.observer = group.observer;
-    const Metrics mt = measure(r.outputs[k].error);
-    t.rel_mse = mt.rel_mse;
-    t.sqnr_db = mt.sqnr_db;
-    t.seconds = secs / static_cast<double>(job.members.size());
-    if (qp[k].global_scale) t.global_scale = qp[k].global_scale->get(0);
-    r.reports.push_back(std::move(t));
-  }
-  if (baseline) {
-    const std::string base = "memoryless_minmax";
-    if (group.observer == base) {
-      for (auto& t : r.reports) {
-        t.baseline_rel_mse = t.rel_mse;
-        t.baseline_sqnr_db = t.sqnr_db;
-      }
-    } else {
-      const std::vector<QParams> bq = calibrate(views, labels, wargs, base, {});
-      for (std::size_t k = 0; k < job.members.size(); ++k) {
-        const Compressed bc = compress_weight(views[k], bq[k], wargs, group.format(), labels[k]);
-        const Metrics mt = measure(bc.error);
-        r.reports[k].baseline_rel_mse = mt.rel_mse;
-        r.reports[k].baseline_sqnr_db = mt.sqnr_db;
-      }
-    }
-  }
-  return r;
+  return finish_job(plan, j, std::move(outputs), qp, secs, baseline, [&] {
+    const std::vector<QParams> bq = calibrate(views, labels, wargs, std::string(kBaselineObserver), {});
+    std::vector<kernels::ErrorSums> errors;
+    for (std::size_t k = 0; k < job.members.size(); ++k)
+      errors.push_back(compress_weight(views[k], bq[k], wargs, group.format(), labels[k]).error);
+    return errors;
+  });
 }
 
 PassthroughCopy::PassthroughCopy(const Checkpoint& ckpt, const QuantizePlan& plan,
@@ -177,7 +191,8 @@ std::vector<std::vector<std::size_t>> assign_jobs(const QuantizePlan& plan, int 
 
 void run_jobs(const Checkpoint& ckpt, const QuantizePlan& plan, const QuantizeOptions& o,
               std::span<const std::size_t> jobs, const std::function<void()>& check_cancel,
-              const std::function<void(std::size_t, JobResult&&)>& consume, const std::function<bool()>& idle) {
+              const std::function<void(std::size_t, JobResult&&)>& consume, const std::function<bool()>& idle,
+              DeviceRunner* device) {
   bool idle_work = static_cast<bool>(idle);
   const std::size_t n = jobs.size();
   const std::size_t ahead = static_cast<std::size_t>(o.threads);
@@ -202,7 +217,8 @@ void run_jobs(const Checkpoint& ckpt, const QuantizePlan& plan, const QuantizeOp
         if (!stop.load()) {
           try {
             check_cancel();
-            r = calibrate_job(ckpt, plan, j, o.baseline);
+            r = device && device->runs(j) ? device->calibrate(ckpt, plan, j, o.baseline)
+                                          : calibrate_job(ckpt, plan, j, o.baseline);
           } catch (...) {
             err = std::current_exception();  // rethrown on the calling thread: library code never aborts
           }

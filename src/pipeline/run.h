@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -16,15 +17,29 @@
 
 namespace qobs::detail {
 
+class DeviceRunner;  // device.h
+
 /// What one job produced, per member: the tensors to write and the report line.
 struct JobResult {
   std::vector<Compressed> outputs;
   std::vector<TensorReport> reports;
 };
 
+/// The observer the report's baseline figures are measured with.
+inline constexpr std::string_view kBaselineObserver = "memoryless_minmax";
+
 /// Calibrates job `j` of `plan` and compresses its members; with `baseline`, also
-/// measures memoryless_minmax on the same weights.
+/// measures kBaselineObserver on the same weights.
 JobResult calibrate_job(const Checkpoint& ckpt, const QuantizePlan& plan, std::size_t j, bool baseline);
+
+/// Job j's result from its members' compressed outputs and qparams (`seconds`: the
+/// calibration and compression of all of them). With `baseline`, the report's baseline
+/// figures: the job's own where its observer is kBaselineObserver, else the sums
+/// `baseline_errors()` measures (one per member). calibrate_job and the device path
+/// (device.cc) both end here.
+JobResult finish_job(const QuantizePlan& plan, std::size_t j, std::vector<Compressed>&& outputs,
+                     const std::vector<QParams>& qp, double seconds, bool baseline,
+                     const std::function<std::vector<kernels::ErrorSums>()>& baseline_errors);
 
 /// Runs the jobs `jobs` of `plan` (indices into plan.jobs) as tasks of a ThreadPool of
 /// `options.threads` threads; the kernels' parallel_for calls inside a job run on the
@@ -36,11 +51,12 @@ JobResult calibrate_job(const Checkpoint& ckpt, const QuantizePlan& plan, std::s
 /// started have finished. `idle`, when given, is the calling thread's own work while the
 /// next result is not ready (the writing of pass-through tensors): one piece per call,
 /// false once there is none left; it runs on the caller between waits, so it adds no
-/// thread to the budget.
+/// thread to the budget. `device`, when given, runs the jobs it places on its CUDA
+/// device (DeviceRunner::runs) on the same tasks; the others are calibrate_job's.
 void run_jobs(const Checkpoint& ckpt, const QuantizePlan& plan, const QuantizeOptions& options,
               std::span<const std::size_t> jobs, const std::function<void()>& check_cancel,
               const std::function<void(std::size_t j, JobResult&& result)>& consume,
-              const std::function<bool()>& idle = {});
+              const std::function<bool()>& idle = {}, DeviceRunner* device = nullptr);
 
 /// Step 4's pass-through tensors (those not in plan.replaced), written one per
 /// write_next() call: run_jobs' `idle`, so that the copy overlaps the jobs instead of

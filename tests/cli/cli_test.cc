@@ -14,10 +14,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
 
+#include "qobs/cuda.h"
 #include "qobs/io.h"
 #include "qobs/pipeline.h"
 
@@ -201,6 +203,51 @@ TEST_F(Cli, OptionValueErrorsLeadWithTheOption) {
   EXPECT_EQ(r.rc, 2);
   EXPECT_EQ(r.out.rfind("qobs: --scheme unquantized quantizes nothing; choose", 0), 0u) << r.out;
   EXPECT_EQ(run(q + "--scheme w4a16 --observer Memoryless_MSE").rc, 0);  // names are case-insensitive
+}
+
+// --device: documented in the usage, a mistyped value refused with the option, the value
+// and the accepted forms, cpu (the default) giving the default's bytes, and cuda either
+// the CPU run's bytes on a GPU or refused before anything is written, with the runtime's
+// reason (no GPU, no driver, or a build without the CUDA backend).
+TEST_F(Cli, DeviceOption) {
+  Result r = run("quantize --help");
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find("  --device cpu|cuda|cuda:N    where weights are calibrated"), std::string::npos) << r.out;
+  const std::string q = "quantize " + p("in") + " --scheme NVFP4A16 --observer memoryless_mse --quiet ";
+  for (const std::string v : {"gpu", "cuda:abc", "cuda:-1", "cuda:", "CUDA", "cpu:0"}) {
+    r = run(q + "-o " + p("bad") + " --device " + v);
+    EXPECT_EQ(r.rc, 2) << v;
+    EXPECT_EQ(r.out, "qobs: --device " + v + ": expected cpu, cuda or cuda:N (N a device index from 0)\n") << v;
+  }
+  EXPECT_EQ(run(q + "-o " + p("bad") + " --device").rc, 2);
+  EXPECT_FALSE(fs::exists(p("bad")));
+
+  const auto folder = [&](const std::string& rel) {
+    std::map<std::string, std::string> files;
+    for (const auto& e : fs::directory_iterator(p(rel))) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("qobs-report.", 0) == 0) continue;  // timings
+      std::ifstream f(e.path(), std::ios::binary);
+      files[name] = std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    }
+    return files;
+  };
+  ASSERT_EQ(run(q + "-o " + p("default")).rc, 0);
+  ASSERT_EQ(run(q + "-o " + p("cpu") + " --device cpu").rc, 0);
+  EXPECT_TRUE(folder("default") == folder("cpu"));
+
+  r = run("quantize " + p("in") + " --scheme NVFP4A16 --observer memoryless_mse -o " + p("cuda") + " --device cuda");
+  if (cuda::available()) {
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_NE(r.out.find("qobs: --device cuda:0: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(": 2 of 2 weights are calibrated, quantized and packed on the GPU"), std::string::npos)
+        << r.out;
+    EXPECT_TRUE(folder("default") == folder("cuda"));
+  } else {
+    EXPECT_EQ(r.rc, 2);
+    EXPECT_EQ(r.out, "qobs: --device cuda: " + cuda::unavailable_reason() + "\n");
+    EXPECT_FALSE(fs::exists(p("cuda")));
+  }
 }
 
 // `qobs schemes` listed UNQUANTIZED as "not available without calibration data": every

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "qobs/cuda.h"
 #include "qobs/mpi.h"
 #include "qobs/qobs.h"
 #include "test_util.h"
@@ -187,6 +188,23 @@ TEST_F(MpiQuantize, ABadTensorOnOneRankFailsAllOnceAndPublishesNothing) {
   const std::string needle = "model.layers.2.mlp.down_proj";
   const std::size_t first = log.find(needle);
   ASSERT_NE(first, std::string::npos) << log;
+  EXPECT_EQ(log.find("qobs: ", log.find("qobs: ") + 1), std::string::npos) << "reported more than once:\n" << log;
+}
+
+// --device cuda under mpirun: with GPUs, each rank on its own (ranks of one host share
+// them in turn) gives the single process's folder; without a usable GPU every rank
+// fails with the runtime's reason, reported once, and nothing is published.
+TEST_F(MpiQuantize, DeviceCudaOnEveryRank) {
+  if (qobs::cuda::available()) {
+    check_identical("NVFP4A16", 3, 3, 2, "--device cuda");
+    return;
+  }
+  make_checkpoint("in", 2, 1, 128);
+  std::string log;
+  const int rc = run(mpirun(3) + cli() + " quantize in --scheme W4A16 --threads 1 --quiet --device cuda -o out", &log);
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_FALSE(fs::exists("out")) << log;
+  EXPECT_NE(log.find("--device cuda: " + qobs::cuda::unavailable_reason()), std::string::npos) << log;
   EXPECT_EQ(log.find("qobs: ", log.find("qobs: ") + 1), std::string::npos) << "reported more than once:\n" << log;
 }
 

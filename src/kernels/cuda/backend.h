@@ -64,6 +64,10 @@ class Backend {
   virtual void pack_fp4(const PackFp4Args& a, Stream s) const = 0;
   virtual void column_squares(const ColumnSquaresArgs& a, Stream s) const = 0;
   virtual void non_finite(const NonFiniteArgs& a, Stream s) const = 0;
+  virtual void running_minmax(const RunningMinmaxArgs& a, Stream s) const = 0;
+  virtual void importance(const ImportanceArgs& a, Stream s) const = 0;
+  virtual void flag_non_finite(const FlagNonFiniteArgs& a, Stream s) const = 0;
+  virtual void record_non_finite(const RecordNonFiniteArgs& a, Stream s) const = 0;
 };
 
 /// The backend, or nullptr (no CUDA in this build, no driver, or no device). Probed once.
@@ -71,6 +75,14 @@ const Backend* backend();
 
 /// Why backend() is null ("" when it is not): the build, or the runtime's answer.
 std::string unavailable_reason();
+
+/// Tests: `b` stands in for the probed backend (backend() returns it, unavailable_reason()
+/// is ""), until called again with nullptr, so that the code above the kernels runs its
+/// device path on a host emulation where no GPU is present. Set it before the work that
+/// uses it starts.
+void set_backend_for_testing(const Backend* b);
+/// The stand-in of set_backend_for_testing, or nullptr (backend() checks it first).
+const Backend* backend_for_testing();
 
 /// Device memory owned for the lifetime of the object, released on its stream.
 class DeviceBuffer {

@@ -99,6 +99,12 @@ class CudaBackend final : public Backend {
   void pack_fp4(const PackFp4Args& a, Stream s) const override { launch_pack_fp4(a, st(s)); }
   void column_squares(const ColumnSquaresArgs& a, Stream s) const override { launch_column_squares(a, st(s)); }
   void non_finite(const NonFiniteArgs& a, Stream s) const override { launch_non_finite(a, st(s)); }
+  void running_minmax(const RunningMinmaxArgs& a, Stream s) const override { launch_running_minmax(a, st(s)); }
+  void importance(const ImportanceArgs& a, Stream s) const override { launch_importance(a, st(s)); }
+  void flag_non_finite(const FlagNonFiniteArgs& a, Stream s) const override { launch_flag_non_finite(a, st(s)); }
+  void record_non_finite(const RecordNonFiniteArgs& a, Stream s) const override {
+    launch_record_non_finite(a, st(s));
+  }
 
  private:
   int count_;
@@ -130,8 +136,11 @@ const Probe& probe() {
 
 }  // namespace
 
-const Backend* backend() { return probe().backend.get(); }
+const Backend* backend() {
+  if (const Backend* t = backend_for_testing()) return t;
+  return probe().backend.get();
+}
 
-std::string unavailable_reason() { return probe().reason; }
+std::string unavailable_reason() { return backend_for_testing() ? std::string() : probe().reason; }
 
 }  // namespace qobs::kernels::cuda

@@ -4,9 +4,10 @@
 
 namespace qobs::kernels::cuda {
 
-const Backend* backend() { return nullptr; }
+const Backend* backend() { return backend_for_testing(); }
 
 std::string unavailable_reason() {
+  if (backend_for_testing()) return "";
   return "qobs was built without CUDA (QOBS_CUDA=OFF, or no CUDA compiler at build time)";
 }
 

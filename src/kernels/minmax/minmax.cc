@@ -108,6 +108,12 @@ void minmax_stats(const Backend& b, const FlatView& flat, DType out_dtype, void*
   run_minmax(b, *x, out_dtype, mins, maxs, s);
 }
 
+void running_minmax(const Backend& b, const void* batch_min, const void* batch_max, DType dtype, int64_t n,
+                    RunningOp op, double c, NumericMode mode, void* run_min, void* run_max, const uint32_t* skip,
+                    Stream s) {
+  if (n > 0) b.running_minmax(RunningMinmaxArgs{batch_min, batch_max, dtype, n, op, c, mode, run_min, run_max, skip}, s);
+}
+
 void nan_min_max(const Backend& b, const void* x, DType dtype, int64_t n, float* out, Stream s) {
   FlatMap m;
   m.data = x;

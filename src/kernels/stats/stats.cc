@@ -162,19 +162,35 @@ ErrorSums error_sums(const TensorView& x, const TensorView& y) {
 
 namespace cuda {
 
+namespace {
+
+/// The row-major index map of a device view of at most kMaxAxes dimensions.
+AxisList axes_of(const TensorView& x, const char* what) {
+  QOBS_CHECK(x.shape.size() <= static_cast<std::size_t>(kMaxAxes), InvalidArgument, what, " on the device: more than ",
+             kMaxAxes, " dimensions");
+  const Shape strides = x.strides.empty() ? contiguous_strides(x.shape) : x.strides;
+  AxisList a;
+  a.count = static_cast<int>(x.shape.size());
+  for (std::size_t d = 0; d < x.shape.size(); ++d) {
+    a.size[d] = x.shape[d];
+    a.stride[d] = strides[d];
+  }
+  return a;
+}
+
+void check_columns(const TensorView& x, int64_t cols, const char* what) {
+  QOBS_CHECK(x.is_contiguous() && cols > 0 && x.numel() % cols == 0, InvalidArgument, what,
+             " on the device: need a contiguous tensor whose size ", x.numel(), " is a multiple of ", cols, " columns");
+}
+
+}  // namespace
+
 int64_t first_non_finite(const Backend& b, const TensorView& x, Stream s) {
   NonFiniteArgs a;
   a.x = x.data;
   a.dtype = x.dtype;
   a.n = x.numel();
-  const Shape strides = x.strides.empty() ? contiguous_strides(x.shape) : x.strides;
-  QOBS_CHECK(x.shape.size() <= static_cast<std::size_t>(kMaxAxes), InvalidArgument,
-             "non-finite scan on the device: more than ", kMaxAxes, " dimensions");
-  a.view.count = static_cast<int>(x.shape.size());
-  for (std::size_t d = 0; d < x.shape.size(); ++d) {
-    a.view.size[d] = x.shape[d];
-    a.view.stride[d] = strides[d];
-  }
+  a.view = axes_of(x, "non-finite scan");
   DeviceBuffer first(b, sizeof(unsigned long long), s);
   b.fill(first.get(), 0xFF, sizeof(unsigned long long), s);
   a.first = first.as<unsigned long long>();
@@ -186,10 +202,29 @@ int64_t first_non_finite(const Backend& b, const TensorView& x, Stream s) {
 }
 
 void sum_squares_by_column(const Backend& b, const TensorView& x, int64_t cols, double* acc, Stream s) {
-  QOBS_CHECK(x.is_contiguous() && cols > 0 && x.numel() % cols == 0, InvalidArgument,
-             "column sums on the device: need a contiguous tensor whose size ", x.numel(), " is a multiple of ", cols,
-             " columns");
+  check_columns(x, cols, "column sums");
   b.column_squares(ColumnSquaresArgs{x.data, x.dtype, x.numel() / cols, cols, acc}, s);
+}
+
+void add_importance(const Backend& b, const TensorView& x, int64_t cols, float* importance, Stream s) {
+  check_columns(x, cols, "imatrix importance");
+  DeviceBuffer acc(b, static_cast<std::size_t>(cols) * sizeof(double), s);
+  b.importance(ImportanceArgs{ColumnSquaresArgs{x.data, x.dtype, x.numel() / cols, cols, acc.as<double>()}, importance},
+               s);
+}
+
+void record_non_finite(const Backend& b, const void* mins, const void* maxs, DType stat_dtype, int64_t n,
+                       const TensorView& x, int64_t batch, NonFiniteRecord* record, Stream s) {
+  if (n > 0) b.flag_non_finite(FlagNonFiniteArgs{mins, maxs, stat_dtype, n, record}, s);
+  RecordNonFiniteArgs a;
+  a.scan.x = x.data;
+  a.scan.dtype = x.dtype;
+  a.scan.n = x.numel();
+  a.scan.view = axes_of(x, "non-finite record");
+  a.scan.first = &record->index;
+  a.record = record;
+  a.batch = batch;
+  b.record_non_finite(a, s);
 }
 
 }  // namespace cuda

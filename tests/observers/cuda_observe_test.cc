@@ -2,16 +2,20 @@
 // qparams_from_statistics must give get_qparams' bytes for every data-free weight
 // observer with a device path, INT4 sym / asym g128, INT8 channel, FP8, NVFP4 (with
 // fused members sharing a global scale) and MXFP4, in f32, bf16 and f16. Skipped, with
-// the runtime's reason, where there is no device; what needs no device (the reasons a
-// call stays on the CPU, the argument checks) runs everywhere. The activation observers
+// the runtime's reason, where there is no device, and run again on the host emulation of
+// the backend everywhere; what needs no device (the reasons a call stays on the CPU, the
+// argument checks) runs everywhere. The activation observers
 // (ActivationStatistics) and the imatrix hook (DeviceImportance) batch after batch
 // against the CPU observers: statistics and qparams, tails, signed zeros, subnormals,
 // all-equal and all-zero batches, and NaN / Inf batches.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <random>
+#include <string>
 
 #include "kernels/kernels_cuda.h"
+#include "pipeline/host_backend.h"
 #include "qobs/qobs.h"
 #include "test_util.h"
 
@@ -33,6 +37,26 @@ std::vector<float> weights(int64_t n, uint32_t seed) {
 
 QuantizationArgs args_of(const char* preset_json) { return QuantizationArgs::from_json(preset_json); }
 
+/// The device tests run twice: on the CUDA device (skipped, with the runtime's reason,
+/// where there is none) and on the host emulation of the backend
+/// (tests/pipeline/host_backend.h: the same kernel bodies over every index, lazy
+/// streams), so that the code of qobs/cuda.h around the kernels is tested on every
+/// machine and a missed synchronisation shows there too.
+class CudaObserveOn : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    if (std::string(GetParam()) == "HostEmulation") {
+      emulated_ = std::make_unique<testing::EmulatedDevice>();
+    } else if (!cuda::available()) {
+      GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+    }
+  }
+  std::unique_ptr<testing::EmulatedDevice> emulated_;
+};
+
+INSTANTIATE_TEST_SUITE_P(, CudaObserveOn, ::testing::Values("Device", "HostEmulation"),
+                         [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
+
 TEST(CudaObserve, UnsupportedCallsSayWhy) {
   const QuantizationArgs a = QuantizationArgs::from_json(R"({"num_bits": 4, "strategy": "group", "group_size": 16})");
   auto lsq = load_observer("lsq_mse", "weight", a);
@@ -41,8 +65,7 @@ TEST(CudaObserve, UnsupportedCallsSayWhy) {
   if (!cuda::available()) EXPECT_EQ(cuda::device_unsupported(*lsq, t.view()), cuda::unavailable_reason());
 }
 
-TEST(CudaObserve, WeightObserversEqualTheCpuObservers) {
-  if (!cuda::available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+TEST_P(CudaObserveOn, WeightObserversEqualTheCpuObservers) {
   const auto& b = kernels::cuda::require_backend();
   const char* formats[] = {
       R"({"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group", "group_size": 128})",
@@ -92,8 +115,7 @@ TEST(CudaObserve, WeightObserversEqualTheCpuObservers) {
       }
 }
 
-TEST(CudaObserve, FusedGlobalScaleAndStatisticCopiesEqualTheCpuObservers) {
-  if (!cuda::available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+TEST_P(CudaObserveOn, FusedGlobalScaleAndStatisticCopiesEqualTheCpuObservers) {
   const auto& b = kernels::cuda::require_backend();
   const QuantizationArgs a = args_of(
       R"({"num_bits": 4, "type": "float", "symmetric": true, "strategy": "tensor_group", "group_size": 16, "scale_dtype": "float8_e4m3fn"})");
@@ -142,8 +164,7 @@ TEST(CudaObserve, FusedGlobalScaleAndStatisticCopiesEqualTheCpuObservers) {
                                          {"only tensor_group observers have a global scale"});
 }
 
-TEST(CudaObserve, NonFiniteWeightsAreRejectedAsOnTheCpu) {
-  if (!cuda::available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+TEST_P(CudaObserveOn, NonFiniteWeightsAreRejectedAsOnTheCpu) {
   const auto& b = kernels::cuda::require_backend();
   const QuantizationArgs a = args_of(R"({"num_bits": 4, "strategy": "group", "group_size": 16})");
   std::vector<float> v = weights(64, 2);
@@ -257,8 +278,7 @@ void expect_same_statistics(const Observer& want, const Observer& got, const std
   }
 }
 
-TEST(CudaObserve, ActivationObserversEqualTheCpuObservers) {
-  if (!cuda::available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+TEST_P(CudaObserveOn, ActivationObserversEqualTheCpuObservers) {
   const auto& b = kernels::cuda::require_backend();
   struct Obs {
     const char* name;
@@ -300,8 +320,7 @@ TEST(CudaObserve, ActivationObserversEqualTheCpuObservers) {
         }
 }
 
-TEST(CudaObserve, NonFiniteActivationBatchesRaiseOnStoreWithTheCpuStatistics) {
-  if (!cuda::available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+TEST_P(CudaObserveOn, NonFiniteActivationBatchesRaiseOnStoreWithTheCpuStatistics) {
   const auto& b = kernels::cuda::require_backend();
   for (const char* name : {"memoryless_minmax", "static_minmax", "minmax"})
     for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
@@ -341,8 +360,7 @@ TEST(CudaObserve, NonFiniteActivationBatchesRaiseOnStoreWithTheCpuStatistics) {
   EXPECT_FALSE(dev->has_statistics());
 }
 
-TEST(CudaObserve, ActivationShapeAndDtypeChangesAreRefusedAsOnTheCpu) {
-  if (!cuda::available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+TEST_P(CudaObserveOn, ActivationShapeAndDtypeChangesAreRefusedAsOnTheCpu) {
   const auto& b = kernels::cuda::require_backend();
   const QuantizationArgs a = args_of(kActivationFormats[0]);
   // running statistics of another shape than a tensor observer's (1,), as imported from elsewhere
@@ -378,8 +396,7 @@ TEST(CudaObserve, ActivationShapeAndDtypeChangesAreRefusedAsOnTheCpu) {
             std::string::npos);
 }
 
-TEST(CudaObserve, ImatrixImportanceEqualsTheCpuObserver) {
-  if (!cuda::available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+TEST_P(CudaObserveOn, ImatrixImportanceEqualsTheCpuObserver) {
   const auto& b = kernels::cuda::require_backend();
   const QuantizationArgs a = args_of(R"({"num_bits": 4, "strategy": "group", "group_size": 16})");
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})

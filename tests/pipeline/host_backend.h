@@ -39,6 +39,9 @@ class HostBackend final : public kernels::cuda::Backend {
   HostBackend(const HostBackend&) = delete;
   HostBackend& operator=(const HostBackend&) = delete;
   ~HostBackend() override {
+    // work still queued on this thread's default stream (a release, say) refers to this
+    // backend: run it now, as a device would have, so that it cannot run under the next one
+    synchronize(Stream{});
     for (auto& [p, a] : blocks_) std::free(const_cast<void*>(p));
   }
 

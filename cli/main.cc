@@ -48,7 +48,7 @@ constexpr const char* kMergeSynopsis = "  qobs merge-importance OUT.safetensors 
 constexpr const char* kQuantizeOptions = R"(
 quantize options:
   --scheme NAME               preset (W4A16, W4A16_ASYM, W8A16, W8A8, FP8_DYNAMIC, FP8_BLOCK,
-                              NVFP4A16, MXFP4A16, MXFP4, ...; `qobs schemes` lists them)
+                              NVFP4A16, MXFP4A16, MXFP4, MXFP6A16, ...; `qobs schemes` lists them)
   --observer NAME             weight observer (default: the scheme's, memoryless_minmax)
   --observer-kwarg KEY=VALUE  observer hyper-parameter, repeatable (e.g. maxshrink=0.3)
   --config FILE               several config groups: a compressed-tensors QuantizationConfig or an

@@ -1,8 +1,10 @@
 #include "test_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <stdlib.h>
 
@@ -55,6 +57,25 @@ std::optional<Golden> load_golden(const std::string& name) {
 }
 
 QuantizationArgs args_from_golden(const nlohmann::json& j) { return QuantizationArgs::from_json(j.dump()); }
+
+QuantizationArgs case_args_from_golden(const nlohmann::json& c) {
+  QuantizationArgs a = args_from_golden(c["args"]);
+  if (c.contains("args_zp_dtype") && c["args_zp_dtype"].is_string())
+    a.zp_dtype = parse_dtype(c["args_zp_dtype"].get<std::string>());
+  return a;
+}
+
+std::vector<double> fp6_grid_values(int64_t n, uint32_t seed) {
+  static const double t[] = {0.0625, 0.1875, 0.9375, 1.0625, 1.9375, 2.125, 2.375, 3.875, 4.25, 4.75, 7.25,
+                             7.5,    7.75,   8.0,    0.0,    -0.0,   0.125, 1.875, 3.75,  6.5,  5.25, 0.4375};
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::size_t g = i / 16;
+    const double m = t[(i * 7 + seed) % std::size(t)];
+    v[i] = (i % 3 == 1 ? -1.0 : 1.0) * (g % 2 == 0 ? std::min(m, 7.5) : m) * std::ldexp(1.0, -4 - static_cast<int>(g % 3));
+  }
+  return v;
+}
 
 int64_t ulp_distance(DType dt, double a, double b) {
   if (a == b) return 0;

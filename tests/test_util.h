@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "qobs/qobs.h"
 
@@ -29,6 +30,18 @@ std::optional<Golden> load_golden(const std::string& name);
 
 /// QuantizationArgs from a golden "args" object (model_dump of the reference).
 QuantizationArgs args_from_golden(const nlohmann::json& j);
+
+/// The args of a golden case: its "args" (the reference omits keys it did not write,
+/// R8.7.5, and serializes zp_dtype as null for symmetric args, R1.3.5) with the
+/// in-memory zp_dtype the generator records as "args_zp_dtype".
+QuantizationArgs case_args_from_golden(const nlohmann::json& c);
+
+/// n values on the FP6 E2M3 grid (R2.8) for power-of-two scales: x / s on the
+/// midpoints of every step (ties to even), on grid values, at the saturation (7.5, the
+/// midpoint 7.75 to the would-be 8, beyond) and signed zeros, with s = 2^-4 .. 2^-6 per
+/// group of 16 and every other group capped at 7.5, so that min-max scales land on and
+/// just past the grid's top. `seed` shifts the sequence.
+std::vector<double> fp6_grid_values(int64_t n, uint32_t seed);
 
 /// Bitwise equality with a readable failure description ("" when equal).
 std::string describe_difference(const Tensor& expected, const Tensor& actual);

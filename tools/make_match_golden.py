@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Golden data for qobs' module matching and --config output, from the Python reference.
 
-Run with an interpreter that has llmcompressor, compressed-tensors and transformers
-(see tools/README.md); CI never runs it, its output tests/golden/match.json is committed.
+Run with an interpreter that has llmcompressor 0.14.0.1 on compressed-tensors 0.20.1 and
+transformers (the config.json shape is 0.20's, docs/RULES.md R0.6; tools/README.md); CI
+never runs it, its output tests/golden/match.json is committed.
 
 * "models": a tiny Llama and a tiny BERT built from a config (no weights downloaded).
   For each, the tensors a checkpoint of it holds (name, shape) and, for each pattern,

@@ -86,6 +86,12 @@ struct QuantizationArgs {
   std::optional<DType> zp_dtype;
   std::optional<std::string> observer;
   ObserverKwargs observer_kwargs;
+  /// Whether validated() filled observer / zp_dtype in (R1.3.1 steps 7-9) rather than
+  /// the caller setting them: compressed-tensors 0.20 writes only the fields a user set
+  /// (R8.7.5). Whoever assigns observer or zp_dtype after validation clears the flag.
+  /// Not part of equality.
+  bool observer_inferred = false;
+  bool zp_dtype_inferred = false;
 
   /// Runs R1.2.2 and R1.3.1 (steps 1-9, first failure wins) and returns the object
   /// with strategy, observer and zp_dtype inferred. Idempotent.
@@ -100,6 +106,11 @@ struct QuantizationArgs {
   /// R1.3.5 JSON with exactly the keys of R1.2 in their order (zp_dtype null when
   /// symmetric).
   std::string to_json(int indent = -1) const;
+  /// R8.7.5 JSON as compressed-tensors 0.20 writes it into config.json: the R1.3.5
+  /// keys less actorder / block_structure / scale_dtype when null, observer_kwargs when
+  /// empty, and observer / zp_dtype unless the caller set them (not inferred) and they
+  /// are written non-null. Parsing it gives an equal object.
+  std::string to_config_json(int indent = -1) const;
   /// Parses JSON (unknown keys -> InvalidArgument, R1.2.1) and validates.
   static QuantizationArgs from_json(std::string_view json);
   /// The same parser over already-split fields (unknown keys -> InvalidArgument,
@@ -107,9 +118,11 @@ struct QuantizationArgs {
   static QuantizationArgs from_fields(const FieldValue::Map& fields);
 
   bool is_fp4() const { return type == QuantType::kFloat && num_bits == 4; }
+  bool is_fp6() const { return type == QuantType::kFloat && num_bits == 6; }
   /// R2.4.4 should_generate_mx_scales.
   bool is_mx() const;
-  /// (q_min, q_max) of R2.1-R2.3 (float with bits not in {4, 8} -> NotImplementedError).
+  /// (q_min, q_max) of R2.1-R2.3, R2.8 (float with bits not in {4, 6, 8} ->
+  /// NotImplementedError).
   std::pair<float, float> q_range() const;
 
   friend bool operator==(const QuantizationArgs& a, const QuantizationArgs& b);
@@ -129,6 +142,8 @@ struct QuantizationScheme {
   /// Validates each args object and the scheme rules of R1.4.2.
   QuantizationScheme validated() const;
   std::string to_json(int indent = -1) const;
+  /// R8.7.1: the scheme with its args as to_config_json writes them.
+  std::string to_config_json(int indent = -1) const;
   static QuantizationScheme from_json(std::string_view json);
   friend bool operator==(const QuantizationScheme&, const QuantizationScheme&) = default;
 };
@@ -144,6 +159,15 @@ std::vector<std::string> preset_names();
 enum class QuantizationStatus : uint8_t { kInitialized, kCalibration, kFrozen, kCompressed, kDecompressed };
 std::string_view to_string(QuantizationStatus s);
 
+/// R1.6.5: compressed-tensors 0.20's ExpertSparsityConfig, the experts a MoE model keeps
+/// per decoder layer.
+struct ExpertSparsityConfig {
+  std::string method;  ///< "prune" or "novice"
+  /// one entry per decoder layer: the experts kept, or nullopt for a dense layer
+  std::vector<std::optional<int64_t>> num_experts;
+  friend bool operator==(const ExpertSparsityConfig&, const ExpertSparsityConfig&) = default;
+};
+
 /// R1.6: model-level configuration.
 struct QuantizationConfig {
   std::vector<std::pair<std::string, QuantizationScheme>> config_groups;
@@ -153,11 +177,16 @@ struct QuantizationConfig {
   QuantizationStatus quantization_status = QuantizationStatus::kInitialized;
   std::optional<double> global_compression_ratio;
   std::vector<std::string> ignore;
+  std::optional<ExpertSparsityConfig> moe_sparsity_config;  ///< R1.6.5
 
   /// R1.6.2.
   bool requires_calibration_data() const;
   /// R1.6.4.
   void merge(const QuantizationConfig& other);
+  /// R8.7: the quantization_config object as compressed-tensors 0.20 writes it (its
+  /// own keys; the writer adds version, sparsity and transform configs), groups and
+  /// kv_cache_scheme as to_config_json, moe_sparsity_config always present (null when
+  /// absent).
   std::string to_json(int indent = -1) const;
   /// Groups given as preset name -> list of targets are expanded (R1.6.1).
   static QuantizationConfig from_json(std::string_view json);

@@ -7,6 +7,8 @@
 //             max 448, min normal 2^-6, min subnormal 2^-9.
 //   FP4 E2M1  1-2-1, bias 1, no Inf/NaN, magnitudes {0,.5,1,1.5,2,3,4,6}; never a
 //             storage dtype: values live in float tensors or as packed nibbles.
+//   FP6 E2M3  1-2-3, bias 1, no Inf/NaN, max 7.5, steps 1/8 below 2, 1/4 in [2, 4),
+//             1/2 from 4 (R2.8); like FP4 never a storage dtype (6-bit codes, R8.10).
 //   E8M0      8-bit biased exponent (MX scales), value 2^(e-127), stored as uint8.
 #pragma once
 
@@ -36,6 +38,7 @@ struct FormatSpec {
 
 inline constexpr FormatSpec kFp8E4M3Spec{"float8_e4m3fn", 8, 4, 3, 7, false, true, true, 448.0};
 inline constexpr FormatSpec kFp4E2M1Spec{"float4_e2m1", 4, 2, 1, 1, false, false, true, 6.0};
+inline constexpr FormatSpec kFp6E2M3Spec{"float6_e2m3", 6, 2, 3, 1, false, false, true, 7.5};
 inline constexpr FormatSpec kE8M0Spec{"e8m0", 8, 8, 0, 127, false, true, false, 1.7014118346046923e38};
 
 // Constants derived from the table, so that no file repeats a format's numbers (all
@@ -55,9 +58,11 @@ QOBS_HD constexpr double min_subnormal(const FormatSpec& f) { return exp2_int(1 
 /// Largest biased exponent field of a format.
 constexpr int max_exponent_field(const FormatSpec& f) { return (1 << f.exponent_bits) - 1; }
 
-/// FP8 E4M3 / FP4 E2M1 largest finite magnitude, in f32 for the float kernels (448 / 6).
+/// FP8 E4M3 / FP4 E2M1 / FP6 E2M3 largest finite magnitude, in f32 for the float kernels
+/// (448 / 6 / 7.5).
 inline constexpr float kFp8E4M3Max = static_cast<float>(kFp8E4M3Spec.max_finite);
 inline constexpr float kFp4E2M1Max = static_cast<float>(kFp4E2M1Spec.max_finite);
+inline constexpr float kFp6E2M3Max = static_cast<float>(kFp6E2M3Spec.max_finite);
 /// R4.2: the NVFP4 global scale is (FP8 max x FP4 max) / amax = 2688 / amax.
 inline constexpr double kNvfp4GlobalScaleNumerator = kFp8E4M3Spec.max_finite * kFp4E2M1Spec.max_finite;
 /// The E8M0 exponent bias: code e stands for 2^(e - 127) (R2.4.2, R8.6.2).
@@ -257,6 +262,46 @@ QOBS_HD inline float fp4_value(uint8_t code) {
   return (code & 0x8u) ? -m : m;
 }
 
+// ---- FP6 E2M3 (R2.8) --------------------------------------------------------------
+
+/// The reference's FP6 cast (R2.8.1): |x| in f32, step 2^(max(e, 0) - 3) for the
+/// binade e of |x|, round half to even to a multiple of the step, saturate at 7.5, then
+/// x's sign by copysign (so -0.0 stays -0.0 and -0.05 gives -0.0). NaN stays NaN;
+/// +-inf saturates to +-7.5. |x| / step is below 16 for every finite x (step is at least
+/// 1/8 and at least 1/8 of |x|'s binade), so adding and removing 2^23 rounds it RNE.
+QOBS_HD inline float fp6_round(float x) {
+  const float a = std::fabs(x);
+  int e = static_cast<int>((std::bit_cast<uint32_t>(a) >> 23) & 0xFFu) - 127;
+  if (e < 0) e = 0;
+  const float step = std::bit_cast<float>(static_cast<uint32_t>(e - kFp6E2M3Spec.mantissa_bits + 127) << 23);
+  const float q = ((a / step + 0x1p23f) - 0x1p23f) * step;
+  const float r = q > kFp6E2M3Max ? kFp6E2M3Max : q;  // a NaN fails the comparison and stays
+  return std::copysign(r, x);
+}
+/// FP6 E2M3 magnitude of a 5-bit magnitude index (R2.8): index < 8 is the subnormal
+/// index / 8, else (1 + m / 8) 2^e for index = 8 + 8 e + m; index 31 is the maximum.
+QOBS_HD inline float fp6_magnitude(uint8_t index) {
+  const int i = index & 0x1F;
+  if (i < 8) return static_cast<float>(i) * 0.125f;
+  const int e = (i - 8) >> 3, m = (i - 8) & 7;
+  return (1.0f + static_cast<float>(m) * 0.125f) * static_cast<float>(1 << e);
+}
+/// The 5-bit magnitude index of an FP6 grid magnitude a (0 <= a <= 7.5, on the grid):
+/// a 8 below 1 (multiples of 1/8), else 8 + 8 e + m for a = (1 + m / 8) 2^e. Off the
+/// grid the result is meaningless (the packer checks fp6_magnitude(index) == a).
+QOBS_HD inline uint8_t fp6_index(float a) {
+  if (a < 1.0f) return static_cast<uint8_t>(a * 8.0f);
+  const int e = a < 2.0f ? 0 : (a < 4.0f ? 1 : 2);
+  const int m = static_cast<int>((a / static_cast<float>(1 << e) - 1.0f) * 8.0f);
+  return static_cast<uint8_t>(8 + 8 * e + m);
+}
+/// Value of a 6-bit code (R8.10.1): magnitude index in bits 0-4, sign in bit 5 (code 32
+/// is -0.0).
+QOBS_HD inline float fp6_value(uint8_t code) {
+  const float m = fp6_magnitude(code);
+  return (code & 0x20u) ? -m : m;
+}
+
 // ---- generic narrowing ------------------------------------------------------------
 
 /// Converts a double to the nearest value of a floating dtype (f64, f32, bf16, f16, fp8)
@@ -301,38 +346,44 @@ double dtype_max(DType dt);
 /// Smallest (most negative) finite number of a dtype (finfo.min / iinfo.min).
 double dtype_min(DType dt);
 
+/// R2.4.1 on a 16-bit pattern (bf16 or f16) with M mantissa bits (7 or 10): add
+/// 2^(M - elem_mantissa - 1) and clear the mantissa; a carry out of the top wraps.
+QOBS_HD inline uint16_t round_to_power_2_bits16(uint16_t b, int M, int elem_mantissa) {
+  return static_cast<uint16_t>((b + (1u << (M - elem_mantissa - 1))) & (0xFFFFu << M));
+}
+
 /// R2.4.1 round_to_power_2 on the bit pattern of dt (bf16, f16, f32; f64 in double):
-/// add 2^(M-2) to the integer pattern and clear the mantissa. v must be on dt's grid.
-/// Another dtype: NaN (QuantizationArgs validation admits none).
-QOBS_HD inline double round_to_power_2(DType dt, double v) {
+/// add 2^(M - elem_mantissa - 1) to the integer pattern (M: dt's mantissa bits) and
+/// clear the mantissa, so a magnitude 1.f 2^E goes up to 2^(E+1) exactly when
+/// f >= 1 - 2^-(elem_mantissa + 1) (FP4's and FP8's 1: 0.75; FP6's 3: 15/16, R2.4.5).
+/// v must be on dt's grid. Another dtype: NaN (QuantizationArgs validation admits none).
+QOBS_HD inline double round_to_power_2(DType dt, double v, int elem_mantissa = 1) {
   switch (dt) {
-    case DType::kBF16: {
-      uint16_t b = float_to_bf16(static_cast<float>(v));
-      b = static_cast<uint16_t>(b + (1u << 5));
-      b &= 0xFF80u;
-      return bf16_to_float(b);
-    }
-    case DType::kF16: {
-      uint16_t b = double_to_f16(v);
-      b = static_cast<uint16_t>(b + (1u << 8));
-      b &= 0xFC00u;
-      return f16_to_float(b);
-    }
+    case DType::kBF16:
+      return bf16_to_float(round_to_power_2_bits16(float_to_bf16(static_cast<float>(v)), 7, elem_mantissa));
+    case DType::kF16: return f16_to_float(round_to_power_2_bits16(double_to_f16(v), 10, elem_mantissa));
     case DType::kF32: {
       uint32_t b = std::bit_cast<uint32_t>(static_cast<float>(v));
-      b += 1u << 21;
+      b += 1u << (23 - elem_mantissa - 1);
       b &= 0xFF800000u;
       return std::bit_cast<float>(b);
     }
     case DType::kF64: {
       uint64_t b = std::bit_cast<uint64_t>(v);
-      b += uint64_t{1} << 50;
+      b += uint64_t{1} << (52 - elem_mantissa - 1);
       b &= 0xFFF0000000000000ull;
       return std::bit_cast<double>(b);
     }
     default: return std::numeric_limits<double>::quiet_NaN();
   }
 }
+
+/// R2.4.2 / R2.4.5: the element format's constants of the MX scale rule for float
+/// num_bits 4, 6 or 8: the exponent offset floor(log2(max)) (FP4 2, FP6 2, FP8 8) and
+/// the mantissa width round_to_power_2 is given (3 for FP6; FP8 keeps FP4's 1, as the
+/// reference does).
+QOBS_HD inline int mx_exponent_offset(int num_bits) { return num_bits == 8 ? 8 : 2; }
+QOBS_HD inline int mx_elem_mantissa(int num_bits) { return num_bits == 6 ? kFp6E2M3Spec.mantissa_bits : 1; }
 
 /// log2 of a power of two (or of 0, +inf, NaN), exactly: ilogb for a finite positive
 /// value, whose result is then exact on every host and device libm; log2's special

@@ -1,5 +1,6 @@
 // Bit-level packing of quantized weights for the compressed-tensors checkpoint format
-// (RULES §8.3 pack-quantized, §8.5 nvfp4-pack-quantized, §8.6 MX E8M0 scales).
+// (RULES §8.3 pack-quantized, §8.5 nvfp4-pack-quantized, §8.6 MX E8M0 scales, §8.10
+// mxfp6-pack-quantized).
 //
 // Every function is a pure transformation of one tensor; none of them quantizes. The
 // values handed in must already be on the quantized grid (quantize() of qparams.h), and
@@ -45,6 +46,20 @@ Tensor pack_fp4(const Tensor& q, std::string_view label = {});
 /// code 8 decoded as -0.0. out_dtype must be a float dtype that holds the E2M1 grid
 /// exactly (f64, f32, bf16, f16).
 Tensor unpack_fp4(const Tensor& packed, DType out_dtype = DType::kF32, std::string_view label = {});
+
+/// R8.10.1 FP6 codes, four in three bytes. q: a float tensor (f32/bf16/f16/f64) of shape
+/// (*leading, cols), cols a multiple of 4, every value on the E2M3 grid (R2.8) with
+/// either sign. Code = (sign bit << 5) | magnitude index (0..31 in value order), the sign
+/// read from the sign bit (-0.0 gives code 32). Codes c0..c3 of four consecutive
+/// columns form w = c0 | c1 << 6 | c2 << 12 | c3 << 18, stored as its three bytes,
+/// low byte first. Returns uint8 (*leading, cols / 4 x 3). NaN or off-grid values ->
+/// InvalidArgument.
+Tensor pack_fp6(const Tensor& q, std::string_view label = {});
+
+/// Inverse of pack_fp6: uint8 (*leading, 3k) -> `out_dtype` (*leading, 4k), code 32
+/// decoded as -0.0. out_dtype must be a float dtype that holds the E2M3 grid exactly (f64,
+/// f32, bf16, f16). Every byte string decodes.
+Tensor unpack_fp6(const Tensor& packed, DType out_dtype = DType::kF32, std::string_view label = {});
 
 /// R8.6.2 E8M0 scale codes: 127 + floor(log2(scale)) as uint8, same shape. scale: a float
 /// tensor of positive finite values (R4.1 gives exact powers of two; a value between two

@@ -15,6 +15,7 @@
 
 #include "qobs/args.h"
 #include "qobs/io.h"
+#include "qobs/reference.h"
 #include "qobs/tensor.h"
 
 namespace qobs {
@@ -286,7 +287,8 @@ ImportanceMap read_importance(const std::string& path);
 /// Returns the merged map.
 ImportanceMap merge_importance(const std::vector<std::string>& paths, const std::string& out);
 
-/// The compressed-tensors version written into quantization_config.version.
-inline constexpr std::string_view kCompressedTensorsFormatVersion = "0.19.0";
+/// The compressed-tensors version written into quantization_config.version (R8.7): the
+/// release whose config.json shape qobs writes.
+inline constexpr std::string_view kCompressedTensorsFormatVersion = kReferenceVersions.compressed_tensors;
 
 }  // namespace qobs

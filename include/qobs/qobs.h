@@ -16,5 +16,6 @@
 #include "qobs/packing.h"
 #include "qobs/pipeline.h"
 #include "qobs/qparams.h"
+#include "qobs/reference.h"
 #include "qobs/storage.h"
 #include "qobs/tensor.h"

@@ -55,6 +55,8 @@ from .observer import (
 )
 
 __version__ = _qobs.__version__
+#: {"compressed_tensors": ..., "llm_compressor": ...}: the releases qobs reproduces (R0.6)
+reference_versions = _qobs.reference_versions
 
 __all__ = [
     "ACTIVATION_OBS",
@@ -95,5 +97,6 @@ __all__ = [
     "quantize",
     "read_importance",
     "reduce_statistics",
+    "reference_versions",
     "registered_observers",
 ]

@@ -4,7 +4,7 @@ qobs C++ core (translation layer; use the `qobs` package)
 from __future__ import annotations
 import collections.abc
 import typing
-__all__: list[str] = ['CudaActivationStatistics', 'CudaImportance', 'DeviceStatistics', 'Observer', 'ObserverOptions', 'QuantizationArgs', 'QuantizationScheme', 'Statistics', 'Tensor', 'calculate_qparams', 'calibration_observer_name', 'compute_dynamic_scales_and_zp', 'cuda_available', 'cuda_describe_device', 'cuda_device_count', 'cuda_device_unsupported', 'cuda_global_scale_from_statistics', 'cuda_observe_weight', 'cuda_qparams_from_statistics', 'cuda_qparams_layout', 'cuda_unavailable_reason', 'data_ptr', 'dequantize', 'fake_quantize', 'flatten_for_calibration', 'fuse_observers', 'fused_layer_names', 'generate_gparam', 'generate_mx_scales', 'infer_compression_format', 'is_activation_base_name', 'is_preset_name', 'load_observer', 'normalize_observer_name', 'preset_names', 'preset_scheme', 'quantize', 'reduce_statistics', 'registered_observers']
+__all__: list[str] = ['CudaActivationStatistics', 'CudaImportance', 'DeviceStatistics', 'Observer', 'ObserverOptions', 'QuantizationArgs', 'QuantizationScheme', 'Statistics', 'Tensor', 'calculate_qparams', 'calibration_observer_name', 'compute_dynamic_scales_and_zp', 'cuda_available', 'cuda_describe_device', 'cuda_device_count', 'cuda_device_unsupported', 'cuda_global_scale_from_statistics', 'cuda_observe_weight', 'cuda_qparams_from_statistics', 'cuda_qparams_layout', 'cuda_unavailable_reason', 'data_ptr', 'dequantize', 'fake_quantize', 'flatten_for_calibration', 'fuse_observers', 'fused_layer_names', 'generate_gparam', 'generate_mx_scales', 'infer_compression_format', 'is_activation_base_name', 'is_preset_name', 'load_observer', 'normalize_observer_name', 'preset_names', 'preset_scheme', 'quantize', 'reduce_statistics', 'reference_versions', 'registered_observers']
 class Tensor:
     """
     An owned, contiguous qobs tensor. numpy.asarray(t) wraps its bytes without copying (bfloat16 / float8 as raw int16 / uint8 bit patterns).
@@ -352,6 +352,10 @@ def read_importance(path: str) -> dict:
     ...
 def reduce_statistics(ranks: collections.abc.Sequence[Statistics]) -> Statistics:
     ...
+def reference_versions() -> dict:
+    """
+    The reference releases qobs reproduces (docs/RULES.md R0.6).
+    """
 def registered_observers() -> list[str]:
     ...
 def write_importance(path: str, entries: dict) -> None:

@@ -101,6 +101,15 @@ void bind_args(py::module_& m) {
   m.def("is_preset_name", &qobs::is_preset_name, py::arg("name"));
   m.def("preset_names", &qobs::preset_names);
   m.def("infer_compression_format", &qobs::infer_compression_format, py::arg("scheme"));
+  m.def(
+      "reference_versions",
+      [] {
+        py::dict d;
+        d["compressed_tensors"] = std::string(qobs::kReferenceVersions.compressed_tensors);
+        d["llm_compressor"] = std::string(qobs::kReferenceVersions.llm_compressor);
+        return d;
+      },
+      "The reference releases qobs reproduces (docs/RULES.md R0.6).");
 }
 
 }  // namespace qobs_ext

@@ -77,7 +77,7 @@ _BAD_ARGS = [
     dict(num_bits=True),
     dict(num_bits=2**40),
     dict(num_bits=2**63),
-    dict(num_bits=6, type="float"),
+    dict(num_bits=5, type="float"),
     dict(type="bfloat"),
     dict(type=1),
     dict(symmetric=1),
@@ -136,9 +136,10 @@ def test_bad_values_name_field_value_and_rule():
 
 
 def test_float_bits_without_fp_storage_type_is_not_implemented():
-    # R1.3.1-9 / R1.3.2: float with 6 bits has no storage dtype
+    # R1.3.1-9 / R1.3.2: float with 5 bits has no storage dtype (FP4 and FP6 take FP8's
+    # zero-point dtype, R2.8)
     with pytest.raises(NotImplementedError):
-        QuantizationArgs(num_bits=6, type="float")
+        QuantizationArgs(num_bits=5, type="float")
 
 
 def test_dynamic_forms_and_observer_defaults():
@@ -246,3 +247,18 @@ def test_compressed_tensors_args_are_accepted(llmcompressor, torch):
     ct = CTArgs(num_bits=4, type="float", strategy="tensor_group", group_size=16, scale_dtype=torch.float8_e4m3fn)
     ours = QuantizationArgs.model_validate(ct)
     assert ours.strategy == "tensor_group" and ours.scale_dtype == torch.float8_e4m3fn
+
+
+def test_reference_versions_name_the_releases_followed():
+    # docs/RULES.md R0.6: compressed-tensors for the args, formats and config.json,
+    # llm-compressor for the observers
+    assert qobs.reference_versions() == {"compressed_tensors": "0.20.1", "llm_compressor": "0.14.0.1"}
+
+
+def test_mxfp6_presets_and_fp6_args():
+    w = qobs.preset_name_to_scheme("MXFP6A16", ["Linear"]).weights
+    assert (w.num_bits, w.type, w.group_size) == (6, "float", 32)
+    assert qobs.preset_name_to_scheme("mxfp6a8", ["Linear"]).input_activations.num_bits == 8
+    assert qobs.preset_name_to_scheme("MXFP4XFP8", ["Linear"]).input_activations.group_size == 128
+    # zp_dtype inferred as for FP4 (R1.3.1 step 9)
+    assert str(QuantizationArgs(num_bits=6, type="float").zp_dtype).endswith("float8_e4m3fn")

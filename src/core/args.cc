@@ -136,8 +136,8 @@ std::array<int64_t, 2> parse_block_structure(std::string_view text) {
 }
 
 bool QuantizationArgs::is_mx() const {
-  return (num_bits == 4 || num_bits == 8) && type == QuantType::kFloat && group_size && *group_size == 32 &&
-         scale_dtype && *scale_dtype == DType::kU8;
+  return (num_bits == 4 || num_bits == 6 || num_bits == 8) && type == QuantType::kFloat && group_size &&
+         *group_size == 32 && scale_dtype && *scale_dtype == DType::kU8;
 }
 
 std::pair<float, float> QuantizationArgs::q_range() const {
@@ -148,8 +148,9 @@ std::pair<float, float> QuantizationArgs::q_range() const {
   }
   if (num_bits == 8) return {-kFp8E4M3Max, kFp8E4M3Max};
   if (num_bits == 4) return {-kFp4E2M1Max, kFp4E2M1Max};
+  if (num_bits == 6) return {-kFp6E2M3Max, kFp6E2M3Max};
   QOBS_THROW(NotImplementedError, "float quantization with num_bits=", num_bits,
-             " is not supported: only 4 (FP4 E2M1) and 8 (FP8 E4M3) (R4.1 step 2)");
+             " is not supported: only 4 (FP4 E2M1), 6 (FP6 E2M3) and 8 (FP8 E4M3) (R4.1 step 2)");
 }
 
 DType QuantizationArgs::pytorch_dtype() const {
@@ -214,16 +215,24 @@ QuantizationArgs QuantizationArgs::validated() const {
     if (a.dynamic == Dynamic::kLocal) {
       QOBS_CHECK(s == Strategy::kTensorGroup, InvalidArgument, "dynamic \"local\" requires strategy tensor_group, got ",
                  to_string(s), " (R1.3.1-7)");
-      if (!a.observer) a.observer = "minmax";
+      if (!a.observer) {
+        a.observer = "minmax";
+        a.observer_inferred = true;
+      }
     } else {
       a.observer.reset();
+      a.observer_inferred = false;
     }
   } else if (!a.observer) {
     // step 8
     a.observer = "memoryless_minmax";
+    a.observer_inferred = true;
   }
   // step 9
-  if (!a.zp_dtype) a.zp_dtype = a.is_fp4() ? DType::kF8E4M3 : a.pytorch_dtype();
+  if (!a.zp_dtype) {
+    a.zp_dtype = a.is_fp4() || a.is_fp6() ? DType::kF8E4M3 : a.pytorch_dtype();
+    a.zp_dtype_inferred = true;
+  }
   return a;
 }
 

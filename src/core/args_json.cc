@@ -170,6 +170,20 @@ ojson args_to_ojson(const QuantizationArgs& a) {
   return j;
 }
 
+ojson args_to_config_ojson(const QuantizationArgs& a) {
+  ojson full = args_to_ojson(a);
+  ojson j;
+  for (auto it = full.begin(); it != full.end(); ++it) {
+    const std::string& k = it.key();
+    const bool drop = ((k == "actorder" || k == "block_structure" || k == "scale_dtype") && it.value().is_null()) ||
+                      (k == "observer_kwargs" && it.value().empty()) ||
+                      (k == "observer" && (it.value().is_null() || a.observer_inferred)) ||
+                      (k == "zp_dtype" && (it.value().is_null() || a.zp_dtype_inferred));
+    if (!drop) j[k] = it.value();
+  }
+  return j;
+}
+
 QuantizationArgs args_from_ojson(const ojson& j) {
   QOBS_CHECK(j.is_object(), InvalidArgument, "QuantizationArgs JSON must be an object");
   return args_from_fields(std::get<FieldValue::Map>(field_from_ojson(j).value));
@@ -235,6 +249,9 @@ ObserverKwargs observer_kwargs_from_field(const FieldValue& v, std::string_view 
 QuantizationArgs QuantizationArgs::from_fields(const FieldValue::Map& fields) { return args_from_fields(fields); }
 
 std::string QuantizationArgs::to_json(int indent) const { return detail::args_to_ojson(*this).dump(indent); }
+std::string QuantizationArgs::to_config_json(int indent) const {
+  return detail::args_to_config_ojson(*this).dump(indent);
+}
 
 QuantizationArgs QuantizationArgs::from_json(std::string_view json) {
   return detail::args_from_ojson(detail::parse_json(json, "QuantizationArgs"));

@@ -18,10 +18,14 @@ ojson parse_json(std::string_view text, const char* what);
 
 /// R1.3.5's field order and spellings.
 ojson args_to_ojson(const QuantizationArgs& a);
+/// R8.7.5's config.json form (compressed-tensors 0.20's serializer).
+ojson args_to_config_ojson(const QuantizationArgs& a);
 /// The one parser of R1.2 on a JSON object; validated.
 QuantizationArgs args_from_ojson(const ojson& j);
 
 ojson scheme_to_ojson(const QuantizationScheme& s);
+/// R8.7.1: the scheme with its args in the config.json form.
+ojson scheme_to_config_ojson(const QuantizationScheme& s);
 /// R1.4.1's fields; validated.
 QuantizationScheme scheme_from_ojson(const ojson& j);
 

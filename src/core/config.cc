@@ -1,6 +1,7 @@
 // QuantizationConfig (R1.6): its JSON (config groups, preset groups, kv_cache_scheme),
 // merge, and the class names an ignore list carries.
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,10 +12,10 @@
 namespace qobs {
 
 using detail::ojson;
-using detail::args_to_ojson;
+using detail::args_to_config_ojson;
 using detail::args_from_ojson;
 using detail::parse_json;
-using detail::scheme_to_ojson;
+using detail::scheme_to_config_ojson;
 using detail::scheme_from_ojson;
 using detail::string_list;
 
@@ -54,17 +55,51 @@ void QuantizationConfig::merge(const QuantizationConfig& other) {
   quantization_status = std::max(quantization_status, other.quantization_status);
 }
 
+namespace {
+
+ojson moe_to_ojson(const ExpertSparsityConfig& m) {
+  ojson n = ojson::array();
+  for (const auto& e : m.num_experts) n.push_back(e ? ojson(*e) : ojson(nullptr));
+  return ojson{{"method", m.method}, {"num_experts", n}};
+}
+
+// R1.6.5: compressed-tensors 0.20's ExpertSparsityConfig (method an enum, num_experts
+// strict integers or null; other keys are ignored as pydantic's default does).
+ExpertSparsityConfig moe_from_ojson(const ojson& j) {
+  QOBS_CHECK(j.is_object(), InvalidArgument, "QuantizationConfig.moe_sparsity_config must be an object, got ", j.dump(),
+             " (R1.6.5)");
+  ExpertSparsityConfig m;
+  QOBS_CHECK(j.contains("method") && j["method"].is_string() &&
+                 (j["method"] == "prune" || j["method"] == "novice"),
+             InvalidArgument, "QuantizationConfig.moe_sparsity_config.method must be \"prune\" or \"novice\", got ",
+             j.contains("method") ? j["method"].dump() : std::string("nothing"), " (R1.6.5)");
+  m.method = j["method"].get<std::string>();
+  QOBS_CHECK(j.contains("num_experts") && j["num_experts"].is_array(), InvalidArgument,
+             "QuantizationConfig.moe_sparsity_config.num_experts must be a list of integers or nulls, got ",
+             j.contains("num_experts") ? j["num_experts"].dump() : std::string("nothing"), " (R1.6.5)");
+  for (const auto& e : j["num_experts"]) {
+    QOBS_CHECK(e.is_null() || e.is_number_integer(), InvalidArgument,
+               "QuantizationConfig.moe_sparsity_config.num_experts: ", e.dump(),
+               " is neither an integer nor null (R1.6.5)");
+    m.num_experts.push_back(e.is_null() ? std::nullopt : std::optional<int64_t>(e.get<int64_t>()));
+  }
+  return m;
+}
+
+}  // namespace
+
 std::string QuantizationConfig::to_json(int indent) const {
   ojson j;
   ojson groups = ojson::object();
-  for (const auto& [n, s] : config_groups) groups[n] = scheme_to_ojson(s);
+  for (const auto& [n, s] : config_groups) groups[n] = scheme_to_config_ojson(s);
   j["config_groups"] = groups;
   j["quant_method"] = quant_method;
-  j["kv_cache_scheme"] = kv_cache_scheme ? args_to_ojson(*kv_cache_scheme) : ojson(nullptr);
+  j["kv_cache_scheme"] = kv_cache_scheme ? args_to_config_ojson(*kv_cache_scheme) : ojson(nullptr);
   j["format"] = format;
   j["quantization_status"] = std::string(to_string(quantization_status));
   j["global_compression_ratio"] = global_compression_ratio ? ojson(*global_compression_ratio) : ojson(nullptr);
   j["ignore"] = ignore;
+  j["moe_sparsity_config"] = moe_sparsity_config ? moe_to_ojson(*moe_sparsity_config) : ojson(nullptr);
   return j.dump(indent);
 }
 
@@ -98,6 +133,8 @@ QuantizationConfig QuantizationConfig::from_json(std::string_view json) {
   if (j.contains("global_compression_ratio") && j["global_compression_ratio"].is_number())
     c.global_compression_ratio = j["global_compression_ratio"].get<double>();
   if (j.contains("ignore") && !j["ignore"].is_null()) c.ignore = string_list(j["ignore"], "QuantizationConfig.ignore", "R1.6.1");
+  if (j.contains("moe_sparsity_config") && !j["moe_sparsity_config"].is_null())
+    c.moe_sparsity_config = moe_from_ojson(j["moe_sparsity_config"]);
   return c;
 }
 

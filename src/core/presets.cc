@@ -32,9 +32,9 @@ QuantizationArgs dyn_token(int bits, QuantType type) {
   return a;
 }
 
-QuantizationArgs fp4_args(int64_t group, Strategy strategy, DType scale_dtype) {
+QuantizationArgs fp_args(int bits, int64_t group, Strategy strategy, DType scale_dtype) {
   QuantizationArgs a;
-  a.num_bits = 4;
+  a.num_bits = bits;
   a.type = QuantType::kFloat;
   a.group_size = group;
   a.strategy = strategy;
@@ -55,7 +55,7 @@ std::vector<std::string> preset_names() {
   std::vector<std::string> names{"UNQUANTIZED"};
   for (const auto& n : wxay_names()) names.push_back(n);
   for (const char* n : {"W4A16_ASYM", "W8A8", "INT8", "W4AFP8", "FP8", "FP8_DYNAMIC", "FP8_BLOCK", "NVFP4A16", "NVFP4",
-                        "MXFP4A16", "MXFP4", "MXFP8A16", "MXFP8"})
+                        "MXFP4A16", "MXFP4", "MXFP4XFP8", "MXFP6A16", "MXFP6A8", "MXFP8A16", "MXFP8"})
     names.emplace_back(n);
   return names;
 }
@@ -116,17 +116,35 @@ QuantizationScheme preset_scheme(std::string_view name, std::vector<std::string>
     i.dynamic = Dynamic::kTrue;
     s.input_activations = i;
   } else if (u == "NVFP4A16" || u == "NVFP4") {
-    s.weights = fp4_args(16, Strategy::kTensorGroup, DType::kF8E4M3);
+    s.weights = fp_args(4, 16, Strategy::kTensorGroup, DType::kF8E4M3);
     if (u == "NVFP4") {
-      QuantizationArgs i = fp4_args(16, Strategy::kTensorGroup, DType::kF8E4M3);
+      QuantizationArgs i = fp_args(4, 16, Strategy::kTensorGroup, DType::kF8E4M3);
       i.dynamic = Dynamic::kLocal;
       i.observer = "static_minmax";
       s.input_activations = i;
     }
   } else if (u == "MXFP4A16" || u == "MXFP4") {
-    s.weights = fp4_args(32, Strategy::kGroup, DType::kU8);
+    s.weights = fp_args(4, 32, Strategy::kGroup, DType::kU8);
     if (u == "MXFP4") {
-      QuantizationArgs i = fp4_args(32, Strategy::kGroup, DType::kU8);
+      QuantizationArgs i = fp_args(4, 32, Strategy::kGroup, DType::kU8);
+      i.dynamic = Dynamic::kTrue;
+      s.input_activations = i;
+    }
+  } else if (u == "MXFP4XFP8") {
+    // MXFP4 weights with FP8 inputs, dynamic per group of 128 with float scales (not MX)
+    s.weights = fp_args(4, 32, Strategy::kGroup, DType::kU8);
+    QuantizationArgs i;
+    i.num_bits = 8;
+    i.type = QuantType::kFloat;
+    i.group_size = 128;
+    i.strategy = Strategy::kGroup;
+    i.dynamic = Dynamic::kTrue;
+    s.input_activations = i;
+  } else if (u == "MXFP6A16" || u == "MXFP6A8") {
+    s.weights = fp_args(6, 32, Strategy::kGroup, DType::kU8);
+    if (u == "MXFP6A8") {
+      // MXFP8 inputs: FP8, dynamic, group 32 with E8M0 scales
+      QuantizationArgs i = fp_args(8, 32, Strategy::kGroup, DType::kU8);
       i.dynamic = Dynamic::kTrue;
       s.input_activations = i;
     }

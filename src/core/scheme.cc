@@ -34,15 +34,23 @@ QuantizationScheme QuantizationScheme::validated() const {
 
 namespace detail {
 
-ojson scheme_to_ojson(const QuantizationScheme& s) {
+namespace {
+
+// One layout for both forms of the args (R1.3.5, R8.7.5).
+ojson scheme_json(const QuantizationScheme& s, ojson (*args_json)(const QuantizationArgs&)) {
   ojson j;
   j["targets"] = s.targets;
-  j["weights"] = s.weights ? args_to_ojson(*s.weights) : ojson(nullptr);
-  j["input_activations"] = s.input_activations ? args_to_ojson(*s.input_activations) : ojson(nullptr);
-  j["output_activations"] = s.output_activations ? args_to_ojson(*s.output_activations) : ojson(nullptr);
+  j["weights"] = s.weights ? args_json(*s.weights) : ojson(nullptr);
+  j["input_activations"] = s.input_activations ? args_json(*s.input_activations) : ojson(nullptr);
+  j["output_activations"] = s.output_activations ? args_json(*s.output_activations) : ojson(nullptr);
   j["format"] = s.format ? ojson(*s.format) : ojson(nullptr);
   return j;
 }
+
+}  // namespace
+
+ojson scheme_to_ojson(const QuantizationScheme& s) { return scheme_json(s, &args_to_ojson); }
+ojson scheme_to_config_ojson(const QuantizationScheme& s) { return scheme_json(s, &args_to_config_ojson); }
 
 // A JSON list of strings (targets, ignore lists), or InvalidArgument naming `what`.
 std::vector<std::string> string_list(const ojson& v, const std::string& what, const char* rule) {
@@ -87,6 +95,9 @@ QuantizationScheme scheme_from_ojson(const ojson& j) {
 }  // namespace detail
 
 std::string QuantizationScheme::to_json(int indent) const { return detail::scheme_to_ojson(*this).dump(indent); }
+std::string QuantizationScheme::to_config_json(int indent) const {
+  return detail::scheme_to_config_ojson(*this).dump(indent);
+}
 QuantizationScheme QuantizationScheme::from_json(std::string_view json) {
   return detail::scheme_from_ojson(detail::parse_json(json, "QuantizationScheme"));
 }
@@ -98,6 +109,7 @@ std::string infer_compression_format(const QuantizationScheme& scheme) {
   const bool g32 = w.group_size && *w.group_size == 32;
   const bool g16 = w.group_size && *w.group_size == 16;
   if (w.type == QuantType::kFloat && w.num_bits == 4 && g32) return "mxfp4-pack-quantized";
+  if (w.type == QuantType::kFloat && w.num_bits == 6 && g32) return "mxfp6-pack-quantized";
   if (w.type == QuantType::kFloat && w.num_bits == 8 && g32 && w.scale_dtype == DType::kU8) return "mxfp8-quantized";
   if (w.type == QuantType::kFloat && w.num_bits == 4 && g16) return "nvfp4-pack-quantized";
   const auto& in = scheme.input_activations;

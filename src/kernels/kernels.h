@@ -189,6 +189,9 @@ Tensor pack_int_rows(const Tensor& q, int num_bits, std::string_view label, int 
 Tensor unpack_int_rows(const Tensor& packed, int num_bits, int64_t cols, std::string_view label, int num_threads = 0);
 Tensor pack_fp4(const Tensor& q, std::string_view label, int num_threads = 0);
 Tensor unpack_fp4(const Tensor& packed, DType out_dtype, std::string_view label, int num_threads = 0);
+/// R8.10.1 FP6 packing (qobs/packing.h), threaded over rows.
+Tensor pack_fp6(const Tensor& q, std::string_view label, int num_threads = 0);
+Tensor unpack_fp6(const Tensor& packed, DType out_dtype, std::string_view label, int num_threads = 0);
 
 namespace ref {
 /// The plain references (<concept>_ref.cc): the executable specification every other
@@ -215,6 +218,8 @@ Tensor pack_int_rows(const Tensor& q, int num_bits, std::string_view label);
 Tensor unpack_int_rows(const Tensor& packed, int num_bits, int64_t cols, std::string_view label);
 Tensor pack_fp4(const Tensor& q, std::string_view label);
 Tensor unpack_fp4(const Tensor& packed, DType out_dtype, std::string_view label);
+Tensor pack_fp6(const Tensor& q, std::string_view label);
+Tensor unpack_fp6(const Tensor& packed, DType out_dtype, std::string_view label);
 }  // namespace ref
 
 }  // namespace qobs::kernels

@@ -28,6 +28,10 @@ Tensor pack_fp4(const Tensor& q, std::string_view label) { return kernels::pack_
 Tensor unpack_fp4(const Tensor& packed, DType out_dtype, std::string_view label) {
   return kernels::unpack_fp4(packed, out_dtype, label);
 }
+Tensor pack_fp6(const Tensor& q, std::string_view label) { return kernels::pack_fp6(q, label); }
+Tensor unpack_fp6(const Tensor& packed, DType out_dtype, std::string_view label) {
+  return kernels::unpack_fp6(packed, out_dtype, label);
+}
 
 Tensor pack_zero_points(const Tensor& zp, int num_bits, std::string_view label) {
   check_pack_bits(num_bits, label);

@@ -56,11 +56,18 @@ Tensor generate_gparam(const Tensor& min_in, const Tensor& max_in, NumericMode m
 Tensor generate_mx_scales(const Tensor& absmax, int num_bits) {
   QOBS_CHECK(is_floating(absmax.dtype()) && absmax.dtype() != DType::kF8E4M3, TypeError,
              "generate_mx_scales needs a bf16/f16/f32/f64 tensor, got ", dtype_name(absmax.dtype()), " (R2.4.1)");
+  QOBS_CHECK(num_bits == 4 || num_bits == 6 || num_bits == 8, UnknownName, "generate_mx_scales: num_bits ", num_bits,
+             " has no MX element format (4: FP4, 6: FP6, 8: FP8; R2.4.2)");
   const Arith a{absmax.dtype()};
-  const double off = num_bits == 4 ? 2.0 : 8.0;
+  const double off = mx_exponent_offset(num_bits);
+  const int m = mx_elem_mantissa(num_bits);
   Tensor out(absmax.dtype(), absmax.shape());
+  const bool f16 = absmax.dtype() == DType::kF16;
   for (int64_t i = 0; i < absmax.numel(); ++i) {
-    const double rp2 = round_to_power_2(absmax.dtype(), absmax.get(i));
+    // f16 from its stored bits: a NaN's payload can carry into the sign bit (0x7FC0 + 2^6
+    // is -0.0), and a double holds no f16 NaN payload
+    const double rp2 = f16 ? f16_to_float(round_to_power_2_bits16(absmax.data_as<uint16_t>()[i], 10, m))
+                           : round_to_power_2(absmax.dtype(), absmax.get(i), m);
     out.set(i, a.sub(a.add(kE8M0Bias, std::floor(std::log2(rp2))), off));
   }
   return out;

@@ -39,8 +39,11 @@ Shape scale_shape(const QuantizationArgs& a, const Shape& w) {
 
 bool packs_int(const std::string& format) { return format == "pack-quantized"; }
 bool e8m0_scales(const std::string& format) {
-  return format == "mxfp4-pack-quantized" || format == "mxfp8-quantized";
+  return format == "mxfp4-pack-quantized" || format == "mxfp6-pack-quantized" || format == "mxfp8-quantized";
 }
+// The compressor that quantizes without the (all-zero) zero point: MXFP6's (R8.10.1),
+// so that -0.0 keeps its sign (x / s + 0 would make it +0.0).
+bool quantizes_without_zero_point(const std::string& format) { return packs_fp6(format); }
 // Group and channel zero points of pack-quantized weights are bit-packed along dim 0
 // (R8.3.4); any other zero point is stored as computed.
 bool packs_zero_point(const QuantizationArgs& a, const std::string& format) {
@@ -53,6 +56,7 @@ bool packs_zero_point(const QuantizationArgs& a, const std::string& format) {
 bool packs_fp4(const std::string& format) {
   return format == "nvfp4-pack-quantized" || format == "mxfp4-pack-quantized";
 }
+bool packs_fp6(const std::string& format) { return format == "mxfp6-pack-quantized"; }
 
 DType model_dtype_of(DType w) {
   return (w == DType::kF16 || w == DType::kBF16 || w == DType::kF32 || w == DType::kF64) ? w : DType::kF16;
@@ -99,7 +103,15 @@ std::vector<PlannedTensor> plan_compressed(const QuantizationArgs& a, const std:
     } else {
       out.push_back({"weight_scale", DType::kU8, ss});
     }
+  } else if (packs_fp6(format)) {
+    QOBS_CHECK(a.is_fp6(), InvalidArgument, label, ": ", format, " needs FP6 weights (R8.10)");
+    QOBS_CHECK(w[1] % 4 == 0, InvalidArgument, label, ": FP6 packing needs a multiple of 4 columns, got ", w[1],
+               " (R8.10.1)");
+    out.push_back({"weight_packed", DType::kU8, {w[0], w[1] / 4 * 3}});
+    out.push_back({"weight_scale", DType::kU8, ss});
   } else {
+    QOBS_CHECK(!a.is_fp6(), InvalidArgument, label, ": FP6 weights are stored only as mxfp6-pack-quantized "
+               "(float, 6 bits, group_size 32), not ", format, " (R8.10)");
     // int-quantized, float-quantized, naive-quantized, mxfp8-quantized: the weight itself
     // in the quantized dtype (R8.4.1, R8.6.4).
     out.push_back({"weight", a.pytorch_dtype(), w});
@@ -111,6 +123,13 @@ std::vector<PlannedTensor> plan_compressed(const QuantizationArgs& a, const std:
 }
 
 namespace {
+
+/// weight_packed of the quantized values q (R8.3.1, R8.5.1, R8.10.1).
+Tensor pack_weight(const Tensor& q, const QuantizationArgs& a, const std::string& format, std::string_view label) {
+  if (packs_fp4(format)) return pack_fp4(q, label);
+  if (packs_fp6(format)) return pack_fp6(q, label);
+  return pack_int_rows(q, a.num_bits, label);
+}
 
 /// Rows [r0, r1) of a 2-D tensor with one row of qparams per weight row, as a tensor (a
 /// 0- or 1-element tensor-strategy qparam is every row's).
@@ -142,8 +161,9 @@ Quantized quantize_and_measure(const TensorView& w, const Tensor& scale, const T
                        st == Strategy::kTensorGroup;
   const int64_t rows = w.dim() == 2 ? w.shape[0] : 0, cols = w.dim() == 2 ? w.shape[1] : 0;
   const auto rows_of = [&](const Tensor& t) { return t.numel() <= 1 || (t.dim() == 2 && t.shape()[0] == rows); };
+  const Tensor* qzp = quantizes_without_zero_point(format) ? nullptr : &zp;
   if (!per_row || rows == 0 || cols == 0 || !w.is_contiguous() || !rows_of(scale) || !rows_of(zp)) {
-    out.q = quantize(w, scale, &zp, a, nullptr, g, q_dt);
+    out.q = quantize(w, scale, qzp, a, nullptr, g, q_dt);
     const Tensor dq = dequantize(out.q.view(), scale, load_zp ? &zp : nullptr, a, nullptr, g, w.dtype);
     kernels::add_error_sums(w, dq.view(), sig, err);
     out.error = kernels::error_sums_of(sig, err);
@@ -153,7 +173,7 @@ Quantized quantize_and_measure(const TensorView& w, const Tensor& scale, const T
   // quantizes it whole first and is measured by blocks.
   const bool pack_blocks = packed_plan != nullptr && packed_plan->shape.size() == 2 && packed_plan->shape[0] == rows;
   if (pack_blocks) out.packed = Tensor::uninitialized(packed_plan->dtype, packed_plan->shape);
-  else out.q = quantize(w, scale, &zp, a, nullptr, g, q_dt);
+  else out.q = quantize(w, scale, qzp, a, nullptr, g, q_dt);
   // about 2^20 elements per block: the block's copies stay in L2 / L3 between the steps
   const int64_t block_rows = std::max<int64_t>(8, ((int64_t{1} << 20) / cols) / 8 * 8);
   const std::size_t w_es = dtype_size(w.dtype);
@@ -165,9 +185,9 @@ Quantized quantize_and_measure(const TensorView& w, const Tensor& scale, const T
     Tensor qb;
     TensorView qv;
     if (pack_blocks) {
-      qb = quantize(wv, s, &z, a, nullptr, g, q_dt);
+      qb = quantize(wv, s, qzp ? &z : nullptr, a, nullptr, g, q_dt);
       qv = qb.view();
-      const Tensor pb = packs_fp4(format) ? pack_fp4(qb, label) : pack_int_rows(qb, a.num_bits, label);
+      const Tensor pb = pack_weight(qb, a, format, label);
       const std::size_t row_bytes = static_cast<std::size_t>(pb.nbytes() / (r1 - r0));
       std::memcpy(static_cast<unsigned char*>(out.packed.data()) + static_cast<std::size_t>(r0) * row_bytes, pb.data(),
                   pb.nbytes());
@@ -214,7 +234,7 @@ Compressed assemble_compressed(const CompressSetup& setup, Quantized&& qz, const
     Tensor t;
     if (p.local == "weight_packed") {
       if (qz.packed.numel() > 0) t = std::move(qz.packed);
-      else t = packs_fp4(format) ? pack_fp4(qz.q, label) : pack_int_rows(qz.q, a.num_bits, label);
+      else t = pack_weight(qz.q, a, format, label);
     } else if (p.local == "weight") {
       t = std::move(qz.q);
     } else if (p.local == "weight_scale") {

@@ -52,8 +52,10 @@ CompressSetup compress_setup(DType weight_dtype, const Shape& weight_shape, cons
                              const QuantizationArgs& args, const std::string& format, std::string_view label);
 
 /// True for the formats whose weight_packed holds FP4 codes (R8.5.1); the other packing
-/// format packs int rows (R8.3.1).
+/// formats pack FP6 codes (packs_fp6, R8.10.1) or int rows (R8.3.1).
 bool packs_fp4(const std::string& format);
+/// True for mxfp6-pack-quantized: weight_packed holds FP6 codes, four in three bytes (R8.10.1).
+bool packs_fp6(const std::string& format);
 
 /// The quantized weight as the format stores it, and the report's sums: the weight
 /// against dequantize(q) with the stored qparams (what a loader reconstructs).

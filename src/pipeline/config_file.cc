@@ -78,12 +78,12 @@ json config_of_modifier(const json& m, const std::string& source) {
     json groups = json::object();
     const json& s = m["scheme"];
     if (s.is_string()) {
-      groups["group_0"] = json::parse(preset_scheme(s.get<std::string>(), targets).to_json());
+      groups["group_0"] = json::parse(preset_scheme(s.get<std::string>(), targets).to_config_json());
     } else {
       QOBS_CHECK(s.is_object(), InvalidArgument, source, ": scheme must be a preset name or a map preset -> targets");
       for (const auto& [preset, t] : s.items())
         groups["group_" + std::to_string(groups.size())] =
-            json::parse(preset_scheme(preset, string_list(t, "scheme." + preset, source)).to_json());
+            json::parse(preset_scheme(preset, string_list(t, "scheme." + preset, source)).to_config_json());
     }
     c["config_groups"] = groups;
   }

@@ -1,5 +1,5 @@
 // Decoding compressed-tensors weights back to dense ones, as a loader does (RULES
-// §8.3-8.6). Used by `qobs dequantize`, the round-trip tests and the transformers check.
+// §8.3-8.6, §8.10). Used by `qobs dequantize`, the round-trip tests and the transformers check.
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
@@ -46,6 +46,9 @@ Tensor load_dequantized_weight(const Checkpoint& c, std::string_view module_sv, 
     q = unpack_fp4(load(c, m + ".weight_packed"), md, m + ".weight_packed");
     scale = format == "mxfp4-pack-quantized" ? decode_e8m0(stored_scale, md) : stored_scale.to(md);
     if (has(c, m + ".weight_global_scale")) g = load(c, m + ".weight_global_scale");
+  } else if (format == "mxfp6-pack-quantized") {
+    q = unpack_fp6(load(c, m + ".weight_packed"), md, m + ".weight_packed");  // R8.10.2
+    scale = decode_e8m0(stored_scale, md);
   } else if (format == "int-quantized" || format == "float-quantized" || format == "naive-quantized" ||
              format == "mxfp8-quantized") {
     q = load(c, m + ".weight");

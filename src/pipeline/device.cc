@@ -72,6 +72,8 @@ Placement place_jobs(const QuantizePlan& plan, bool baseline) {
     std::vector<std::string> observers{group.observer};
     if (baseline && group.observer != kBaselineObserver) observers.emplace_back(kBaselineObserver);
     std::string& why = p.cpu_reason[j];
+    // the device packs FP4 codes and int rows (quantize_on_device); FP6 codes are the CPU's
+    if (packs_fp6(group.format())) why = group.format() + " (the device path packs no FP6 codes)";
     for (std::size_t k = 0; k < job.members.size() && why.empty(); ++k) {
       const PlannedModule& m = plan.modules[job.members[k]];
       // only the weight's dtype, shape and strides are read

@@ -4,6 +4,8 @@
 #include <map>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "core/check.h"
 #include "core/text.h"
 #include "pipeline/match.h"
@@ -88,7 +90,10 @@ namespace {
 QuantizationScheme resolve_one(QuantizationScheme s, const QuantizeOptions& o, const std::string& label) {
   QOBS_CHECK(s.weights.has_value(), InvalidArgument, label, " quantizes no weights");
   QuantizationArgs w = *s.weights;
-  if (o.observer) w.observer = *o.observer;
+  if (o.observer) {
+    w.observer = *o.observer;
+    w.observer_inferred = false;  // the user's: written into the config (R8.7.5)
+  }
   for (const auto& [k, v] : o.observer_kwargs) w.observer_kwargs[k] = v;
   s.weights = w.validated();
   s = s.validated();
@@ -235,6 +240,20 @@ void attach_importance(const Checkpoint& ckpt, const std::string& file, Quantize
   }
 }
 
+/// The quantization_config of the input model's config.json, or nullopt without one.
+std::optional<QuantizationConfig> input_quantization_config(const Checkpoint& ckpt, const std::string& path) {
+  if (ckpt.config_json().find("\"quantization_config\"") == std::string::npos) return std::nullopt;
+  const nlohmann::json cfg = nlohmann::json::parse(ckpt.config_json(), nullptr, false);
+  QOBS_CHECK(cfg.is_object() && cfg.contains("quantization_config") && cfg["quantization_config"].is_object(),
+             InvalidArgument, path, ": config.json already has a quantization_config; qobs quantizes unquantized "
+             "checkpoints only");
+  try {
+    return QuantizationConfig::from_json(cfg["quantization_config"].dump());
+  } catch (const InvalidArgument& e) {
+    QOBS_THROW(InvalidArgument, path, "/config.json: quantization_config: ", e.what());
+  }
+}
+
 }  // namespace
 
 QuantizePlan plan_quantize(const Checkpoint& ckpt, const QuantizeOptions& o, std::vector<PlanGroup> groups) {
@@ -243,9 +262,21 @@ QuantizePlan plan_quantize(const Checkpoint& ckpt, const QuantizeOptions& o, std
   // model_free_ptq's update_config: one format, or "mixed-precision" when the groups differ.
   for (const PlanGroup& g : p.groups)
     p.format = p.format.empty() || p.format == g.format() ? g.format() : "mixed-precision";
-  // Quantizing a compressed checkpoint again would treat packed codes as weights.
-  QOBS_CHECK(ckpt.config_json().find("\"quantization_config\"") == std::string::npos, InvalidArgument, o.model_path,
+  // Quantizing a compressed checkpoint again would treat packed codes as weights. A
+  // quantization_config that quantizes nothing (an expert-pruned dense model, whose
+  // config carries only moe_sparsity_config) is accepted and its moe_sparsity_config
+  // carried over (R1.6.5).
+  const std::optional<QuantizationConfig> input_qc = input_quantization_config(ckpt, o.model_path);
+  QOBS_CHECK(!input_qc || (input_qc->config_groups.empty() && !input_qc->kv_cache_scheme), InvalidArgument,
+             o.model_path,
              ": config.json already has a quantization_config; qobs quantizes unquantized checkpoints only");
+  if (input_qc) p.moe_sparsity_config = input_qc->moe_sparsity_config;
+  if (o.config && o.config->moe_sparsity_config) {
+    QOBS_CHECK(!p.moe_sparsity_config || *p.moe_sparsity_config == *o.config->moe_sparsity_config, InvalidArgument,
+               o.config_source, ": moe_sparsity_config differs from the one in ", o.model_path,
+               "/config.json; the experts a model keeps are the model's (R1.6.5)");
+    p.moe_sparsity_config = o.config->moe_sparsity_config;
+  }
   const std::vector<ModuleEntry> modules = checkpoint_modules(ckpt);
   Selection sel;
   if (o.config) {

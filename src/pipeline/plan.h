@@ -49,6 +49,9 @@ struct QuantizePlan {
   /// --config: the config as given (ignore, kv_cache_scheme) written back as the reference
   /// writes it; unset for --scheme (the config then lists the ignored Linear layers).
   std::optional<QuantizationConfig> config;
+  /// R1.6.5: the experts kept per layer, from --config or from the input model's
+  /// quantization_config; written into the output's (R8.7).
+  std::optional<ExpertSparsityConfig> moe_sparsity_config;
   TargetPlan targets;
   std::vector<PlannedModule> modules;  ///< checkpoint order
   std::vector<Job> jobs;               ///< in checkpoint order of each job's first member

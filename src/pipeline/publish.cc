@@ -178,7 +178,7 @@ void write_index(const fs::path& dir, const Checkpoint& ckpt, const QuantizePlan
 }
 
 void write_config(const fs::path& dir, const Checkpoint& ckpt, const QuantizePlan& plan) {
-  // Keys sorted, 2-space indent.
+  // Keys sorted, 2-space indent (R8.7.3).
   QuantizationConfig qc;
   if (plan.config) {
     // --config: the groups, ignore list and kv_cache_scheme as given, each group with
@@ -196,6 +196,9 @@ void write_config(const fs::path& dir, const Checkpoint& ckpt, const QuantizePla
   }
   qc.format = plan.format;
   qc.quantization_status = QuantizationStatus::kCompressed;
+  qc.moe_sparsity_config = plan.moe_sparsity_config;
+  // R8.7: compressed-tensors 0.20's ModelCompressor writer: the config's own keys, then
+  // an empty sparsity and transform config and the version
   nlohmann::json qcj = nlohmann::json::parse(qc.to_json());
   qcj["sparsity_config"] = nlohmann::json::object();
   qcj["transform_config"] = nlohmann::json::object();

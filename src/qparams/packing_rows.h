@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "core/check.h"
+#include "qobs/formats.h"
 #include "qobs/tensor.h"
 
 namespace qobs::detail {
@@ -143,6 +144,59 @@ inline uint8_t fp4_pack_code(float v, int64_t i, std::string_view label) {
              " is not an FP4 (E2M1) grid value (R8.5.1)");
   // sign bit, not v < 0: -0.0 must give code 8 (Q17)
   return static_cast<uint8_t>((std::signbit(v) ? 0x8 : 0x0) | idx);
+}
+
+/// R8.10.1 checks of pack_fp6; returns the packed (uint8) shape: (*leading, cols / 4 x 3).
+inline Shape check_pack_fp6(const Tensor& q, std::string_view label) {
+  QOBS_CHECK(is_floating(q.dtype()) && q.dtype() != DType::kF8E4M3, InvalidArgument, name_or(label),
+             ": FP6 packing needs values in a float tensor, got ", dtype_name(q.dtype()), " (R8.10.1)");
+  QOBS_CHECK(q.dim() >= 1, ShapeError, name_or(label), ": cannot pack a 0-dimensional tensor (R8.10.1)");
+  const int64_t cols = q.shape().back();
+  QOBS_CHECK(cols % 4 == 0, InvalidArgument, name_or(label),
+             ": tensor must have a multiple of 4 columns for fp6 packing, got ", cols, " (R8.10.1)");
+  Shape out_shape = q.shape();
+  out_shape.back() = cols / 4 * 3;
+  return out_shape;
+}
+
+/// R8.10.1 checks of unpack_fp6; returns the unpacked shape (*leading, bytes / 3 x 4).
+inline Shape check_unpack_fp6(const Tensor& packed, DType out_dtype, std::string_view label) {
+  QOBS_CHECK(packed.dtype() == DType::kU8 && packed.dim() >= 1, InvalidArgument, name_or(label),
+             ": packed FP6 must be uint8 with at least one dimension (R8.10.1)");
+  QOBS_CHECK(is_floating(out_dtype) && out_dtype != DType::kF8E4M3, InvalidArgument, name_or(label),
+             ": FP6 values unpack into f64/f32/bf16/f16, not ", dtype_name(out_dtype));
+  QOBS_CHECK(packed.shape().back() % 3 == 0, ShapeError, name_or(label), ": ", packed.shape().back(),
+             " packed FP6 bytes per row are not a multiple of 3 (four codes in three bytes, R8.10.1)");
+  Shape out_shape = packed.shape();
+  out_shape.back() = out_shape.back() / 3 * 4;
+  return out_shape;
+}
+
+/// The 6-bit E2M3 code of element i (value v) of a tensor being packed (R8.10.1):
+/// magnitude index in bits 0-4, v's sign bit in bit 5 (so -0.0 gives code 32).
+/// Off-grid values and NaN are an error rather than a silent code.
+inline uint8_t fp6_pack_code(float v, int64_t i, std::string_view label) {
+  const float a = std::fabs(v);
+  const uint8_t idx = a <= kFp6E2M3Max ? fp6_index(a) : uint8_t{0};  // NaN fails the comparison
+  QOBS_CHECK(a <= kFp6E2M3Max && fp6_magnitude(idx) == a, InvalidArgument, name_or(label), ": element ", i, " = ", v,
+             " is not an FP6 (E2M3) grid value (R8.10.1)");
+  return static_cast<uint8_t>((std::signbit(v) ? 0x20 : 0x00) | idx);
+}
+
+/// Four 6-bit codes into three bytes, little-endian: c0 | c1 << 6 | c2 << 12 | c3 << 18
+/// (R8.10.1).
+inline void fp6_pack_word(const uint8_t* c, uint8_t* out) {
+  const uint32_t w = static_cast<uint32_t>(c[0]) | static_cast<uint32_t>(c[1]) << 6 |
+                     static_cast<uint32_t>(c[2]) << 12 | static_cast<uint32_t>(c[3]) << 18;
+  out[0] = static_cast<uint8_t>(w);
+  out[1] = static_cast<uint8_t>(w >> 8);
+  out[2] = static_cast<uint8_t>(w >> 16);
+}
+/// The inverse: three bytes into four codes.
+inline void fp6_unpack_word(const uint8_t* in, uint8_t* c) {
+  const uint32_t w =
+      static_cast<uint32_t>(in[0]) | static_cast<uint32_t>(in[1]) << 8 | static_cast<uint32_t>(in[2]) << 16;
+  for (int k = 0; k < 4; ++k) c[k] = static_cast<uint8_t>((w >> (6 * k)) & 0x3Fu);
 }
 
 }  // namespace qobs::detail

@@ -42,6 +42,8 @@ struct QParamPlan {
   bool symmetric;
   bool mx;
   int num_bits;
+  int mx_offset = 2;        ///< R2.4.2: floor(log2(element max)) of an MX plan
+  int mx_elem_mantissa = 1; ///< R2.4.5: round_to_power_2's element mantissa of an MX plan
   double q_min, q_max;
   double range;       ///< W = q_max - q_min
   double half_range;  ///< W / 2
@@ -63,13 +65,16 @@ struct QParamPlan {
     p.symmetric = args.symmetric;
     p.mx = args.is_mx();
     p.num_bits = args.num_bits;
-    const auto [lo, hi] = args.q_range();  // NotImplementedError for float bits not in {4, 8}
+    p.mx_offset = qobs::mx_exponent_offset(args.num_bits);
+    p.mx_elem_mantissa = qobs::mx_elem_mantissa(args.num_bits);
+    const auto [lo, hi] = args.q_range();  // NotImplementedError for float bits not in {4, 6, 8}
     p.q_min = lo;
     p.q_max = hi;
     p.range = static_cast<double>(static_cast<float>(hi) - static_cast<float>(lo));
     p.half_range = p.range / 2.0;
-    if (!args.symmetric && args.is_fp4())
-      QOBS_THROW(NotImplementedError, "asymmetric FP4 quantization is not supported (R4.1 step 3)");
+    if (!args.symmetric && (args.is_fp4() || args.is_fp6()))
+      QOBS_THROW(NotImplementedError, "Asymmetric Quantization is not supported for FP4 and FP6: float num_bits ",
+                 args.num_bits, " with symmetric=false (R4.1 step 3)");
     p.scale_dtype = args.scale_dtype;
     p.zp_dtype = *args.zp_dtype;
     if (p.scale_dtype) p.scale_target = RoundTarget::of(*p.scale_dtype);
@@ -131,10 +136,10 @@ QOBS_HD inline ElemQParams compute_qparams_elem(double mn, double mx, const QPar
     // step 3, symmetric
     const double amax = nan_max(std::fabs(mn), std::fabs(mx));
     if (p.mx) {
-      // R2.4.2: E = 127 + floor(log2(round_to_power_2(a))) - off, in a's dtype (exact)
-      const double off = p.num_bits == 4 ? 2.0 : 8.0;
-      const double rp2 = round_to_power_2(p.stat_dt == DType::kF64 ? DType::kF64 : p.stat_dt, amax);
-      scale = a.sub(a.add(kE8M0Bias, log2_of_power_of_2(rp2)), off);
+      // R2.4.2: E = 127 + floor(log2(round_to_power_2(a, m))) - off, in a's dtype (exact);
+      // m the element mantissa of R2.4.5 (FP6: 3, else 1)
+      const double rp2 = round_to_power_2(p.stat_dt == DType::kF64 ? DType::kF64 : p.stat_dt, amax, p.mx_elem_mantissa);
+      scale = a.sub(a.add(kE8M0Bias, log2_of_power_of_2(rp2)), static_cast<double>(p.mx_offset));
     } else {
       // divide by the host scalar W/2 (127.5 for int8; Q13 clips the positive extreme)
       scale = a.div(amax, p.half_range);
@@ -264,7 +269,7 @@ struct QParamsJob {
   ScaleZeroPoint finish() &&;
 };
 
-enum class GridKind { kInt, kFp8, kFp4 };
+enum class GridKind { kInt, kFp8, kFp4, kFp6 };
 
 /// Per-call constants of the R5.1 QDQ.
 struct QdqPlan {
@@ -286,7 +291,9 @@ struct QdqPlan {
     if (args.type == QuantType::kInt) p.grid = GridKind::kInt;
     else if (args.num_bits == 8) p.grid = GridKind::kFp8;
     else if (args.num_bits == 4) p.grid = GridKind::kFp4;
-    else QOBS_THROW(NotImplementedError, "float quantization with num_bits=", args.num_bits, " (R2.6)");
+    else if (args.num_bits == 6) p.grid = GridKind::kFp6;
+    else QOBS_THROW(NotImplementedError, "float quantization with num_bits=", args.num_bits,
+                    ": only num_bits in (4, 6, 8) are supported (R2.6)");
     const auto [lo, hi] = args.q_range();
     p.q_min = lo;
     p.q_max = hi;
@@ -302,6 +309,8 @@ QOBS_HD inline double round_to_grid(double y, const QdqPlan& p) {
     case GridKind::kInt: return round_half_even(c);
     case GridKind::kFp8: return fp8_e4m3_to_float(fp8_e4m3_from_double(c));
     case GridKind::kFp4: return fp4_round(static_cast<float>(c));
+    // R2.8.1: the cast takes |c| in f32 (a rounding for f64 data, as the reference's)
+    case GridKind::kFp6: return fp6_round(static_cast<float>(c));
   }
   return c;
 }

@@ -399,6 +399,42 @@ TEST_F(Cli, QuantizeInspectDequantize) {
   EXPECT_NE(r.out.find("already has a quantization_config"), std::string::npos) << r.out;
 }
 
+/// MXFP6 through the CLI (R8.10): quantize, inspect, dequantize; and in checkpoint mode
+/// `--observer mse` on weights is memoryless_mse (R6.9.1, Q34): the same safetensors
+/// bytes, a different search result than min-max, the name given in config.json.
+TEST_F(Cli, Mxfp6AndMseMeansMemorylessMseInCheckpointMode) {
+  auto file = [&](const std::string& rel) {
+    std::ifstream f(p(rel), std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  };
+  for (const char* observer : {"mse", "memoryless_mse", "memoryless_minmax"}) {
+    const Result r = run("quantize " + p("in") + " -o " + p(observer) + " --scheme MXFP6A16 --observer " + observer +
+                         " --quiet");
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_NE(file(std::string(observer) + "/config.json").find(std::string("\"observer\": \"") + observer + "\""),
+              std::string::npos)
+        << observer;
+  }
+  const std::string mse = file("mse/model.safetensors");
+  ASSERT_FALSE(mse.empty());
+  EXPECT_TRUE(mse == file("memoryless_mse/model.safetensors"));
+  EXPECT_FALSE(mse == file("memoryless_minmax/model.safetensors"))
+      << "the search chose min-max's scales everywhere: the test cannot tell the observers apart";
+
+  Result r = run("inspect " + p("mse") + " --tensors");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("mxfp6-pack-quantized"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model.layers.0.mlp.up_proj.weight_packed  U8 (128, 96)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model.layers.0.mlp.up_proj.weight_scale  U8 (128, 4)"), std::string::npos) << r.out;
+  r = run("dequantize " + p("mse") + " -o " + p("dq.safetensors"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const SafetensorsFile dq = SafetensorsFile::open(p("dq.safetensors"));
+  ASSERT_EQ(dq.tensors().size(), 2u);
+  const Tensor w = dq.load("model.layers.0.mlp.up_proj.weight");
+  EXPECT_EQ(w.dtype(), DType::kF32);  // the model dtype: the input's config.json names none
+  EXPECT_EQ(w.shape(), Shape({128, 128}));
+}
+
 TEST_F(Cli, DryRunAndDemoWithModel) {
   Result r = run("quantize " + p("in") + " --scheme NVFP4A16 --dry-run --report " + p("rep"));
   ASSERT_EQ(r.rc, 0) << r.out;

@@ -149,7 +149,7 @@ TEST(Args, R1_2_SameMessageFromJsonAndFields) {
       {R"({"num_bits": 1099511627776})", {{"num_bits", {int64_t{1} << 40}}}, "num_bits 1099511627776 is out of the int32 range"},
       {R"({"num_bits": 9223372036854775808})", {{"num_bits", big("9223372036854775808")}},
        "num_bits 9223372036854775808 is out of the int64 range"},
-      {R"({"num_bits": 6, "type": "float"})", {{"num_bits", {int64_t{6}}}, {"type", {std::string("float")}}}, "R1.3.2"},
+      {R"({"num_bits": 5, "type": "float"})", {{"num_bits", {int64_t{5}}}, {"type", {std::string("float")}}}, "R1.3.2"},
       {R"({"type": "bfloat"})", {{"type", {std::string("bfloat")}}}, "type: 'bfloat' is not one of int, float"},
       {R"({"type": 1})", {{"type", {int64_t{1}}}}, "QuantizationArgs.type: expected a string, got 1"},
       {R"({"symmetric": 1})", {{"symmetric", {int64_t{1}}}}, "expected a boolean, got 1"},
@@ -383,18 +383,20 @@ TEST(Args, R1_3_1_Step9ZpDtypeInference) {
     return a.validated().zp_dtype;
   };
   EXPECT_EQ(zp(4, QuantType::kFloat), DType::kF8E4M3);
+  EXPECT_EQ(zp(6, QuantType::kFloat), DType::kF8E4M3);  // compressed-tensors 0.20 (0.19 raised)
   EXPECT_EQ(zp(8, QuantType::kFloat), DType::kF8E4M3);
   EXPECT_EQ(zp(4, QuantType::kInt), DType::kI8);
   EXPECT_EQ(zp(8, QuantType::kInt), DType::kI8);
   EXPECT_EQ(zp(9, QuantType::kInt), DType::kI16);
   EXPECT_EQ(zp(16, QuantType::kInt), DType::kI16);
   EXPECT_EQ(zp(17, QuantType::kInt), DType::kI32);
-  QuantizationArgs f6;
-  f6.num_bits = 6;
-  f6.type = QuantType::kFloat;
-  EXPECT_THROW(f6.validated(), NotImplementedError);
-  f6.zp_dtype = DType::kF8E4M3;
-  EXPECT_NO_THROW(f6.validated());
+  // float widths other than 4, 6 and 8 have no storage dtype to infer
+  QuantizationArgs f5;
+  f5.num_bits = 5;
+  f5.type = QuantType::kFloat;
+  EXPECT_THROW(f5.validated(), NotImplementedError);
+  f5.zp_dtype = DType::kF8E4M3;
+  EXPECT_NO_THROW(f5.validated());
   QuantizationArgs keep;
   keep.zp_dtype = DType::kI32;
   EXPECT_EQ(keep.validated().zp_dtype, DType::kI32);
@@ -560,7 +562,7 @@ TEST(Args, R1_5_1_PresetNamesExactList) {
       "UNQUANTIZED", "W2A4",       "W2A8",  "W2A16",  "W3A4",        "W3A8",      "W3A16",    "W4A4",
       "W4A8",        "W4A16",      "W5A8",  "W5A16",  "W6A8",        "W6A16",     "W7A8",     "W7A16",
       "W8A16",       "W4A16_ASYM", "W8A8",  "INT8",   "W4AFP8",      "FP8",       "FP8_DYNAMIC", "FP8_BLOCK",
-      "NVFP4A16",    "NVFP4",      "MXFP4A16", "MXFP4", "MXFP8A16", "MXFP8"};
+      "NVFP4A16",    "NVFP4",      "MXFP4A16", "MXFP4", "MXFP4XFP8", "MXFP6A16", "MXFP6A8", "MXFP8A16", "MXFP8"};
   EXPECT_EQ(preset_names(), expected);
 }
 

@@ -106,8 +106,12 @@ inline std::vector<Format> formats_for(int64_t cols) {
     add("nvfp4_tensor_group16",
         [&] { return make_args(4, QuantType::kFloat, true, Strategy::kTensorGroup, 16, DType::kF8E4M3); });
   }
-  if (cols % 32 == 0)
+  if (cols % 32 == 0) {
     add("mxfp4_group32", [&] { return make_args(4, QuantType::kFloat, true, Strategy::kGroup, 32, DType::kU8); });
+    add("mxfp6_group32", [&] { return make_args(6, QuantType::kFloat, true, Strategy::kGroup, 32, DType::kU8); });
+  }
+  // FP6 without MX scales: the common plans' fast paths (R2.8)
+  add("fp6_channel", [&] { return make_args(6, QuantType::kFloat, true, Strategy::kChannel); });
   add("int4_group1", [&] { return make_args(4, QuantType::kInt, false, Strategy::kGroup, 1); });
   add("int8_block_4x8", [&] {
     return make_args(8, QuantType::kInt, true, Strategy::kBlock, std::nullopt, std::nullopt, std::array<int64_t, 2>{4, 8});

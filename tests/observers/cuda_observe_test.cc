@@ -74,6 +74,8 @@ TEST_P(CudaObserveOn, WeightObserversEqualTheCpuObservers) {
       R"({"num_bits": 8, "type": "float", "symmetric": true, "strategy": "channel"})",
       R"({"num_bits": 4, "type": "float", "symmetric": true, "strategy": "tensor_group", "group_size": 16, "scale_dtype": "float8_e4m3fn"})",
       R"({"num_bits": 4, "type": "float", "symmetric": true, "strategy": "group", "group_size": 32, "scale_dtype": "uint8"})",
+      R"({"num_bits": 6, "type": "float", "symmetric": true, "strategy": "group", "group_size": 32, "scale_dtype": "uint8"})",
+      R"({"num_bits": 6, "type": "float", "symmetric": true, "strategy": "channel"})",
   };
   for (const char* js : formats)
     for (const char* obs : {"memoryless_minmax", "memoryless_mse", "nvfp4_expanded_mse"})

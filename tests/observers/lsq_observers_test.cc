@@ -109,7 +109,7 @@ TEST(LsqObservers, NeverWorseThanReferenceInt) {
 
 TEST(LsqObservers, NeverWorseThanReferenceFp4) {
   std::mt19937 rng(11);
-  for (const char* preset : {"NVFP4A16", "MXFP4A16"}) {
+  for (const char* preset : {"NVFP4A16", "MXFP4A16", "MXFP6A16"}) {
     const QuantizationArgs args = weights_of(preset).validated();
     for (int trial = 0; trial < 4; ++trial) {
       const Tensor w = random_weight(rng, 8, 256);
@@ -201,11 +201,11 @@ double mx_exhaustive(const FlatView& flat, const QuantizationArgs& args, int64_t
   return best;
 }
 
-// L1 (4): the MX exponent is the exhaustive optimum over the E8M0 codes, for MXFP4 and
-// MXFP8, bf16 and f32 weights, weighted or not.
+// L1 (4): the MX exponent is the exhaustive optimum over the E8M0 codes, for MXFP4,
+// MXFP6 and MXFP8, bf16 and f32 weights, weighted or not.
 TEST(LsqObservers, MxExponentIsExhaustiveOptimum) {
   std::mt19937 rng(5);
-  for (const char* preset : {"MXFP4A16", "MXFP8A16"}) {
+  for (const char* preset : {"MXFP4A16", "MXFP6A16", "MXFP8A16"}) {
     const QuantizationArgs args = weights_of(preset).validated();
     for (DType dt : {DType::kBF16, DType::kF32}) {
       for (bool weighted : {false, true}) {
@@ -327,7 +327,7 @@ TEST(LsqObservers, ImatrixLsqNeverWorseThanImatrixMse) {
 // The threaded search and the scalar reference agree bit for bit.
 TEST(LsqObservers, ThreadedEqualsScalarReference) {
   std::mt19937 rng(17);
-  for (const char* preset : {"W4A16", "W4A16_ASYM", "NVFP4A16", "MXFP4A16"}) {
+  for (const char* preset : {"W4A16", "W4A16_ASYM", "NVFP4A16", "MXFP4A16", "MXFP6A16"}) {
     const QuantizationArgs args = weights_of(preset).validated();
     const Tensor w = random_weight(rng, 64, 256);
     const FlatView flat = flatten_for_calibration(w.view(), "weight", args);

@@ -142,6 +142,16 @@ TEST(DevicePlacement, ObserversWithADevicePathRunThereAndTheOthersStay) {
   EXPECT_EQ(notes[0].rfind("14 weights stay on the CPU: ", 0), 0u) << notes[0];
   EXPECT_NE(notes[0].find("lsq_mse"), std::string::npos) << notes[0];
   EXPECT_NE(notes[0].find("(model.layers.0.mlp.down_proj, ...)"), std::string::npos) << notes[0];
+  // MXFP6's FP6 codes are packed on the CPU (R8.10.1), whatever the observer
+  const Planned mx(preset(dir.path / "in", "MXFP6A16", "memoryless_minmax"));
+  const detail::Placement mx_where = detail::place_jobs(mx.plan, true);
+  EXPECT_EQ(mx_where.device_modules, 0);
+  EXPECT_EQ(mx_where.cpu_modules, 14);
+  const std::vector<std::string> mx_notes = mx_where.cpu_notes(mx.plan);
+  ASSERT_EQ(mx_notes.size(), 1u);
+  EXPECT_EQ(mx_notes[0].rfind("14 weights stay on the CPU: mxfp6-pack-quantized (the device path packs no FP6 codes)", 0),
+            0u)
+      << mx_notes[0];
 }
 
 TEST(DevicePlacement, EachReasonIsOneNote) {
@@ -315,6 +325,61 @@ TEST(DeviceEmulation, FallbacksMixWithTheDeviceAndAreLoggedOnce) {
   ASSERT_FALSE(log.empty());
   EXPECT_EQ(log[0], "--device cuda:0: host emulation of CUDA device 0: 4 of 14 weights are calibrated, quantized "
                     "and packed on the GPU");
+}
+
+// MXFP6 with --device cuda: every weight stays on the CPU, said once, and the folder
+// and report are the CPU run's (the device path packs no FP6 codes, R8.10.1).
+TEST(DeviceEmulation, Mxfp6StaysOnTheCpu) {
+  EmulatedDevice emulated;
+  TempDir dir;
+  write_model(dir.path / "in", make_model(DType::kBF16, 128, 1));
+  const RunResult cpu = quantize_into(preset(dir.path / "in", "MXFP6A16", "memoryless_mse"), dir.path / "cpu",
+                                      DeviceSpec{}, 2);
+  const RunResult dev = quantize_into(preset(dir.path / "in", "MXFP6A16", "memoryless_mse"), dir.path / "dev",
+                                      parse_device("cuda"), 3);
+  EXPECT_TRUE(cpu.files == dev.files);
+  expect_same_report(cpu.report, dev.report, "MXFP6A16");
+  ASSERT_EQ(dev.log.size(), 2u);
+  EXPECT_NE(dev.log[0].find(": 0 of 7 weights are calibrated, quantized and packed on the GPU"), std::string::npos)
+      << dev.log[0];
+  EXPECT_EQ(dev.log[1].rfind("7 weights stay on the CPU: mxfp6-pack-quantized (the device path packs no FP6 codes)", 0),
+            0u)
+      << dev.log[1];
+}
+
+// FP6 (MXFP6 and FP6 per channel) quantized by qobs/cuda.h on the emulated device
+// without a zero point, as the MXFP6 compressor quantizes (R8.10.1): the CPU's bytes,
+// -0.0 included. (The observers on FP6: tests/observers/cuda_observe_test.cc.)
+TEST(DeviceEmulation, Fp6QuantizeEqualsTheCpu) {
+  EmulatedDevice emulated;
+  const kernels::cuda::Backend& b = emulated.backend();
+  using kernels::cuda::CopyKind;
+  using kernels::cuda::DeviceBuffer;
+  using kernels::cuda::Stream;
+  for (const char* js :
+       {R"({"num_bits": 6, "type": "float", "symmetric": true, "strategy": "group", "group_size": 32, "scale_dtype": "uint8"})",
+        R"({"num_bits": 6, "type": "float", "symmetric": true, "strategy": "channel"})"})
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      const QuantizationArgs a = QuantizationArgs::from_json(js);
+      std::vector<double> v = testing::fp6_grid_values(8 * 96, 1);
+      for (std::size_t i = 0; i < v.size(); i += 5) v[i] *= 0.37;  // off the grid too
+      const Tensor w = Tensor::from_values(dt, {8, 96}, v);
+      auto obs = load_observer("memoryless_minmax", "weight", a);
+      obs->observe(w.view());
+      const Tensor scale = obs->get_qparams().scale.to(dt);
+      const Tensor want = quantize(w.view(), scale, nullptr, a);
+      DeviceBuffer dw(b, w.nbytes(), Stream{}), ds(b, scale.nbytes(), Stream{});
+      b.copy(dw.get(), w.data(), w.nbytes(), CopyKind::kHostToDevice, Stream{});
+      b.copy(ds.get(), scale.data(), scale.nbytes(), CopyKind::kHostToDevice, Stream{});
+      const TensorView dv(dw.get(), dt, w.shape()), dsv(ds.get(), scale.dtype(), scale.shape());
+      const cuda::QdqLayout ql = cuda::quantize_layout(dv, dsv, nullptr, a);
+      DeviceBuffer dq(b, shape_numel(ql.shape) * dtype_size(ql.dtype), Stream{});
+      cuda::quantize(dv, dsv, nullptr, a, nullptr, std::nullopt, dq.get());
+      Tensor got = Tensor::uninitialized(ql.dtype, ql.shape);
+      b.copy(got.data(), dq.get(), got.nbytes(), CopyKind::kDeviceToHost, Stream{});
+      b.synchronize(Stream{});
+      EXPECT_EQ(testing::describe_difference(want, got), "") << js << " " << dtype_name(dt);
+    }
 }
 
 // Several ranks, each on its own device: the single process's folder.

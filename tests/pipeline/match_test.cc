@@ -109,8 +109,9 @@ TEST(Match, GroupPrecedenceAsApplyQuantizationConfig) {
   EXPECT_FALSE(got.count("model.embed_tokens"));
 }
 
-// What model_free_ptq writes as quantization_config for the same config; qobs records
-// the observer it used (R1.3.1 keeps the inference) and adds sparsity_config.
+// What model_free_ptq (llm-compressor 0.14.0.1 on compressed-tensors 0.20.1) writes as
+// quantization_config for the same config: the same object, plus the empty
+// sparsity_config that compressed-tensors' own writer adds (R8.7).
 TEST(Match, ConfigOutputAsModelFreePtqWritesIt) {
   const nlohmann::json g = golden();
   for (const auto& [name, c] : g["configs"].items()) {
@@ -126,11 +127,6 @@ TEST(Match, ConfigOutputAsModelFreePtqWritesIt) {
     nlohmann::json q = nlohmann::json::parse(f)["quantization_config"];
     EXPECT_EQ(q["sparsity_config"], nlohmann::json::object());
     q.erase("sparsity_config");
-    for (auto& [gname, group] : q["config_groups"].items()) {
-      EXPECT_EQ(group["weights"]["observer"], "memoryless_minmax") << name;
-      group["weights"]["observer"] = nullptr;
-    }
-    if (q["kv_cache_scheme"].is_object()) q["kv_cache_scheme"]["observer"] = nullptr;  // R1.3.1 step 8 likewise
     EXPECT_EQ(q, c["quantization_config"]) << name << "\nqobs: " << q.dump(1)
                                            << "\nreference: " << c["quantization_config"].dump(1);
     const std::string summary = inspect_checkpoint((dir.path / "out").string());

@@ -67,7 +67,9 @@ void expect_round_trip(const fs::path& out, const std::map<std::string, Tensor>&
       const Tensor z = c.shards()[c.find(module + ".weight_zero_point")->first].load(module + ".weight_zero_point");
       zp = format == "pack-quantized" ? unpack_zero_points(z, a.num_bits, scale.shape()[0]).reshaped(scale.shape()) : z;
     }
-    Tensor expected = fake_quantize(w.view(), scale, &zp, a, nullptr, g ? &*g : nullptr);
+    // the MXFP6 compressor quantizes without a zero point, so -0.0 keeps its sign (R8.10.1)
+    Tensor expected = fake_quantize(w.view(), scale, format == "mxfp6-pack-quantized" ? nullptr : &zp, a, nullptr,
+                                    g ? &*g : nullptr);
     if (a.type == QuantType::kInt) {
       // Fused QDQ keeps the sign of round(-0.3) = -0.0, but an integer code has no
       // negative zero, so any loader (the reference's included) reads +0.0 there. The
@@ -135,7 +137,8 @@ std::string param_name(const ::testing::TestParamInfo<std::tuple<std::string, DT
 INSTANTIATE_TEST_SUITE_P(
     Schemes, RoundTrip,
     ::testing::Combine(::testing::Values("W4A16", "W4A16_ASYM", "W8A16", "W3A16", "W8A8", "W4A8", "FP8_DYNAMIC",
-                                         "FP8_BLOCK", "NVFP4A16", "MXFP4A16", "MXFP4", "MXFP8A16"),
+                                         "FP8_BLOCK", "NVFP4A16", "MXFP4A16", "MXFP4", "MXFP8A16", "MXFP4XFP8",
+                                         "MXFP6A16", "MXFP6A8"),
                        ::testing::Values(DType::kF32, DType::kBF16, DType::kF16)),
     param_name);
 
@@ -163,6 +166,8 @@ TEST(Pipeline, R8_9_TensorListingPerFormat) {
   EXPECT_EQ(listing("FP8_BLOCK"), "weight:F8_E4M3(256, 128) weight_scale:BF16(2, 1) ");
   EXPECT_EQ(listing("NVFP4A16"), "weight_packed:U8(256, 64) weight_scale:F8_E4M3(256, 8) weight_global_scale:F32(1,) ");
   EXPECT_EQ(listing("MXFP4A16"), "weight_packed:U8(256, 64) weight_scale:U8(256, 4) ");
+  // R8.10.1: four FP6 codes in three bytes
+  EXPECT_EQ(listing("MXFP6A16"), "weight_packed:U8(256, 96) weight_scale:U8(256, 4) ");
 }
 
 TEST(Pipeline, R8_7_ConfigAndCopiedFiles) {

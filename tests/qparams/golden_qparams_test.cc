@@ -15,14 +15,7 @@ namespace {
 using nlohmann::json;
 using testing::describe_difference;
 
-/// Rebuilds args; the reference serializes zp_dtype as null for symmetric args (R1.3.5),
-/// so the generator records the in-memory value separately as args_zp_dtype.
-QuantizationArgs case_args(const json& c) {
-  QuantizationArgs a = testing::args_from_golden(c["args"]);
-  if (c.contains("args_zp_dtype") && c["args_zp_dtype"].is_string())
-    a.zp_dtype = parse_dtype(c["args_zp_dtype"].get<std::string>());
-  return a;
-}
+using testing::case_args_from_golden;
 
 TEST(GoldenQParams, CalculateQParamsR4_1) {
   auto g = testing::load_golden("qparams.json");
@@ -31,7 +24,7 @@ TEST(GoldenQParams, CalculateQParamsR4_1) {
   for (const json& c : g->doc["qparams_cases"]) {
     SCOPED_TRACE(c["id"].get<std::string>());
     const auto gs = g->maybe(c["global_scale"]);
-    const auto r = calculate_qparams(g->tensor(c["min"]), g->tensor(c["max"]), case_args(c), gs ? &*gs : nullptr);
+    const auto r = calculate_qparams(g->tensor(c["min"]), g->tensor(c["max"]), case_args_from_golden(c), gs ? &*gs : nullptr);
     EXPECT_EQ(describe_difference(g->tensor(c["expect"]["scale"]), r.scale), "") << "scale";
     EXPECT_EQ(describe_difference(g->tensor(c["expect"]["zero_point"]), r.zero_point), "") << "zero_point";
     ++n;
@@ -63,7 +56,7 @@ TEST(GoldenQParams, ReferenceGarbageIsRejectedOrDefined) {
     SCOPED_TRACE(c["id"].get<std::string>());
     try {
       const auto gs = g->maybe(c["global_scale"]);
-      const auto r = calculate_qparams(g->tensor(c["min"]), g->tensor(c["max"]), case_args(c), gs ? &*gs : nullptr);
+      const auto r = calculate_qparams(g->tensor(c["min"]), g->tensor(c["max"]), case_args_from_golden(c), gs ? &*gs : nullptr);
       for (int64_t i = 0; i < r.scale.numel(); ++i) EXPECT_TRUE(std::isfinite(r.scale.get(i)));
       for (int64_t i = 0; i < r.zero_point.numel(); ++i) EXPECT_TRUE(std::isfinite(r.zero_point.get(i)));
     } catch (const InvalidArgument&) {
@@ -82,7 +75,7 @@ TEST(GoldenFakeQuant, FakeQuantizeR5) {
     const auto zp = g->maybe(c["zero_point"]);
     const auto gs = g->maybe(c["global_scale"]);
     const auto gi = g->maybe(c["g_idx"]);
-    const Tensor y = fake_quantize(x.view(), g->tensor(c["scale"]), zp ? &*zp : nullptr, case_args(c),
+    const Tensor y = fake_quantize(x.view(), g->tensor(c["scale"]), zp ? &*zp : nullptr, case_args_from_golden(c),
                                    gi ? &*gi : nullptr, gs ? &*gs : nullptr);
     EXPECT_EQ(describe_difference(g->tensor(c["expect"]), y), "");
     ++n;
@@ -96,7 +89,7 @@ TEST(GoldenFlatten, FlattenForCalibrationR3) {
   for (const json& c : g->doc["flatten_cases"]) {
     SCOPED_TRACE(c["id"].get<std::string>());
     const Tensor x = g->tensor(c["x"]);
-    const FlatView f = flatten_for_calibration(x.view(), c["base_name"].get<std::string>(), case_args(c));
+    const FlatView f = flatten_for_calibration(x.view(), c["base_name"].get<std::string>(), case_args_from_golden(c));
     EXPECT_EQ(describe_difference(g->tensor(c["expect"]), f.materialize()), "");
   }
 }
@@ -137,6 +130,9 @@ TEST(GoldenErrors, InvalidInputsRaise) {
       // The reference crashes clamping f16 statistics to bf16's range; qobs computes the
       // defined result (the clamp is a no-op) instead.
       if (id == "qparams.int8_asym.scale_dtype=bfloat16.f16") continue;
+      // compressed-tensors 0.19 had no FP6; 0.20.1, which qobs follows (R0.6), accepts it
+      // (tests/golden/mxfp6.json holds its results)
+      if (id == "qparams.float6_range" || id == "args.float6_no_zp_dtype") continue;
       auto run = [&]() {
         const std::string kind = e["kind"];
         if (kind == "args") {

@@ -178,6 +178,8 @@ HWY_INLINE void BlockErrorsGrid(const BlockKernelArgs& A) {
       return BlockErrorsNorm<kDN, kEN, static_cast<int>(qobs::detail::GridKind::kInt)>(A);
     case qobs::detail::GridKind::kFp8:
       return BlockErrorsNorm<kDN, kEN, static_cast<int>(qobs::detail::GridKind::kFp8)>(A);
+    // FP6 (MXFP6) reads the grid at run time: no specialized instantiations for it
+    case qobs::detail::GridKind::kFp6: return BlockErrorsT<-1, -1, -1, -1>(A);
     default: return BlockErrorsNorm<kDN, kEN, static_cast<int>(qobs::detail::GridKind::kFp4)>(A);
   }
 }

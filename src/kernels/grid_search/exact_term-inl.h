@@ -139,6 +139,7 @@ HWY_INLINE VF exact_abs_error(const BlockKernelArgs& A, VF x, VF s, VF inv_s, VF
   switch (grid) {
     case qobs::detail::GridKind::kInt: q = hn::Round(c); break;
     case qobs::detail::GridKind::kFp8: q = fp8_round(c); break;
+    case qobs::detail::GridKind::kFp6: q = fp6_round(c); break;
     // fp4_round's table by the five-op rounding of |c| (equal on [0, 6]: c is clamped),
     // the sign put back as fp4_round does
     default: q = hn::CopySign(fp4_round_nonneg(hn::Abs(c)), c); break;

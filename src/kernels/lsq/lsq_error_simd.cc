@@ -9,7 +9,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 #include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, VF, ...
-#include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round, fp4_round
+#include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round, fp4_round, fp6_round
 #include "kernels/qdq/qdq_lanes-inl.h"  // quantize_lanes, dequantize_lanes
 
 #include <algorithm>
@@ -112,6 +112,8 @@ HWY_INLINE bool LsqErrorsGrid(const LsqGroupArgs& G, const float* s, const float
       return LsqErrorsT<static_cast<int>(qobs::detail::GridKind::kInt), kWeighted>(G, s, zx, zs, count, err);
     case qobs::detail::GridKind::kFp8:
       return LsqErrorsT<static_cast<int>(qobs::detail::GridKind::kFp8), kWeighted>(G, s, zx, zs, count, err);
+    case qobs::detail::GridKind::kFp6:
+      return LsqErrorsT<static_cast<int>(qobs::detail::GridKind::kFp6), kWeighted>(G, s, zx, zs, count, err);
     default: return LsqErrorsT<static_cast<int>(qobs::detail::GridKind::kFp4), kWeighted>(G, s, zx, zs, count, err);
   }
 }
@@ -166,6 +168,8 @@ bool LsqRefitSumsGrid(const LsqGroupArgs& G, float s, float zx, double* sums) {
       return LsqRefitSumsT<static_cast<int>(qobs::detail::GridKind::kInt), kWeighted, kCodeSums>(G, s, zx, sums);
     case qobs::detail::GridKind::kFp8:
       return LsqRefitSumsT<static_cast<int>(qobs::detail::GridKind::kFp8), kWeighted, kCodeSums>(G, s, zx, sums);
+    case qobs::detail::GridKind::kFp6:
+      return LsqRefitSumsT<static_cast<int>(qobs::detail::GridKind::kFp6), kWeighted, kCodeSums>(G, s, zx, sums);
     default: return LsqRefitSumsT<static_cast<int>(qobs::detail::GridKind::kFp4), kWeighted, kCodeSums>(G, s, zx, sums);
   }
 }

@@ -81,8 +81,9 @@ inline void sort_unique_runs(std::vector<std::pair<double, double>>& v, SortRuns
 /// MX symmetric: the (scale, zero point) pairs compute_qparams_elem stores for the
 /// shrunk ranges (a.mul(m0, p), a.mul(M0, p)) of the ascending factors ps, as a set
 /// (emit may see them in any order), with a few calls instead of one per factor. The
-/// stored pair depends on the range only through the key round_to_power_2(amax)
-/// (R2.4.2; the zero point is 0), and the key never decreases as p grows (every step
+/// stored pair depends on the range only through the key round_to_power_2(amax, m)
+/// (R2.4.2, m the element mantissa of R2.4.5; the zero point is 0), and the key never
+/// decreases as p grows (every step
 /// is monotone: the rounded products, nan_min / nan_max with 0, |.|, the power-of-two
 /// rounding of a non-negative float's bits). So where two factors share a key, every
 /// factor between them does too: bisecting between factors of different keys finds
@@ -95,7 +96,7 @@ void mx_observer_candidates(const std::vector<double>& ps, double m0, double M0,
   // compute_qparams_elem's steps up to the power-of-two rounding, exactly
   auto key = [&](std::size_t i) {
     const double mn = qobs::detail::nan_min(a.mul(m0, ps[i]), 0.0), mx = qobs::detail::nan_max(a.mul(M0, ps[i]), 0.0);
-    return round_to_power_2(rdt, qobs::detail::nan_max(std::fabs(mn), std::fabs(mx)));
+    return round_to_power_2(rdt, qobs::detail::nan_max(std::fabs(mn), std::fabs(mx)), qp.mx_elem_mantissa);
   };
   auto stored = [&](std::size_t i) {
     const qobs::detail::ElemQParams q = qobs::detail::compute_qparams_elem(a.mul(m0, ps[i]), a.mul(M0, ps[i]), qp);

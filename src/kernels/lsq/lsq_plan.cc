@@ -64,7 +64,7 @@ LsqPlan LsqPlan::make(DType observed, const QuantizationArgs& args, const LsqSea
   const int steps = cfg.weighted ? 48 : 16;
   for (int i = 0; i < steps; ++i)
     P.log_grid.push_back(f_lo * std::pow(1.25 / f_lo, static_cast<double>(i) / (steps - 1)));
-  P.grid_min = P.qplan.num_bits == 4 ? 0.5 : 0x1p-9;
+  P.grid_min = args.is_fp6() ? 0.125 : P.qplan.num_bits == 4 ? 0.5 : 0x1p-9;
   if (P.fp_scale_codes)
     for (int c = 0; c <= 126; ++c) P.code_scale.push_back(P.stored_scale(fp8_e4m3_to_float(static_cast<uint8_t>(c))));
   if (P.mx)
@@ -98,7 +98,7 @@ ScaleWindow scale_window(const LsqPlan& P, double minmax_scale, double amax) {
   ScaleWindow w;
   if (P.mx) {
     // E8M0 exponents floor - 1, floor, floor + 1 of log2(amax) - log2(q_max)
-    const double off = P.qplan.num_bits == 4 ? 2.0 : 8.0;
+    const double off = P.qplan.mx_offset;
     const int e = static_cast<int>(std::floor(std::log2(amax)) - off);
     w.lo = std::clamp(e - 1, kE8M0MinExp, kE8M0MaxExp);
     w.hi = std::clamp(e + 1, kE8M0MinExp, kE8M0MaxExp);

@@ -59,7 +59,7 @@ struct LsqPlan {
   std::vector<double> code_scale;
   /// mx: the stored scale of each E8M0 exponent kE8M0MinExp..kE8M0MaxExp (index e + 127)
   std::vector<double> mx_scale;
-  /// the smallest positive value of the FP grid (FP4 0.5, FP8 E4M3 2^-9)
+  /// the smallest positive value of the FP grid (FP4 0.5, FP6 1/8, FP8 E4M3 2^-9)
   double grid_min = 0.5;
   LsqSearchConfig cfg;
 

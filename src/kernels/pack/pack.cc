@@ -140,6 +140,60 @@ void unpack_fp4_typed(const uint8_t* src, const Tensor& lut, T* dst, int64_t b, 
   }
 }
 
+/// The 64 E2M3 values (codes 0..63) in dtype dt, encoded as Tensor::set narrows them.
+Tensor fp6_table(DType dt) {
+  Tensor lut(dt, {64});
+  for (uint8_t code = 0; code < 64; ++code) lut.set(code, fp6_value(code));
+  return lut;
+}
+
+/// pack_fp6 of elements [b, e) (whole words of four) of a bf16 / f16 / f32 tensor by bit
+/// pattern: every E2M3 value is sign, exponent and at most the top three mantissa bits,
+/// so `bits >> shift` indexes a table of codes when the bits below are zero. Anything
+/// else (off-grid, NaN) goes to fp6_pack_code, which throws naming the element.
+template <typename Bits>
+void pack_fp6_by_bits(const Tensor& q, int shift, std::string_view label, uint8_t* dst, int64_t b, int64_t e) {
+  int8_t code_of[4096];
+  std::fill(code_of, code_of + 4096, static_cast<int8_t>(-1));
+  const Tensor lut = fp6_table(q.dtype());
+  for (int code = 0; code < 64; ++code) code_of[lut.data_as<Bits>()[code] >> shift] = static_cast<int8_t>(code);
+  const Bits low = static_cast<Bits>((Bits(1) << shift) - 1);
+  const Bits* src = q.data_as<Bits>();
+  int bad = 0;
+  for (int64_t i = b; i < e; i += 4) {
+    uint8_t c[4];
+    for (int k = 0; k < 4; ++k) {
+      const Bits v = src[i + k];
+      const int ck = code_of[v >> shift] | ((v & low) != 0 ? -1 : 0);
+      bad |= ck;  // negative when off the table
+      c[k] = static_cast<uint8_t>(ck & 0x3F);
+    }
+    qobs::detail::fp6_pack_word(c, dst + i / 4 * 3);
+  }
+  if (bad >= 0) return;
+  for (int64_t i = b; i < e; i += 4) {  // in order, so that the error names the first offending index
+    uint8_t c[4];
+    for (int k = 0; k < 4; ++k) {
+      const Bits v = src[i + k];
+      const int ck = (v & low) == 0 ? code_of[v >> shift] : -1;
+      c[k] = ck >= 0 ? static_cast<uint8_t>(ck)
+                     : qobs::detail::fp6_pack_code(static_cast<float>(q.get(i + k)), i + k, label);
+    }
+    qobs::detail::fp6_pack_word(c, dst + i / 4 * 3);
+  }
+}
+
+/// unpack_fp6 through fp6_table, copied element by element.
+template <typename T>
+void unpack_fp6_typed(const uint8_t* src, const Tensor& lut, T* dst, int64_t b, int64_t e) {
+  const T* table = lut.data_as<T>();
+  for (int64_t i = b; i < e; i += 4) {
+    uint8_t c[4];
+    qobs::detail::fp6_unpack_word(src + i / 4 * 3, c);
+    for (int k = 0; k < 4; ++k) dst[i + k] = table[c[k]];
+  }
+}
+
 }  // namespace
 
 Tensor pack_int_rows(const Tensor& q, int num_bits, std::string_view label, int num_threads) {
@@ -208,6 +262,44 @@ Tensor unpack_fp4(const Tensor& packed, DType out_dtype, std::string_view label,
   return out;
 }
 
+Tensor pack_fp6(const Tensor& q, std::string_view label, int num_threads) {
+  // every byte is written below (or an error is thrown): no zero fill
+  Tensor out = Tensor::uninitialized(DType::kU8, qobs::detail::check_pack_fp6(q, label));
+  const int64_t cols = q.shape().back(), rows = cols == 0 ? 0 : q.numel() / cols;
+  uint8_t* dst = out.data_as<uint8_t>();
+  // cols is a multiple of 4, so a block of rows owns whole output words
+  for_row_blocks(rows, cols, num_threads, [&](int64_t r0, int64_t r1) {
+    const int64_t b = r0 * cols, e = r1 * cols;
+    switch (q.dtype()) {
+      case DType::kF32: return pack_fp6_by_bits<uint32_t>(q, 20, label, dst, b, e);
+      case DType::kBF16: return pack_fp6_by_bits<uint16_t>(q, 4, label, dst, b, e);
+      case DType::kF16: return pack_fp6_by_bits<uint16_t>(q, 7, label, dst, b, e);
+      default:
+        for (int64_t i = b; i < e; i += 4) {
+          uint8_t c[4];
+          for (int64_t k = 0; k < 4; ++k)
+            c[k] = qobs::detail::fp6_pack_code(static_cast<float>(q.get(i + k)), i + k, label);
+          qobs::detail::fp6_pack_word(c, dst + i / 4 * 3);
+        }
+    }
+  });
+  return out;
+}
+
+Tensor unpack_fp6(const Tensor& packed, DType out_dtype, std::string_view label, int num_threads) {
+  Tensor out(out_dtype, qobs::detail::check_unpack_fp6(packed, out_dtype, label));
+  const Tensor lut = fp6_table(out_dtype);
+  const int64_t cols = out.shape().back(), rows = cols == 0 ? 0 : out.numel() / cols;
+  const uint8_t* src = packed.data_as<uint8_t>();
+  for_row_blocks(rows, cols, num_threads, [&](int64_t r0, int64_t r1) {
+    switch (dtype_size(out_dtype)) {
+      case 8: return unpack_fp6_typed(src, lut, out.data_as<uint64_t>(), r0 * cols, r1 * cols);
+      case 4: return unpack_fp6_typed(src, lut, out.data_as<uint32_t>(), r0 * cols, r1 * cols);
+      default: return unpack_fp6_typed(src, lut, out.data_as<uint16_t>(), r0 * cols, r1 * cols);
+    }
+  });
+  return out;
+}
 
 namespace cuda {
 

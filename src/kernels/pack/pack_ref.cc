@@ -49,4 +49,28 @@ Tensor unpack_fp4(const Tensor& packed, DType out_dtype, std::string_view label)
   return out;
 }
 
+Tensor pack_fp6(const Tensor& q, std::string_view label) {
+  Tensor out(DType::kU8, qobs::detail::check_pack_fp6(q, label));
+  uint8_t* dst = out.data_as<uint8_t>();
+  const int64_t n = q.numel();
+  for (int64_t i = 0; i < n; i += 4) {
+    uint8_t c[4];
+    for (int64_t k = 0; k < 4; ++k) c[k] = qobs::detail::fp6_pack_code(static_cast<float>(q.get(i + k)), i + k, label);
+    qobs::detail::fp6_pack_word(c, dst + i / 4 * 3);
+  }
+  return out;
+}
+
+Tensor unpack_fp6(const Tensor& packed, DType out_dtype, std::string_view label) {
+  Tensor out(out_dtype, qobs::detail::check_unpack_fp6(packed, out_dtype, label));
+  const uint8_t* src = packed.data_as<uint8_t>();
+  const int64_t n = out.numel();
+  for (int64_t i = 0; i < n; i += 4) {
+    uint8_t c[4];
+    qobs::detail::fp6_unpack_word(src + i / 4 * 3, c);
+    for (int64_t k = 0; k < 4; ++k) out.set(i + k, fp6_value(c[k]));
+  }
+  return out;
+}
+
 }  // namespace qobs::kernels::ref

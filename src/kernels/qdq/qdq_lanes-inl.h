@@ -43,6 +43,8 @@ HWY_INLINE VF quantize_lanes(VF x, VF s, VF zx, bool has_zp, Narrow ny, VF qmin,
     return hn::Round(c);  // half to even, as nearbyint
   } else if constexpr (grid == qobs::detail::GridKind::kFp8) {
     return fp8_round(c);
+  } else if constexpr (grid == qobs::detail::GridKind::kFp6) {
+    return fp6_round(c);  // copysign keeps every zero's sign, as the scalar fp6_round
   } else {
     // the scalar fp4_round maps -0.0 to +0.0 (sign(x) * m); the vector one keeps the
     // sign of every zero

@@ -15,7 +15,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 #include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, VF, ...
-#include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round, fp4_round
+#include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round, fp4_round, fp6_round
 #include "kernels/qdq/qdq_lanes-inl.h"  // quantize_lanes, dequantize_lanes
 
 #include <algorithm>
@@ -161,6 +161,7 @@ HWY_INLINE bool QdqRunGrid(const QdqRunArgs& A) {
   switch (A.grid) {
     case qobs::detail::GridKind::kInt: return QdqRunT<kOp, static_cast<int>(qobs::detail::GridKind::kInt)>(A);
     case qobs::detail::GridKind::kFp8: return QdqRunT<kOp, static_cast<int>(qobs::detail::GridKind::kFp8)>(A);
+    case qobs::detail::GridKind::kFp6: return QdqRunT<kOp, static_cast<int>(qobs::detail::GridKind::kFp6)>(A);
     default: return QdqRunT<kOp, static_cast<int>(qobs::detail::GridKind::kFp4)>(A);
   }
 }

@@ -1,7 +1,7 @@
 // Per-target vector rounding shared by the SIMD kernels (the search kernels,
 // qdq_simd.cc): narrowing an f32 vector to bf16 / f16 (R0.4b), and rounding to the FP8
-// E4M3 and FP4 E2M1 grids (R2.2.1, R2.3.1). Each has a scalar twin in qparam_math.h /
-// core/arith.h.
+// E4M3, FP4 E2M1 and FP6 E2M3 grids (R2.2.1, R2.3.1, R2.8.1). Each has a scalar twin in
+// qparam_math.h / formats.h / core/arith.h.
 //
 // A per-target header (Highway's -inl.h convention): a unit includes it after
 // <hwy/highway.h>, outside any namespace, and foreach_target.h re-reads it once per
@@ -84,6 +84,22 @@ HWY_INLINE VF fp4_round_nonneg(VF c) {
   const VF binade = hn::BitCast(df, hn::And(hn::BitCast(du, c), hn::Set(du, 0x7F800000u)));
   const VF big = hn::Mul(hn::Max(binade, hn::Set(df, 1.0f)), hn::Set(df, 0x1p22f));
   return hn::Sub(hn::Add(c, big), big);
+}
+
+/// R2.8.1 FP6 rounding (formats.h fp6_round) for |c| <= 7.5, i.e. after the clamp of
+/// R2.6: the FP6 values are the multiples of 1/8 below 2, of 1/4 in [2, 4) and of 1/2
+/// from 4, the step being 2^-3 times c's binade (at least 1), so adding and subtracting
+/// 2^20 times that binade rounds |c| RNE to exactly that step, as the scalar
+/// division by the step and RNE does; a rounding up to the next binade lands on a grid
+/// value too. The sign is copied back (copysign: -0.0 stays -0.0, as the scalar's). A
+/// NaN stays NaN.
+HWY_INLINE VF fp6_round(VF c) {
+  const DF df;
+  const DU du;
+  const VF a = hn::Abs(c);
+  const VF binade = hn::BitCast(df, hn::And(hn::BitCast(du, a), hn::Set(du, 0x7F800000u)));
+  const VF big = hn::Mul(hn::Max(binade, hn::Set(df, 1.0f)), hn::Set(df, 0x1p20f));
+  return hn::CopySign(hn::Sub(hn::Add(a, big), big), c);
 }
 
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3

@@ -86,6 +86,63 @@ TEST(GridSearchKernels, EarlyStoppingAndPatienceAcrossGroups) {
     }
 }
 
+/// memoryless_mse / mse on FP6 (MXFP6 groups of 32, FP6 per channel and in groups of
+/// 16): the CPU path (every SIMD level, 1-3 threads, batched or not) against the plain
+/// reference on tails, the E2M3 grid's ties and saturation, all-zero and all-equal
+/// groups, subnormals and huge ranges, and (direct calls: observers reject them) NaN
+/// and Inf. FP6 must take the vector kernels, not fall back to the scalar loop.
+TEST(GridSearchKernels, Fp6EdgeDataEqualsReference) {
+  auto fp6_grid_floats = [](int64_t n, uint32_t seed) {
+    const std::vector<double> d = qobs::testing::fp6_grid_values(n, seed);
+    return std::vector<float>(d.begin(), d.end());
+  };
+  const std::vector<Format> fmts = {
+      {"mxfp6_group32", make_args(6, QuantType::kFloat, true, Strategy::kGroup, 32, DType::kU8)},
+      {"fp6_channel", make_args(6, QuantType::kFloat, true, Strategy::kChannel)},
+      {"fp6_group16", make_args(6, QuantType::kFloat, true, Strategy::kGroup, 16)}};
+  const SimdLevel best = available_simd_levels().back();
+  int64_t batched = 0;
+  for (const Format& fmt : fmts)
+    for (int64_t cols : {16, 32, 96, 160, 1, 7, 17, 33, 131}) {
+      if (fmt.args.group_size && cols % *fmt.args.group_size != 0) continue;
+      for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+        for (int kind = 0; kind < 8; ++kind) {
+          const int64_t rows = 3, n = rows * cols;
+          std::vector<float> v = kind < 7 ? make_data(n, static_cast<Pattern>(kind), static_cast<uint32_t>(cols + kind))
+                                          : fp6_grid_floats(n, static_cast<uint32_t>(cols));
+          if (kind == static_cast<int>(Pattern::kHugeRange) && dt == DType::kF16)
+            for (float& x : v) x = std::clamp(x, -6e4f, 6e4f);
+          const Tensor t = Tensor::from_floats(dt, {rows, cols}, v);
+          const FlatView flat = flatten_for_calibration(t.view(), "weight", fmt.args);
+          const std::string what = fmt.name + " cols=" + std::to_string(cols) + " " + std::string(dtype_name(dt)) +
+                                   " kind=" + std::to_string(kind);
+          expect_search_matches(what, flat, fmt.args, mse_cfg());
+          GridSearchConfig c = mse_cfg();
+          c.norm = 2.0;
+          expect_search_matches(what + " norm=2", flat, fmt.args, c);
+          if (best != SimdLevel::kScalar) {
+            EXPECT_TRUE(cpu::make_plan(flat, fmt.args, mse_cfg(), nullptr, best).vec.simd) << what;
+            batched += cpu::grid_search(flat, fmt.args, mse_cfg(), nullptr, best, 1).groups_batched;
+          }
+        }
+    }
+  // NaN and +-Inf in a group, at the start, the middle and a vector tail
+  for (const Format& fmt : fmts)
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+      for (float bad : {NAN, INFINITY, -INFINITY})
+        for (int64_t at : {0, 13, 95}) {
+          std::vector<float> v = fp6_grid_floats(3 * 96, 5);
+          v[static_cast<std::size_t>(96 + at)] = bad;
+          const Tensor t = Tensor::from_floats(dt, {3, 96}, v);
+          const FlatView flat = flatten_for_calibration(t.view(), "weight", fmt.args);
+          expect_search_matches(fmt.name + " " + std::string(dtype_name(dt)) + " non-finite " + std::to_string(bad) +
+                                    " at " + std::to_string(at),
+                                flat, fmt.args, mse_cfg());
+        }
+  // bf16 / f16 FP6 without MX scales is decided one group per lane (the exact batch)
+  if (best != SimdLevel::kScalar) EXPECT_GT(batched, 0);
+}
+
 /// Many small groups for the batch kernels: groups of 1 to 256 (<= kPolyBatchMaxLen)
 /// elements, with full and short batches at 3 and 37 rows.
 struct ManyGroupCase {
@@ -104,6 +161,7 @@ std::vector<ManyGroupCase> many_group_cases() {
       {"int8_sym_channel256", make_args(8, QuantType::kInt, true, Strategy::kChannel), 256, 256},
       {"int3_asym_channel255", make_args(3, QuantType::kInt, false, Strategy::kChannel), 255, 255},
       {"int4_sym_group1", make_args(4, QuantType::kInt, true, Strategy::kGroup, 1), 8, 1},
+      {"fp6_g16", make_args(6, QuantType::kFloat, true, Strategy::kGroup, 16), 48, 16},
   };
 }
 
@@ -249,6 +307,7 @@ TEST(GridSearchKernels, VectorTermsEqualTheReferenceTermsBitForBit) {
       {"int4_sym", make_args(4, QuantType::kInt, true, Strategy::kChannel)},
       {"fp8", make_args(8, QuantType::kFloat, true, Strategy::kChannel)},
       {"fp4", make_args(4, QuantType::kFloat, true, Strategy::kChannel)},
+      {"fp6", make_args(6, QuantType::kFloat, true, Strategy::kChannel)},
   };
   for (int64_t n : {int64_t{203}, int64_t{7}, int64_t{16}, int64_t{4099}}) {
     std::vector<float> wv(static_cast<std::size_t>(n));

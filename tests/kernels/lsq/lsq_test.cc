@@ -36,7 +36,7 @@ namespace {
 using qobs::testing::double_bits;
 using qobs::testing::float_bits;
 
-enum class Data { kNormal, kZeros, kEqual, kSubnormal, kOutliers, kNonFinite, kHuge };
+enum class Data { kNormal, kZeros, kEqual, kSubnormal, kOutliers, kNonFinite, kHuge, kFp6Grid };
 
 /// n values of `kind` on dt's grid (as f32).
 std::vector<float> group_values(std::mt19937& rng, int64_t n, Data kind, DType dt) {
@@ -52,6 +52,7 @@ std::vector<float> group_values(std::mt19937& rng, int64_t n, Data kind, DType d
       case Data::kOutliers: x *= j % 11 == 5 ? 40.0 : 1.0; break;
       case Data::kNonFinite: break;  // the search only (groups with NaN / Inf are not scored)
       case Data::kHuge: break;       // the search only
+      case Data::kFp6Grid: break;    // the search only
     }
     v[static_cast<std::size_t>(j)] = static_cast<float>(round_to_float_dtype(dt, x));
   }
@@ -83,6 +84,7 @@ TEST(LsqKernels, ScorerEqualsScalarStepsBitForBit) {
   for (int b = 2; b <= 8; ++b)
     for (bool sym : {true, false}) grids.push_back({b, QuantType::kInt, sym});
   grids.push_back({4, QuantType::kFloat, true});
+  grids.push_back({6, QuantType::kFloat, true});
   grids.push_back({8, QuantType::kFloat, true});
   int checked = 0;
   for (SimdLevel level : available_simd_levels()) {
@@ -601,7 +603,8 @@ TEST(LsqKernels, SortUniqueRunsEqualsSortAndUnique) {
 TEST(LsqKernels, MxObserverCandidatesEqualEveryFactor) {
   std::mt19937 rng(43);
   std::uniform_real_distribution<double> u(0.0, 1.0);
-  for (const char* preset : {"MXFP4A16", "MXFP8A16"}) {
+  // MXFP6's keys round with its element mantissa (R2.4.5), the others' with FP4's
+  for (const char* preset : {"MXFP4A16", "MXFP6A16", "MXFP8A16"}) {
     const QuantizationArgs args = preset_scheme(preset).weights->validated();
     for (DType dt : {DType::kBF16, DType::kF16, DType::kF32, DType::kF64}) {
       const qobs::detail::QParamPlan qp = qobs::detail::QParamPlan::make(args, dt, std::nullopt, NumericMode::kParity);
@@ -651,6 +654,8 @@ Tensor random_tensor(std::mt19937& rng, int64_t rows, int64_t cols, DType dt, Da
     if (kind == Data::kHuge) v[i] = std::clamp(v[i] * (dt == DType::kF16 ? 1.5e6 : 8e38), -65504.0, 65504.0) /
                                     (dt == DType::kF16 ? 1.0 : 65504.0) * (dt == DType::kF16 ? 1.0 : 3.4e38);
   }
+  // FP6 (R2.8): on the E2M3 grid's ties and saturation for power-of-two scales
+  if (kind == Data::kFp6Grid) v = qobs::testing::fp6_grid_values(rows * cols, 0);
   return Tensor::from_values(dt, {rows, cols}, v);
 }
 
@@ -700,9 +705,9 @@ void expect_fast_equals_reference(const FlatView& flat, const QuantizationArgs& 
 // The CPU path at every level (threaded) == the same path at the scalar level on one
 // thread (the scalar twins of every vector kernel): the same stored qparams and the
 // same number of scored candidates, for odd group lengths, every float dtype, INT2..8
-// sym / asym, NVFP4, MXFP4, weighted and unweighted, and groups with NaN / Inf (the
-// observers reject such weights; the kernel keeps their min-max qparams unscored at
-// every level). FastSearchEqualsReference compares the path with the plain reference.
+// sym / asym, NVFP4, MXFP4, MXFP6, weighted and unweighted, groups on FP6's ties and
+// saturation, and groups with NaN / Inf (the observers reject such weights; the kernel
+// keeps their min-max qparams unscored at every level). FastSearchEqualsReference compares the path with the plain reference.
 TEST(LsqKernels, SearchAtEveryLevelEqualsScalarReference) {
   std::mt19937 rng(29);
   struct Case {
@@ -722,11 +727,13 @@ TEST(LsqKernels, SearchAtEveryLevelEqualsScalarReference) {
       }
   cases.push_back({"nvfp4", preset_scheme("NVFP4A16").weights->validated(), 48});
   cases.push_back({"mxfp4", preset_scheme("MXFP4A16").weights->validated(), 96});
+  cases.push_back({"mxfp6", preset_scheme("MXFP6A16").weights->validated(), 96});
   const Tensor gs_t = Tensor::from_values(DType::kF32, {1}, {448.0 * 6 / 0.3});
   for (const Case& c : cases)
     for (DType dt : {DType::kBF16, DType::kF16, DType::kF32})
       for (Data kind :
-           {Data::kNormal, Data::kZeros, Data::kEqual, Data::kSubnormal, Data::kOutliers, Data::kNonFinite}) {
+           {Data::kNormal, Data::kZeros, Data::kEqual, Data::kSubnormal, Data::kOutliers, Data::kNonFinite,
+            Data::kFp6Grid}) {
         const Tensor w = random_tensor(rng, 6, c.cols, dt, kind);
         std::vector<double> imp(static_cast<std::size_t>(6 * c.cols));
         std::uniform_real_distribution<double> u(0.001, 4.0);
@@ -783,6 +790,12 @@ std::vector<SearchCase> search_cases() {
   cases.push_back({"nvfp4", preset_scheme("NVFP4A16").weights->validated(), 4, 64});
   cases.push_back({"mxfp4", preset_scheme("MXFP4A16").weights->validated(), 4, 96});
   cases.push_back({"mxfp8", preset_scheme("MXFP8A16").weights->validated(), 2, 96});
+  cases.push_back({"mxfp6", preset_scheme("MXFP6A16").weights->validated(), 4, 96});
+  QuantizationArgs fp6;  // FP6 per channel with float scales (a tail in every row)
+  fp6.num_bits = 6;
+  fp6.type = QuantType::kFloat;
+  fp6.strategy = Strategy::kChannel;
+  cases.push_back({"fp6_channel131", fp6.validated(), 3, 131});
   cases.push_back({"fp8_channel", preset_scheme("FP8_DYNAMIC").weights->validated(), 3, 72});
   QuantizationArgs fp8_asym;  // E4M3 block scales with a zero point (the unpruned FP path)
   fp8_asym.num_bits = 8;
@@ -803,17 +816,18 @@ std::vector<SearchCase> search_cases() {
 // L1-L3: the fast search (lanes at every level, pruning, look-ups, the ideal grid's
 // early stop, the code sets and probes, 1-3 threads) chooses exactly what the plain
 // reference, which scores every candidate, chooses: INT4 / INT8 sym and asym (groups of
-// 128, 24 and 8, channels of 131), NVFP4 with its global scale, MXFP4 / MXFP8, FP8
-// channels, FP8 asymmetric E4M3 block scales, a padded INT8 block; f32 / bf16 / f16;
-// normal, zero, equal, subnormal, outlier, non-finite and near-overflow groups;
-// unweighted, weighted, and weighted with zero importance.
+// 128, 24 and 8, channels of 131), NVFP4 with its global scale, MXFP4 / MXFP6 / MXFP8,
+// FP6 and FP8 channels, FP8 asymmetric E4M3 block scales, a padded INT8 block; f32 /
+// bf16 / f16; normal, zero, equal, subnormal, outlier, non-finite, near-overflow groups
+// and groups on FP6's ties and saturation; unweighted, weighted, and weighted with zero
+// importance.
 TEST(LsqKernels, FastSearchEqualsReference) {
   std::mt19937 rng(61);
   const Tensor gs_t = Tensor::from_values(DType::kF32, {1}, {448.0 * 6 / 0.3});
   for (const SearchCase& c : search_cases())
     for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
       for (Data kind : {Data::kNormal, Data::kZeros, Data::kEqual, Data::kSubnormal, Data::kOutliers,
-                        Data::kNonFinite, Data::kHuge}) {
+                        Data::kNonFinite, Data::kHuge, Data::kFp6Grid}) {
         const Tensor w = random_tensor(rng, c.rows, c.cols, dt, kind);
         const FlatView flat = flatten_for_calibration(w.view(), "weight", c.args);
         const Tensor* gsp = c.args.get_strategy() == Strategy::kTensorGroup ? &gs_t : nullptr;

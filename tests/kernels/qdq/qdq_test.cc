@@ -3,10 +3,10 @@
 // thread counts {1, 2, 3}, shapes around the vector widths (1..65 columns, 4097), every
 // strategy (tensor, channel, token, group 1/16/32/128, tensor_group with a global
 // scale, block, g_idx orders), x in f32 / bf16 / f16 (f64 once), INT2/4/8 symmetric and
-// asymmetric, FP8, NVFP4 and MXFP4, both numeric modes (R0.4), and data with NaN / Inf,
-// all-equal groups, huge ranges, subnormals, signed zeros and exact rounding ties. The
-// CUDA path's element step (qdq_cuda.h) is run on the CPU over every element of every
-// case too (tests/kernels/cuda/host_grid.h).
+// asymmetric, FP8, NVFP4, MXFP4 and MXFP6 / FP6, both numeric modes (R0.4), and data
+// with NaN / Inf, all-equal groups, huge ranges, subnormals, signed zeros and exact
+// rounding ties. The CUDA path's element step (qdq_cuda.h) is run on the CPU over every
+// element of every case too (tests/kernels/cuda/host_grid.h).
 //
 // Tolerance policy: none. Results must have the reference's dtype, shape and bytes,
 // NaN encodings included; errors must carry the reference's message.
@@ -357,6 +357,56 @@ TEST(QdqKernels, Nvfp4AndMxfp4) {
       }
 }
 
+/// FP6 E2M3 (R2.8): MXFP6 with power-of-two scales and without / with an all-zero uint8
+/// zero point (which turns -0.0 into +0.0), and non-MX FP6 per channel and group 16 with
+/// spread scales, on every pattern; plus rows built on the grid's ties, its saturation
+/// at +-7.5 and NaN, in tails of every length.
+TEST(QdqKernels, Mxfp6AndFp6) {
+  uint32_t seed = 900;
+  const QuantizationArgs mx = *preset_scheme("MXFP6A16").weights;
+  QuantizationArgs f6;
+  f6.num_bits = 6;
+  f6.type = QuantType::kFloat;
+  f6.strategy = Strategy::kChannel;
+  f6 = f6.validated();
+  QuantizationArgs g16 = f6;
+  g16.strategy = Strategy::kGroup;
+  g16.group_size = 16;
+  g16 = g16.validated();
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+    for (int64_t cols : {32, 64, 96, 4096 + 32})
+      for (Pattern p : {Pattern::kNormal, Pattern::kNonFinite, Pattern::kSignedZeros, Pattern::kHugeRange,
+                        Pattern::kSubnormal, Pattern::kTies, Pattern::kEqual}) {
+        const int64_t rows = cols > 1000 ? 2 : 3;
+        const Tensor x = Tensor::from_values(dt, {rows, cols}, make_values(rows * cols, p, seed));
+        const std::string tag = dt_name(dt) + "/" + std::to_string(cols) + "/" + pattern_name(p);
+        Case m{"mxfp6/" + tag, mx, x, make_scale({rows, cols / 32}, dt, 7.5, ScaleKind::kPow2, seed + 1)};
+        check_all_ops(m);
+        m.name += "/zp";
+        m.zp = Tensor(DType::kU8, {rows, cols / 32});
+        check_all_ops(m);
+        Case c{"fp6_channel/" + tag, f6, x, make_scale({rows, 1}, dt, 7.5, ScaleKind::kSpread, seed + 2)};
+        check_all_ops(c);
+        Case g{"fp6_g16/" + tag, g16, x, make_scale({rows, cols / 16}, dt, 7.5, ScaleKind::kSpread, seed + 3)};
+        check_all_ops(g);
+        ++seed;
+      }
+  // x / s on the E2M3 ties (midpoints of each step), the grid values, the saturation
+  // (7.5, its midpoint 7.75 to the would-be 8, beyond), signed zeros, NaN; scale 2^-4
+  const std::vector<double> t{0.0625, 0.1875, 0.9375, 1.0625, 1.9375, 2.125, 2.375, 3.875, 4.25, 4.75, 7.25,
+                              7.5,    7.75,   8.0,    1e9,    0.0,    -0.0,  0.125, 1.875, 3.75, 6.5,  NAN};
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+    for (int64_t cols : {32, 64, 96}) {
+      const int64_t rows = 3;
+      std::vector<double> v(static_cast<std::size_t>(rows * cols));
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = (i % 2 ? -1.0 : 1.0) * t[i % t.size()] * 0.0625;
+      const std::vector<double> scales(static_cast<std::size_t>(rows * cols / 32), 0.0625);
+      Case m{"mxfp6_ties/" + dt_name(dt) + "/" + std::to_string(cols), mx, Tensor::from_values(dt, {rows, cols}, v),
+             Tensor::from_values(dt, {rows, cols / 32}, scales)};
+      check_all_ops(m);
+    }
+}
+
 TEST(QdqKernels, BlockGidxBroadcastAndStridedViews) {
   // block: shapes that do not divide the blocks
   for (auto [R, C, bh, bw] :
@@ -433,7 +483,8 @@ TEST(QdqKernels, PublicFunctionsMatchReferenceAndErrorsAgree) {
   const Tensor bad_scale = Tensor::from_values(DType::kF32, {4, 2}, {1, 2, 3, NAN, 5, 6, 7, 8});
   expect_error<InvalidArgument>([&] { fake_quantize(x.view(), bad_scale, nullptr, a); }, {"scale[3]", "R5.1.1"});
   const QuantizationArgs g48 = int_args(4, true, Strategy::kGroup, 48);
-  expect_error<InvalidArgument>([&] { quantize(x.view(), s, nullptr, g48); }, {"does not divide", "R5.3.1"});
+  expect_error<InvalidArgument>([&] { quantize(x.view(), s, nullptr, g48); },
+                                {"divisble by the given group_size 48 but got 64", "R5.3.1"});
 }
 
 }  // namespace

@@ -39,7 +39,9 @@ TEST(QParamsKernels, EqualCalculateQParamsForAnyThreadCount) {
       {"int4_asym_bf16", make_args(4, QuantType::kInt, false, Strategy::kChannel), nullptr, DType::kBF16},
       {"nvfp4", make_args(4, QuantType::kFloat, true, Strategy::kTensorGroup, 16, DType::kF8E4M3), &gscale,
        DType::kF32},
-      {"mxfp4", make_args(4, QuantType::kFloat, true, Strategy::kGroup, 32, DType::kU8), nullptr, DType::kF32}};
+      {"mxfp4", make_args(4, QuantType::kFloat, true, Strategy::kGroup, 32, DType::kU8), nullptr, DType::kF32},
+      {"mxfp6", make_args(6, QuantType::kFloat, true, Strategy::kGroup, 32, DType::kU8), nullptr, DType::kBF16},
+      {"fp6", make_args(6, QuantType::kFloat, true, Strategy::kChannel), nullptr, DType::kF16}};
   for (const Plan& p : plans) {
     const Tensor mn = Tensor::from_floats(p.stat_dt, {n / 7, 7}, std::span<const float>(lo.data(), n / 7 * 7));
     const Tensor mx = Tensor::from_floats(p.stat_dt, {n / 7, 7}, std::span<const float>(hi.data(), n / 7 * 7));
@@ -95,6 +97,7 @@ TEST(QParamsKernels, EqualScalarR41BitForBitAtEveryLevel) {
   u8.zp_dtype = DType::kU8;
   plans.push_back({"int8_asym_u8zp", u8});
   plans.push_back({"fp8_sym", make_args(8, QuantType::kFloat, true, Strategy::kChannel)});
+  plans.push_back({"fp6_sym", make_args(6, QuantType::kFloat, true, Strategy::kChannel)});
   // NVFP4: global scale x scale, rounded to FP8 E4M3 (a large global scale saturates at 448)
   const Tensor g_typical = Tensor::from_values(DType::kF32, {1}, {448.0 * 6.0 / 0.3});
   const Tensor g_large = Tensor::from_values(DType::kF32, {1}, {3e7});

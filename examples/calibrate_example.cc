@@ -40,15 +40,15 @@ int main() {
     const char* observer;
   };
   const Case cases[] = {
-      {"W4A16", "memoryless_minmax"},    {"W4A16", "memoryless_mse"},      {"W4A16_ASYM", "memoryless_minmax"},
-      {"W4A16_ASYM", "memoryless_mse"},  {"W8A16", "memoryless_minmax"},   {"FP8_DYNAMIC", "memoryless_minmax"},
-      {"NVFP4A16", "memoryless_minmax"}, {"NVFP4A16", "memoryless_mse"},   {"NVFP4A16", "nvfp4_expanded_mse"},
+      {"W4A16", "memoryless_minmax"},    {"W4A16", "memoryless_mse"},    {"W4A16_ASYM", "memoryless_minmax"},
+      {"W4A16_ASYM", "memoryless_mse"},  {"W8A16", "memoryless_minmax"}, {"FP8_DYNAMIC", "memoryless_minmax"},
+      {"NVFP4A16", "memoryless_minmax"}, {"NVFP4A16", "memoryless_mse"}, {"NVFP4A16", "nvfp4_expanded_mse"},
       {"MXFP4A16", "memoryless_minmax"}, {"MXFP4A16", "memoryless_mse"},
   };
   std::printf("qobs example: %lldx%lld float32 weight (Student-t, outliers)\n", static_cast<long long>(rows),
               static_cast<long long>(cols));
-  std::printf("%-12s %-20s %-12s %-14s %-12s %s\n", "scheme", "observer", "scale shape", "global scale",
-              "rel. MSE", "SQNR dB");
+  std::printf("%-12s %-20s %-12s %-14s %-12s %s\n", "scheme", "observer", "scale shape", "global scale", "rel. MSE",
+              "SQNR dB");
   for (const Case& c : cases) {
     const qobs::QuantizationArgs args = *qobs::preset_scheme(c.scheme).weights;
     auto obs = qobs::load_observer(c.observer, "weight", args);
@@ -59,8 +59,8 @@ int main() {
     const double rmse = relative_mse(fq, w);
     char g[32] = "-";
     if (qp.global_scale) std::snprintf(g, sizeof g, "%.4f", qp.global_scale->get(0));
-    std::printf("%-12s %-20s %-12s %-14s %-12.3e %.2f\n", c.scheme, c.observer, qobs::shape_str(qp.scale.shape()).c_str(),
-                g, rmse, -10.0 * std::log10(rmse));
+    std::printf("%-12s %-20s %-12s %-14s %-12.3e %.2f\n", c.scheme, c.observer,
+                qobs::shape_str(qp.scale.shape()).c_str(), g, rmse, -10.0 * std::log10(rmse));
   }
   return 0;
 }

@@ -25,7 +25,8 @@ void derived(const qobs::QuantizationArgs& a) {
   allow_library_errors([&] { (void)a.q_range(); });
   allow_library_errors([&] { (void)a.pytorch_dtype(); });
   allow_library_errors([&] { (void)a.is_mx(); });
-  for (const auto& kv : a.observer_kwargs) allow_library_errors([&] { (void)qobs::kwarg_as_double(kv.first, kv.second); });
+  for (const auto& kv : a.observer_kwargs)
+    allow_library_errors([&] { (void)qobs::kwarg_as_double(kv.first, kv.second); });
   allow_library_errors([&] { (void)qobs::QuantizationArgs::from_json(a.to_json()); });
 }
 

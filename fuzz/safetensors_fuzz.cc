@@ -15,7 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     uint64_t sum = 0;
     for (const qobs::TensorInfo& t : f.tensors()) {
       const std::span<const uint8_t> b = f.bytes(t);
-      if (b.size() != t.nbytes() || (b.size() && (b.data() < data || b.data() + b.size() > data + size))) __builtin_trap();
+      if (b.size() != t.nbytes() || (b.size() && (b.data() < data || b.data() + b.size() > data + size)))
+        __builtin_trap();
       for (uint8_t v : b) sum += v;  // touch every byte the header claims
       qobs::Tensor scratch;
       const qobs::TensorView v = f.view(t, scratch);

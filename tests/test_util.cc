@@ -72,7 +72,8 @@ std::vector<double> fp6_grid_values(int64_t n, uint32_t seed) {
   for (std::size_t i = 0; i < v.size(); ++i) {
     const std::size_t g = i / 16;
     const double m = t[(i * 7 + seed) % std::size(t)];
-    v[i] = (i % 3 == 1 ? -1.0 : 1.0) * (g % 2 == 0 ? std::min(m, 7.5) : m) * std::ldexp(1.0, -4 - static_cast<int>(g % 3));
+    v[i] =
+        (i % 3 == 1 ? -1.0 : 1.0) * (g % 2 == 0 ? std::min(m, 7.5) : m) * std::ldexp(1.0, -4 - static_cast<int>(g % 3));
   }
   return v;
 }

@@ -25,7 +25,7 @@ enum class ActOrder : uint8_t { kNone, kGroup, kWeight, kDynamic, kStatic };
 
 std::string_view to_string(QuantType v);
 std::string_view to_string(Strategy v);
-std::string_view to_string(ActOrder v);  ///< "" for kNone
+std::string_view to_string(ActOrder v);          ///< "" for kNone
 QuantType parse_quant_type(std::string_view s);  ///< R1.1.1, case-insensitive
 Strategy parse_strategy(std::string_view s);     ///< R1.1.2, case-insensitive
 Dynamic parse_dynamic(std::string_view s);       ///< R1.1.3: "local" (or "true"/"false")

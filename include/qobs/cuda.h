@@ -152,8 +152,8 @@ void quantize(const TensorView& x, const TensorView& scale, const TensorView* ze
               NumericMode mode = NumericMode::kParity, StreamHandle stream = nullptr);
 /// dequantize(x_q, ...) of qobs/qparams.h on the device, as quantize above.
 void dequantize(const TensorView& x_q, const TensorView& scale, const TensorView* zero_point,
-                const QuantizationArgs& args, const TensorView* global_scale, std::optional<DType> out_dtype,
-                void* out, NumericMode mode = NumericMode::kParity, StreamHandle stream = nullptr);
+                const QuantizationArgs& args, const TensorView* global_scale, std::optional<DType> out_dtype, void* out,
+                NumericMode mode = NumericMode::kParity, StreamHandle stream = nullptr);
 
 /// pack_int_rows(q, num_bits) of qobs/packing.h (R8.3.1) on the device: q a contiguous
 /// int8 device view (*leading, cols); out an int32 device buffer of shape

@@ -106,7 +106,7 @@ QOBS_HD inline uint16_t double_to_f16(double v) {
   if (exp < -14) {
     // subnormal: multiples of 2^-24
     const double q = std::nearbyint(std::ldexp(a, 24));  // RNE (default rounding mode)
-    return sign | static_cast<uint16_t>(q);  // q == 1024 rolls into the min normal
+    return sign | static_cast<uint16_t>(q);              // q == 1024 rolls into the min normal
   }
   const double q = std::nearbyint(std::ldexp(a, 10 - exp));  // in [1024, 2048]
   uint32_t m = static_cast<uint32_t>(q);
@@ -159,8 +159,9 @@ QOBS_HD inline float fp8_e4m3_to_float(uint8_t code) {
   const int exp = (code >> 3) & 0xF;
   const int man = code & 0x7;
   if (exp == 15 && man == 7) return std::numeric_limits<float>::quiet_NaN();
-  const float v = exp == 0 ? std::ldexp(static_cast<float>(man), 1 - kBias - kMantissa)
-                           : std::ldexp(1.0f + static_cast<float>(man) / static_cast<float>(1 << kMantissa), exp - kBias);
+  const float v = exp == 0
+                      ? std::ldexp(static_cast<float>(man), 1 - kBias - kMantissa)
+                      : std::ldexp(1.0f + static_cast<float>(man) / static_cast<float>(1 << kMantissa), exp - kBias);
   return neg ? -v : v;
 }
 /// Value -> code, round to nearest even on the exact value. Values beyond 448 (Inf
@@ -198,7 +199,7 @@ QOBS_HD inline uint8_t fp8_e4m3_from_float(float v) {
   const uint32_t bits = std::bit_cast<uint32_t>(v);
   const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
   const uint32_t abs_bits = bits & 0x7FFFFFFFu;
-  if (abs_bits > 0x7F800000u) return 0x7F;       // NaN
+  if (abs_bits > 0x7F800000u) return 0x7F;         // NaN
   if (abs_bits > 0x43E00000u) return sign | 0x7E;  // above 448 (Inf included): saturate
   if (abs_bits < 0x3C800000u) {
     // below the smallest normal 2^-6: multiples of 2^-9, RNE (a * 512 is exact); the
@@ -237,14 +238,22 @@ QOBS_HD inline float fp4_round(float x) {
 /// FP4 E2M1 magnitude of a 3-bit magnitude index (R2.3); index 7 is the maximum.
 QOBS_HD inline float fp4_magnitude(uint8_t index) {
   switch (index & 0x7u) {
-    case 0: return 0.0f;
-    case 1: return 0.5f;
-    case 2: return 1.0f;
-    case 3: return 1.5f;
-    case 4: return 2.0f;
-    case 5: return 3.0f;
-    case 6: return 4.0f;
-    default: return kFp4E2M1Max;
+    case 0:
+      return 0.0f;
+    case 1:
+      return 0.5f;
+    case 2:
+      return 1.0f;
+    case 3:
+      return 1.5f;
+    case 4:
+      return 2.0f;
+    case 5:
+      return 3.0f;
+    case 6:
+      return 4.0f;
+    default:
+      return kFp4E2M1Max;
   }
 }
 /// 4-bit code of an FP4 grid value: (sign bit << 3) | magnitude index (R8.5.1).
@@ -310,22 +319,33 @@ QOBS_HD inline float fp6_value(uint8_t code) {
 /// caller passes a float dtype; the argument checks name a wrong one before).
 QOBS_HD inline double round_to_float_dtype(DType dt, double v) {
   switch (dt) {
-    case DType::kF64: return v;
-    case DType::kF32: return static_cast<double>(static_cast<float>(v));
-    case DType::kBF16: return bf16_to_float(double_to_bf16(v));
-    case DType::kF16: return f16_to_float(double_to_f16(v));
-    case DType::kF8E4M3: return fp8_e4m3_to_float(fp8_e4m3_from_double(v));
-    default: return std::numeric_limits<double>::quiet_NaN();
+    case DType::kF64:
+      return v;
+    case DType::kF32:
+      return static_cast<double>(static_cast<float>(v));
+    case DType::kBF16:
+      return bf16_to_float(double_to_bf16(v));
+    case DType::kF16:
+      return f16_to_float(double_to_f16(v));
+    case DType::kF8E4M3:
+      return fp8_e4m3_to_float(fp8_e4m3_from_double(v));
+    default:
+      return std::numeric_limits<double>::quiet_NaN();
   }
 }
 /// Float view of round_to_float_dtype for the f32-representable dtypes (not f64).
 QOBS_HD inline float round_to_float_dtype(DType dt, float v) {
   switch (dt) {
-    case DType::kF32: return v;
-    case DType::kBF16: return bf16_to_float(float_to_bf16(v));
-    case DType::kF16: return f16_to_float(float_to_f16(v));
-    case DType::kF8E4M3: return fp8_e4m3_to_float(fp8_e4m3_from_double(v));
-    default: return static_cast<float>(round_to_float_dtype(dt, static_cast<double>(v)));
+    case DType::kF32:
+      return v;
+    case DType::kBF16:
+      return bf16_to_float(float_to_bf16(v));
+    case DType::kF16:
+      return f16_to_float(float_to_f16(v));
+    case DType::kF8E4M3:
+      return fp8_e4m3_to_float(fp8_e4m3_from_double(v));
+    default:
+      return static_cast<float>(round_to_float_dtype(dt, static_cast<double>(v)));
   }
 }
 
@@ -333,12 +353,17 @@ QOBS_HD inline float round_to_float_dtype(DType dt, float v) {
 /// another dtype.
 QOBS_HD inline double dtype_tiny(DType dt) {
   switch (dt) {
-    case DType::kF64: return std::numeric_limits<double>::min();
+    case DType::kF64:
+      return std::numeric_limits<double>::min();
     case DType::kF32:
-    case DType::kBF16: return exp2_int(-126);
-    case DType::kF16: return exp2_int(-14);
-    case DType::kF8E4M3: return min_normal(kFp8E4M3Spec);
-    default: return std::numeric_limits<double>::quiet_NaN();
+    case DType::kBF16:
+      return exp2_int(-126);
+    case DType::kF16:
+      return exp2_int(-14);
+    case DType::kF8E4M3:
+      return min_normal(kFp8E4M3Spec);
+    default:
+      return std::numeric_limits<double>::quiet_NaN();
   }
 }
 /// Largest finite number of a dtype (finfo.max / iinfo.max).
@@ -361,7 +386,8 @@ QOBS_HD inline double round_to_power_2(DType dt, double v, int elem_mantissa = 1
   switch (dt) {
     case DType::kBF16:
       return bf16_to_float(round_to_power_2_bits16(float_to_bf16(static_cast<float>(v)), 7, elem_mantissa));
-    case DType::kF16: return f16_to_float(round_to_power_2_bits16(double_to_f16(v), 10, elem_mantissa));
+    case DType::kF16:
+      return f16_to_float(round_to_power_2_bits16(double_to_f16(v), 10, elem_mantissa));
     case DType::kF32: {
       uint32_t b = std::bit_cast<uint32_t>(static_cast<float>(v));
       b += 1u << (23 - elem_mantissa - 1);
@@ -374,7 +400,8 @@ QOBS_HD inline double round_to_power_2(DType dt, double v, int elem_mantissa = 1
       b &= 0xFFF0000000000000ull;
       return std::bit_cast<double>(b);
     }
-    default: return std::numeric_limits<double>::quiet_NaN();
+    default:
+      return std::numeric_limits<double>::quiet_NaN();
   }
 }
 
@@ -396,12 +423,18 @@ QOBS_HD inline double log2_of_power_of_2(double v) {
 /// R2.7 eps used to replace zero scales, for the dtype of the scale (or scale_dtype).
 QOBS_HD inline double zero_scale_eps(DType dt) {
   switch (dt) {
-    case DType::kF8E4M3: return exp2_int(-kFp8E4M3Spec.mantissa_bits);
-    case DType::kF32: return exp2_int(-23);
-    case DType::kBF16: return exp2_int(-7);
-    case DType::kF16: return exp2_int(-10);
-    case DType::kF64: return exp2_int(-52);
-    default: return 1.0;  // integer dtypes incl. uint8 (MX)
+    case DType::kF8E4M3:
+      return exp2_int(-kFp8E4M3Spec.mantissa_bits);
+    case DType::kF32:
+      return exp2_int(-23);
+    case DType::kBF16:
+      return exp2_int(-7);
+    case DType::kF16:
+      return exp2_int(-10);
+    case DType::kF64:
+      return exp2_int(-52);
+    default:
+      return 1.0;  // integer dtypes incl. uint8 (MX)
   }
 }
 

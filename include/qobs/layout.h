@@ -25,10 +25,10 @@ struct Axis {
 
 /// Index map of a flattened observation.
 struct FlatLayout {
-  Shape qparam_shape;               ///< shape of the scale tensor this view calibrates
-  std::vector<Axis> obs_axes;       ///< dim 0 (product = num_obs)
-  std::vector<Axis> qparam_axes;    ///< row-major over qparam elements
-  std::vector<Axis> group_axes;     ///< dim -1 (product = group_len)
+  Shape qparam_shape;             ///< shape of the scale tensor this view calibrates
+  std::vector<Axis> obs_axes;     ///< dim 0 (product = num_obs)
+  std::vector<Axis> qparam_axes;  ///< row-major over qparam elements
+  std::vector<Axis> group_axes;   ///< dim -1 (product = group_len)
   /// Token strategy on activations: the reference returns the value unchanged (R3.3).
   bool unchanged = false;
 
@@ -67,10 +67,8 @@ struct FlatView {
 /// R3.1-R3.5. base_name: "weight"; "input"/"output"; "q"/"k"/"v". `g_idx` (weights,
 /// group strategies only) reorders columns by a stable ascending sort first (R7.2.4).
 /// `label` names the tensor in error messages.
-FlatView flatten_for_calibration(const TensorView& value, std::string_view base_name,
-                                 const QuantizationArgs& args,
-                                 std::span<const int32_t> g_idx = {},
-                                 std::string_view label = {});
+FlatView flatten_for_calibration(const TensorView& value, std::string_view base_name, const QuantizationArgs& args,
+                                 std::span<const int32_t> g_idx = {}, std::string_view label = {});
 
 /// flatten_for_calibration of a value whose memory the host must not read (device
 /// memory): the same view where the reshape is an index map, nullopt where it needs a

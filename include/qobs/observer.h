@@ -263,10 +263,8 @@ std::vector<std::string> registered_observers();
 /// Observer.load_from_registry(name, base_name=, args=, **kwargs): `kwargs` are merged
 /// into a copy of args.observer_kwargs (the reference mutates the shared args, Q25; qobs
 /// copies). Invalid kwargs -> InvalidArgument; unknown name -> UnknownName.
-std::shared_ptr<Observer> load_observer(std::string_view name, std::string_view base_name,
-                                        const QuantizationArgs& args,
-                                        const ObserverKwargs& kwargs = {},
-                                        const ObserverOptions& options = {});
+std::shared_ptr<Observer> load_observer(std::string_view name, std::string_view base_name, const QuantizationArgs& args,
+                                        const ObserverKwargs& kwargs = {}, const ObserverOptions& options = {});
 
 /// True for the observers whose weight search is weighted by input importance
 /// (imatrix_mse, nvfp4_expanded_imatrix; any spelling R6.2.1 accepts): they need
@@ -301,9 +299,8 @@ std::string imatrix_search_path(const Observer& observer);
 /// one for the global-scale path; statistics are never consumed.
 class MinMaxHookAdapter {
  public:
-  MinMaxHookAdapter(std::string_view observer_name, std::string_view base_name,
-                    const QuantizationArgs& args, const ObserverKwargs& kwargs = {},
-                    const ObserverOptions& options = {});
+  MinMaxHookAdapter(std::string_view observer_name, std::string_view base_name, const QuantizationArgs& args,
+                    const ObserverKwargs& kwargs = {}, const ObserverOptions& options = {});
 
   /// Advances the qparam track with one flattened observation; returns (min, max).
   std::pair<Tensor, Tensor> get_min_max(const FlatView& flat);

@@ -55,11 +55,11 @@ struct QuantizeOptions {
   /// Must not exist unless overwrite. Never the input, an ancestor of it (replacing it
   /// would delete the input) or a folder inside it (it would be copied into itself).
   std::string output_dir;
-  std::string scheme;      ///< preset name (R1.5), case-insensitive
+  std::string scheme;  ///< preset name (R1.5), case-insensitive
   /// Weight observer (registry name); default: the preset's (R1.3.4). The name is stored
   /// in the config as given; calibration uses calibration_observer_name() (R6.9.1).
   std::optional<std::string> observer;
-  ObserverKwargs observer_kwargs;    ///< merged into the weights' observer_kwargs
+  ObserverKwargs observer_kwargs;  ///< merged into the weights' observer_kwargs
   /// Modules to quantize, in compressed-tensors' syntax (docs/CLI.md "Matching"): `re:<regex>`
   /// (anchored at the start of the module name), an exact module name, or a class name
   /// (Linear, Embedding, inferred from the weight). Empty: the Linear layers but lm_head.
@@ -83,8 +83,8 @@ struct QuantizeOptions {
   /// 0: QOBS_NUM_THREADS if set, else every core.
   int threads = 0;
   bool overwrite = false;
-  bool dry_run = false;   ///< calibrate and report, write no checkpoint
-  bool baseline = true;   ///< also measure memoryless_minmax for comparison
+  bool dry_run = false;  ///< calibrate and report, write no checkpoint
+  bool baseline = true;  ///< also measure memoryless_minmax for comparison
   /// Folder for qobs-report.json / .csv: default output_dir; for a dry run, no report
   /// files unless set.
   std::optional<std::string> report_dir;

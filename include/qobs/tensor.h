@@ -87,9 +87,13 @@ class Tensor {
   void* data() { return bytes_.data(); }
   const void* data() const { return bytes_.data(); }
   template <typename T>
-  T* data_as() { return reinterpret_cast<T*>(bytes_.data()); }
+  T* data_as() {
+    return reinterpret_cast<T*>(bytes_.data());
+  }
   template <typename T>
-  const T* data_as() const { return reinterpret_cast<const T*>(bytes_.data()); }
+  const T* data_as() const {
+    return reinterpret_cast<const T*>(bytes_.data());
+  }
 
   /// Element i widened exactly to double.
   double get(int64_t i) const;

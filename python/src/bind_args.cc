@@ -38,31 +38,41 @@ void bind_args(py::module_& m) {
       .def_property_readonly("type", [](const QuantizationArgs& a) { return std::string(qobs::to_string(a.type)); })
       .def_readonly("symmetric", &QuantizationArgs::symmetric)
       .def_readonly("group_size", &QuantizationArgs::group_size)
-      .def_property_readonly("strategy", [](const QuantizationArgs& a) -> py::object {
-        return a.strategy ? py::cast(std::string(qobs::to_string(*a.strategy))) : py::none();
-      })
-      .def_property_readonly("block_structure", [](const QuantizationArgs& a) -> py::object {
-        if (!a.block_structure) return py::none();
-        py::list l;
-        l.append((*a.block_structure)[0]);
-        l.append((*a.block_structure)[1]);
-        return l;
-      })
-      .def_property_readonly("dynamic", [](const QuantizationArgs& a) -> py::object {
-        switch (a.dynamic) {
-          case qobs::Dynamic::kFalse: return py::bool_(false);
-          case qobs::Dynamic::kTrue: return py::bool_(true);
-          case qobs::Dynamic::kLocal: return py::str("local");
-        }
-        return py::none();
-      })
-      .def_property_readonly("actorder", [](const QuantizationArgs& a) -> py::object {
-        return a.actorder == qobs::ActOrder::kNone ? py::none() : py::cast(std::string(qobs::to_string(a.actorder)));
-      })
+      .def_property_readonly("strategy",
+                             [](const QuantizationArgs& a) -> py::object {
+                               return a.strategy ? py::cast(std::string(qobs::to_string(*a.strategy))) : py::none();
+                             })
+      .def_property_readonly("block_structure",
+                             [](const QuantizationArgs& a) -> py::object {
+                               if (!a.block_structure) return py::none();
+                               py::list l;
+                               l.append((*a.block_structure)[0]);
+                               l.append((*a.block_structure)[1]);
+                               return l;
+                             })
+      .def_property_readonly("dynamic",
+                             [](const QuantizationArgs& a) -> py::object {
+                               switch (a.dynamic) {
+                                 case qobs::Dynamic::kFalse:
+                                   return py::bool_(false);
+                                 case qobs::Dynamic::kTrue:
+                                   return py::bool_(true);
+                                 case qobs::Dynamic::kLocal:
+                                   return py::str("local");
+                               }
+                               return py::none();
+                             })
+      .def_property_readonly("actorder",
+                             [](const QuantizationArgs& a) -> py::object {
+                               return a.actorder == qobs::ActOrder::kNone
+                                          ? py::none()
+                                          : py::cast(std::string(qobs::to_string(a.actorder)));
+                             })
       .def_property_readonly("scale_dtype", [](const QuantizationArgs& a) { return opt_dtype(a.scale_dtype); })
       .def_property_readonly("zp_dtype", [](const QuantizationArgs& a) { return opt_dtype(a.zp_dtype); })
       .def_property_readonly("observer", [](const QuantizationArgs& a) { return opt_str(a.observer); })
-      .def_property_readonly("observer_kwargs", [](const QuantizationArgs& a) { return kwargs_to_dict(a.observer_kwargs); })
+      .def_property_readonly("observer_kwargs",
+                             [](const QuantizationArgs& a) { return kwargs_to_dict(a.observer_kwargs); })
       .def("pytorch_dtype", [](const QuantizationArgs& a) { return std::string(qobs::dtype_name(a.pytorch_dtype())); })
       .def("is_mx", &QuantizationArgs::is_mx)
       .def("q_range", &QuantizationArgs::q_range)

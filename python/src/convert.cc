@@ -27,17 +27,27 @@ std::optional<DType> dtype_of_format(const std::string& format, py::ssize_t item
   while (!f.empty() && (f[0] == '<' || f[0] == '=' || f[0] == '@' || f[0] == '|')) f.erase(0, 1);
   if (f.size() != 1) return std::nullopt;
   switch (f[0]) {
-    case 'f': return itemsize == 4 ? std::optional(DType::kF32) : std::nullopt;
-    case 'd': return itemsize == 8 ? std::optional(DType::kF64) : std::nullopt;
-    case 'e': return itemsize == 2 ? std::optional(DType::kF16) : std::nullopt;
-    case 'b': return DType::kI8;
-    case 'B': return DType::kU8;
-    case 'h': return itemsize == 2 ? std::optional(DType::kI16) : std::nullopt;
-    case 'i': return itemsize == 4 ? std::optional(DType::kI32) : std::nullopt;
+    case 'f':
+      return itemsize == 4 ? std::optional(DType::kF32) : std::nullopt;
+    case 'd':
+      return itemsize == 8 ? std::optional(DType::kF64) : std::nullopt;
+    case 'e':
+      return itemsize == 2 ? std::optional(DType::kF16) : std::nullopt;
+    case 'b':
+      return DType::kI8;
+    case 'B':
+      return DType::kU8;
+    case 'h':
+      return itemsize == 2 ? std::optional(DType::kI16) : std::nullopt;
+    case 'i':
+      return itemsize == 4 ? std::optional(DType::kI32) : std::nullopt;
     case 'l':
-    case 'q': return itemsize == 8 ? std::optional(DType::kI64) : (itemsize == 4 ? std::optional(DType::kI32) : std::nullopt);
-    case '?': return DType::kBool;
-    default: return std::nullopt;
+    case 'q':
+      return itemsize == 8 ? std::optional(DType::kI64) : (itemsize == 4 ? std::optional(DType::kI32) : std::nullopt);
+    case '?':
+      return DType::kBool;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -160,7 +170,9 @@ qobs::FieldValue field_value(py::handle v) {
   return {qobs::FieldValue::Foreign{py::str(py::type::of(v).attr("__name__"))}};
 }
 
-qobs::ObserverKwargs kwargs_from_dict(py::handle d) { return qobs::observer_kwargs_from_field(field_value(d), "kwargs"); }
+qobs::ObserverKwargs kwargs_from_dict(py::handle d) {
+  return qobs::observer_kwargs_from_field(field_value(d), "kwargs");
+}
 
 py::dict kwargs_to_dict(const qobs::ObserverKwargs& kw) {
   py::dict d;

@@ -26,35 +26,52 @@ std::string_view to_string(QuantType v) { return v == QuantType::kInt ? "int" : 
 
 std::string_view to_string(Strategy v) {
   switch (v) {
-    case Strategy::kTensor: return "tensor";
-    case Strategy::kChannel: return "channel";
-    case Strategy::kGroup: return "group";
-    case Strategy::kBlock: return "block";
-    case Strategy::kToken: return "token";
-    case Strategy::kTensorGroup: return "tensor_group";
-    case Strategy::kAttnHead: return "attn_head";
+    case Strategy::kTensor:
+      return "tensor";
+    case Strategy::kChannel:
+      return "channel";
+    case Strategy::kGroup:
+      return "group";
+    case Strategy::kBlock:
+      return "block";
+    case Strategy::kToken:
+      return "token";
+    case Strategy::kTensorGroup:
+      return "tensor_group";
+    case Strategy::kAttnHead:
+      return "attn_head";
   }
   return "";
 }
 
 std::string_view to_string(ActOrder v) {
   switch (v) {
-    case ActOrder::kNone: return "";
-    case ActOrder::kGroup: return "group";
-    case ActOrder::kWeight: return "weight";
-    case ActOrder::kDynamic: return "dynamic";
-    case ActOrder::kStatic: return "static";
+    case ActOrder::kNone:
+      return "";
+    case ActOrder::kGroup:
+      return "group";
+    case ActOrder::kWeight:
+      return "weight";
+    case ActOrder::kDynamic:
+      return "dynamic";
+    case ActOrder::kStatic:
+      return "static";
   }
   return "";
 }
 
 std::string_view to_string(QuantizationStatus s) {
   switch (s) {
-    case QuantizationStatus::kInitialized: return "initialized";
-    case QuantizationStatus::kCalibration: return "calibration";
-    case QuantizationStatus::kFrozen: return "frozen";
-    case QuantizationStatus::kCompressed: return "compressed";
-    case QuantizationStatus::kDecompressed: return "decompressed";
+    case QuantizationStatus::kInitialized:
+      return "initialized";
+    case QuantizationStatus::kCalibration:
+      return "calibration";
+    case QuantizationStatus::kFrozen:
+      return "frozen";
+    case QuantizationStatus::kCompressed:
+      return "compressed";
+    case QuantizationStatus::kDecompressed:
+      return "decompressed";
   }
   return "";
 }
@@ -68,8 +85,8 @@ QuantType parse_quant_type(std::string_view s) {
 
 Strategy parse_strategy(std::string_view s) {
   const std::string l = ascii_lower(s);
-  for (Strategy v : {Strategy::kTensor, Strategy::kChannel, Strategy::kGroup, Strategy::kBlock,
-                     Strategy::kToken, Strategy::kTensorGroup, Strategy::kAttnHead})
+  for (Strategy v : {Strategy::kTensor, Strategy::kChannel, Strategy::kGroup, Strategy::kBlock, Strategy::kToken,
+                     Strategy::kTensorGroup, Strategy::kAttnHead})
     if (l == to_string(v)) return v;
   QOBS_THROW(InvalidArgument, "strategy: '", s,
              "' is not one of tensor, channel, group, block, token, tensor_group, attn_head (R1.1.2)");
@@ -105,15 +122,16 @@ double kwarg_as_double(const std::string& name, const KwargValue& v) {
   if (const auto* b = std::get_if<bool>(&v)) return *b ? 1.0 : 0.0;
   if (const auto* i = std::get_if<int64_t>(&v)) return static_cast<double>(*i);
   if (const auto* d = std::get_if<double>(&v)) return *d;
-  QOBS_THROW(InvalidArgument, "observer_kwargs['", name, "']: expected a number, got '",
-             std::get<std::string>(v), "' (R6.7.1)");
+  QOBS_THROW(InvalidArgument, "observer_kwargs['", name, "']: expected a number, got '", std::get<std::string>(v),
+             "' (R6.7.1)");
 }
 
 std::array<int64_t, 2> parse_block_structure(std::string_view text) {
   std::vector<int64_t> parts;
   std::string cur;
   auto flush = [&]() {
-    QOBS_CHECK(!cur.empty(), InvalidArgument, "block_structure '", text, "': expected \"AxB\" with two positive integers (R1.2.2)");
+    QOBS_CHECK(!cur.empty(), InvalidArgument, "block_structure '", text,
+               "': expected \"AxB\" with two positive integers (R1.2.2)");
     std::size_t used = 0;
     long long v = 0;
     try {
@@ -121,7 +139,8 @@ std::array<int64_t, 2> parse_block_structure(std::string_view text) {
     } catch (const std::exception&) {
       used = 0;
     }
-    QOBS_CHECK(used == cur.size(), InvalidArgument, "block_structure '", text, "': '", cur, "' is not an integer (R1.2.2)");
+    QOBS_CHECK(used == cur.size(), InvalidArgument, "block_structure '", text, "': '", cur,
+               "' is not an integer (R1.2.2)");
     parts.push_back(v);
     cur.clear();
   };
@@ -165,7 +184,8 @@ DType QuantizationArgs::pytorch_dtype() const {
 }
 
 Strategy QuantizationArgs::get_strategy() const {
-  QOBS_CHECK(strategy.has_value(), PreconditionError, "QuantizationArgs: strategy not inferred; call validated() (R1.3.1)");
+  QOBS_CHECK(strategy.has_value(), PreconditionError,
+             "QuantizationArgs: strategy not inferred; call validated() (R1.3.1)");
   return *strategy;
 }
 
@@ -195,18 +215,18 @@ QuantizationArgs QuantizationArgs::validated() const {
                " (R1.3.1-3)");
   // step 4
   if (a.group_size && *a.group_size > 0)
-    QOBS_CHECK(is_group_like(s), InvalidArgument, "group_size ", *a.group_size, " given with strategy ",
-               to_string(s), ": only group and tensor_group take a group_size (R1.3.1-4)");
+    QOBS_CHECK(is_group_like(s), InvalidArgument, "group_size ", *a.group_size, " given with strategy ", to_string(s),
+               ": only group and tensor_group take a group_size (R1.3.1-4)");
   // step 5
   if (s == Strategy::kBlock)
     QOBS_CHECK(a.block_structure.has_value(), InvalidArgument, "strategy block requires block_structure (R1.3.1-5)");
   else
-    QOBS_CHECK(!a.block_structure.has_value(), InvalidArgument, "block_structure given with strategy ",
-               to_string(s), ": only block takes one (R1.3.1-5)");
+    QOBS_CHECK(!a.block_structure.has_value(), InvalidArgument, "block_structure given with strategy ", to_string(s),
+               ": only block takes one (R1.3.1-5)");
   // step 6
   if (actorder_canonical(a.actorder) == ActOrder::kGroup)
-    QOBS_CHECK(is_group_like(s), InvalidArgument, "actorder ", to_string(a.actorder), " requires strategy group or tensor_group, got ",
-               to_string(s), " (R1.3.1-6)");
+    QOBS_CHECK(is_group_like(s), InvalidArgument, "actorder ", to_string(a.actorder),
+               " requires strategy group or tensor_group, got ", to_string(s), " (R1.3.1-6)");
   // step 7
   if (a.dynamic != Dynamic::kFalse) {
     QOBS_CHECK(s == Strategy::kToken || s == Strategy::kTensor || s == Strategy::kTensorGroup || s == Strategy::kGroup,

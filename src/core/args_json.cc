@@ -32,16 +32,21 @@ std::string dtype_json_name(DType dt) { return "torch." + std::string(dtype_name
 /// (get<int64_t>() would wrap it to a negative number).
 FieldValue field_from_ojson(const ojson& v) {
   switch (v.type()) {
-    case ojson::value_t::null: return {nullptr};
-    case ojson::value_t::boolean: return {v.get<bool>()};
-    case ojson::value_t::number_integer: return {v.get<int64_t>()};
+    case ojson::value_t::null:
+      return {nullptr};
+    case ojson::value_t::boolean:
+      return {v.get<bool>()};
+    case ojson::value_t::number_integer:
+      return {v.get<int64_t>()};
     case ojson::value_t::number_unsigned: {
       const auto u = v.get<uint64_t>();
       if (u > static_cast<uint64_t>(INT64_MAX)) return {FieldValue::BigInt{std::to_string(u)}};
       return {static_cast<int64_t>(u)};
     }
-    case ojson::value_t::number_float: return {v.get<double>()};
-    case ojson::value_t::string: return {v.get<std::string>()};
+    case ojson::value_t::number_float:
+      return {v.get<double>()};
+    case ojson::value_t::string:
+      return {v.get<std::string>()};
     case ojson::value_t::array: {
       FieldValue::List l;
       for (const auto& e : v) l.push_back(field_from_ojson(e));
@@ -52,7 +57,8 @@ FieldValue field_from_ojson(const ojson& v) {
       for (auto it = v.begin(); it != v.end(); ++it) m.emplace_back(it.key(), field_from_ojson(it.value()));
       return {std::move(m)};
     }
-    default: return {FieldValue::Foreign{v.type_name()}};  // binary / discarded: never from text
+    default:
+      return {FieldValue::Foreign{v.type_name()}};  // binary / discarded: never from text
   }
 }
 
@@ -108,8 +114,8 @@ QuantizationArgs args_from_fields(const FieldValue::Map& fields) {
       }
       const auto* l = get<FieldValue::List>(v);
       need(l && l->size() == 2 && is_int((*l)[0]) && is_int((*l)[1]), "two positive integers");
-      a.block_structure =
-          std::array<int64_t, 2>{int64_of((*l)[0], "block_structure element"), int64_of((*l)[1], "block_structure element")};
+      a.block_structure = std::array<int64_t, 2>{int64_of((*l)[0], "block_structure element"),
+                                                 int64_of((*l)[1], "block_structure element")};
       QOBS_CHECK((*a.block_structure)[0] > 0 && (*a.block_structure)[1] > 0, InvalidArgument, "block_structure ",
                  v.dump(), " must be two positive integers (R1.2.2)");
     } else if (k == "dynamic") {
@@ -240,8 +246,9 @@ ObserverKwargs observer_kwargs_from_field(const FieldValue& v, std::string_view 
     else if (const int64_t* i = get<int64_t>(x)) kw[key] = *i;
     else if (const double* d = get<double>(x)) kw[key] = *d;
     else if (const std::string* s = get<std::string>(x)) kw[key] = *s;
-    else QOBS_THROW(InvalidArgument, what, "['", key, "']: unsupported value ", x.dump(),
-                    " (expected a boolean, integer, number or string, R1.2)");
+    else
+      QOBS_THROW(InvalidArgument, what, "['", key, "']: unsupported value ", x.dump(),
+                 " (expected a boolean, integer, number or string, R1.2)");
   }
   return kw;
 }

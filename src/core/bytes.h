@@ -28,9 +28,9 @@ concept ByteScalar = (std::is_integral_v<T> && !std::same_as<T, bool>) || std::i
 
 /// The unsigned integer with T's bits.
 template <ByteScalar T>
-using ByteBits = std::conditional_t<sizeof(T) == 1, uint8_t,
-                                    std::conditional_t<sizeof(T) == 2, uint16_t,
-                                                       std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
+using ByteBits = std::conditional_t<
+    sizeof(T) == 1, uint8_t,
+    std::conditional_t<sizeof(T) == 2, uint16_t, std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
 
 /// Appends values to a byte buffer.
 class ByteWriter {
@@ -85,7 +85,8 @@ class ByteReader {
   T get(std::string_view what) {
     need(sizeof(T), what);
     ByteBits<T> bits = 0;
-    for (std::size_t i = 0; i < sizeof(T); ++i) bits |= static_cast<ByteBits<T>>(ByteBits<T>{bytes_[pos_ + i]} << (8 * i));
+    for (std::size_t i = 0; i < sizeof(T); ++i)
+      bits |= static_cast<ByteBits<T>>(ByteBits<T>{bytes_[pos_ + i]} << (8 * i));
     pos_ += sizeof(T);
     return std::bit_cast<T>(bits);
   }

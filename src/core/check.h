@@ -21,8 +21,8 @@ std::string concat(const Parts&... parts) {
 }  // namespace qobs::detail
 
 /// Throws ErrorType with the concatenation of the message parts when cond is false.
-#define QOBS_CHECK(cond, ErrorType, ...)                       \
-  do {                                                         \
+#define QOBS_CHECK(cond, ErrorType, ...)                               \
+  do {                                                                 \
     if (!(cond)) throw ErrorType(::qobs::detail::concat(__VA_ARGS__)); \
   } while (0)
 

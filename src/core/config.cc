@@ -11,12 +11,12 @@
 
 namespace qobs {
 
-using detail::ojson;
-using detail::args_to_config_ojson;
 using detail::args_from_ojson;
+using detail::args_to_config_ojson;
+using detail::ojson;
 using detail::parse_json;
-using detail::scheme_to_config_ojson;
 using detail::scheme_from_ojson;
+using detail::scheme_to_config_ojson;
 using detail::string_list;
 
 bool QuantizationConfig::requires_calibration_data() const {
@@ -69,8 +69,7 @@ ExpertSparsityConfig moe_from_ojson(const ojson& j) {
   QOBS_CHECK(j.is_object(), InvalidArgument, "QuantizationConfig.moe_sparsity_config must be an object, got ", j.dump(),
              " (R1.6.5)");
   ExpertSparsityConfig m;
-  QOBS_CHECK(j.contains("method") && j["method"].is_string() &&
-                 (j["method"] == "prune" || j["method"] == "novice"),
+  QOBS_CHECK(j.contains("method") && j["method"].is_string() && (j["method"] == "prune" || j["method"] == "novice"),
              InvalidArgument, "QuantizationConfig.moe_sparsity_config.method must be \"prune\" or \"novice\", got ",
              j.contains("method") ? j["method"].dump() : std::string("nothing"), " (R1.6.5)");
   m.method = j["method"].get<std::string>();
@@ -113,26 +112,33 @@ QuantizationConfig QuantizationConfig::from_json(std::string_view json) {
                " (R1.6.1)");
     for (auto it = j["config_groups"].begin(); it != j["config_groups"].end(); ++it) {
       if (it.value().is_array() && is_preset_name(it.key())) {
-        c.config_groups.emplace_back(it.key(), preset_scheme(it.key(), string_list(it.value(), "QuantizationConfig.config_groups." + it.key(), "R1.6.1")));
+        c.config_groups.emplace_back(
+            it.key(),
+            preset_scheme(it.key(), string_list(it.value(), "QuantizationConfig.config_groups." + it.key(), "R1.6.1")));
       } else {
         c.config_groups.emplace_back(it.key(), scheme_from_ojson(it.value()));
       }
     }
   }
   if (j.contains("quant_method") && j["quant_method"].is_string()) c.quant_method = j["quant_method"];
-  if (j.contains("kv_cache_scheme") && !j["kv_cache_scheme"].is_null()) c.kv_cache_scheme = args_from_ojson(j["kv_cache_scheme"]);
+  if (j.contains("kv_cache_scheme") && !j["kv_cache_scheme"].is_null())
+    c.kv_cache_scheme = args_from_ojson(j["kv_cache_scheme"]);
   if (j.contains("format") && j["format"].is_string()) c.format = j["format"];
   if (j.contains("quantization_status") && j["quantization_status"].is_string()) {
     const std::string st = j["quantization_status"];
     bool found = false;
     for (auto v : {QuantizationStatus::kInitialized, QuantizationStatus::kCalibration, QuantizationStatus::kFrozen,
                    QuantizationStatus::kCompressed, QuantizationStatus::kDecompressed})
-      if (st == to_string(v)) { c.quantization_status = v; found = true; }
+      if (st == to_string(v)) {
+        c.quantization_status = v;
+        found = true;
+      }
     QOBS_CHECK(found, InvalidArgument, "quantization_status '", st, "' is not a known status (R1.6.1)");
   }
   if (j.contains("global_compression_ratio") && j["global_compression_ratio"].is_number())
     c.global_compression_ratio = j["global_compression_ratio"].get<double>();
-  if (j.contains("ignore") && !j["ignore"].is_null()) c.ignore = string_list(j["ignore"], "QuantizationConfig.ignore", "R1.6.1");
+  if (j.contains("ignore") && !j["ignore"].is_null())
+    c.ignore = string_list(j["ignore"], "QuantizationConfig.ignore", "R1.6.1");
   if (j.contains("moe_sparsity_config") && !j["moe_sparsity_config"].is_null())
     c.moe_sparsity_config = moe_from_ojson(j["moe_sparsity_config"]);
   return c;

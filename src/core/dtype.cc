@@ -43,10 +43,9 @@ DType parse_dtype(std::string_view name) {
   for (const auto& i : kInfo)
     if (s == i.name) return i.dtype;
   static const std::pair<std::string_view, DType> kAliases[] = {
-      {"float", DType::kF32},  {"double", DType::kF64}, {"half", DType::kF16},
-      {"bf16", DType::kBF16},  {"fp16", DType::kF16},   {"fp32", DType::kF32},
-      {"fp8", DType::kF8E4M3}, {"long", DType::kI64},   {"int", DType::kI32},
-      {"short", DType::kI16},
+      {"float", DType::kF32}, {"double", DType::kF64}, {"half", DType::kF16},   {"bf16", DType::kBF16},
+      {"fp16", DType::kF16},  {"fp32", DType::kF32},   {"fp8", DType::kF8E4M3}, {"long", DType::kI64},
+      {"int", DType::kI32},   {"short", DType::kI16},
   };
   for (const auto& [alias, dt] : kAliases)
     if (s == alias) return dt;

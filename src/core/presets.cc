@@ -44,8 +44,8 @@ QuantizationArgs fp_args(int bits, int64_t group, Strategy strategy, DType scale
 }
 
 const std::vector<std::string>& wxay_names() {
-  static const std::vector<std::string> k{"W2A4",  "W2A8", "W2A16", "W3A4",  "W3A8", "W3A16", "W4A4",  "W4A8",
-                                          "W4A16", "W5A8", "W5A16", "W6A8",  "W6A16", "W7A8", "W7A16", "W8A16"};
+  static const std::vector<std::string> k{"W2A4",  "W2A8", "W2A16", "W3A4", "W3A8",  "W3A16", "W4A4",  "W4A8",
+                                          "W4A16", "W5A8", "W5A16", "W6A8", "W6A16", "W7A8",  "W7A16", "W8A16"};
   return k;
 }
 

@@ -17,8 +17,7 @@ QuantizationScheme QuantizationScheme::validated() const {
     const Strategy st = s.input_activations->get_strategy();
     QOBS_CHECK(st == Strategy::kToken || st == Strategy::kTensor || st == Strategy::kGroup ||
                    st == Strategy::kTensorGroup || st == Strategy::kAttnHead,
-               NotImplementedError, "input_activations with strategy ", to_string(st),
-               " are not supported (R1.4.2)");
+               NotImplementedError, "input_activations with strategy ", to_string(st), " are not supported (R1.4.2)");
     QOBS_CHECK(s.input_activations->actorder == ActOrder::kNone, InvalidArgument,
                "actorder cannot be set on input activations (R1.4.2)");
   }

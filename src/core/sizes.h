@@ -26,8 +26,8 @@ inline constexpr int64_t kMaxSize = std::numeric_limits<int64_t>::max();
 template <typename... What>
 int64_t mul_size(int64_t a, int64_t b, const What&... what) {
   int64_t r = 0;
-  QOBS_CHECK(!__builtin_mul_overflow(a, b, &r), InvalidArgument, what..., ": size ", a, " * ", b,
-             " exceeds the limit ", kMaxSize, " (int64)");
+  QOBS_CHECK(!__builtin_mul_overflow(a, b, &r), InvalidArgument, what..., ": size ", a, " * ", b, " exceeds the limit ",
+             kMaxSize, " (int64)");
   return r;
 }
 
@@ -35,8 +35,8 @@ int64_t mul_size(int64_t a, int64_t b, const What&... what) {
 template <typename... What>
 int64_t add_size(int64_t a, int64_t b, const What&... what) {
   int64_t r = 0;
-  QOBS_CHECK(!__builtin_add_overflow(a, b, &r), InvalidArgument, what..., ": size ", a, " + ", b,
-             " exceeds the limit ", kMaxSize, " (int64)");
+  QOBS_CHECK(!__builtin_add_overflow(a, b, &r), InvalidArgument, what..., ": size ", a, " + ", b, " exceeds the limit ",
+             kMaxSize, " (int64)");
   return r;
 }
 

@@ -77,12 +77,18 @@ void store_all(void* base, DType dt, const Src* v, std::size_t n) {
     }
   }
   switch (dt) {
-    case DType::kF64: return typed(static_cast<double*>(base), [](double x) { return x; });
-    case DType::kF32: return typed(static_cast<float*>(base), [](double x) { return static_cast<float>(x); });
-    case DType::kBF16: return typed(static_cast<uint16_t*>(base), [](double x) { return double_to_bf16(x); });
-    case DType::kF16: return typed(static_cast<uint16_t*>(base), [](double x) { return double_to_f16(x); });
-    case DType::kI8: return typed(static_cast<int8_t*>(base), [](double x) { return to_int<int8_t>(x); });
-    case DType::kI32: return typed(static_cast<int32_t*>(base), [](double x) { return to_int<int32_t>(x); });
+    case DType::kF64:
+      return typed(static_cast<double*>(base), [](double x) { return x; });
+    case DType::kF32:
+      return typed(static_cast<float*>(base), [](double x) { return static_cast<float>(x); });
+    case DType::kBF16:
+      return typed(static_cast<uint16_t*>(base), [](double x) { return double_to_bf16(x); });
+    case DType::kF16:
+      return typed(static_cast<uint16_t*>(base), [](double x) { return double_to_f16(x); });
+    case DType::kI8:
+      return typed(static_cast<int8_t*>(base), [](double x) { return to_int<int8_t>(x); });
+    case DType::kI32:
+      return typed(static_cast<int32_t*>(base), [](double x) { return to_int<int32_t>(x); });
     default:
       for (std::size_t i = 0; i < n; ++i) store(base, dt, static_cast<int64_t>(i), static_cast<double>(v[i]));
   }
@@ -105,12 +111,18 @@ void load_all(const void* base, DType dt, double* out, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) out[i] = conv(p[i]);
   };
   switch (dt) {
-    case DType::kF64: return typed(static_cast<const double*>(base), [](double x) { return x; });
-    case DType::kF32: return typed(static_cast<const float*>(base), [](float x) { return static_cast<double>(x); });
-    case DType::kBF16: return typed(static_cast<const uint16_t*>(base), [](uint16_t b) { return static_cast<double>(bf16_to_float(b)); });
-    case DType::kF16: return typed(static_cast<const uint16_t*>(base), [](uint16_t b) { return static_cast<double>(f16_to_float(b)); });
+    case DType::kF64:
+      return typed(static_cast<const double*>(base), [](double x) { return x; });
+    case DType::kF32:
+      return typed(static_cast<const float*>(base), [](float x) { return static_cast<double>(x); });
+    case DType::kBF16:
+      return typed(static_cast<const uint16_t*>(base),
+                   [](uint16_t b) { return static_cast<double>(bf16_to_float(b)); });
+    case DType::kF16:
+      return typed(static_cast<const uint16_t*>(base), [](uint16_t b) { return static_cast<double>(f16_to_float(b)); });
     case DType::kF8E4M3:
-      return typed(static_cast<const uint8_t*>(base), [&t = fp8_values()](uint8_t b) { return static_cast<double>(t[b]); });
+      return typed(static_cast<const uint8_t*>(base),
+                   [&t = fp8_values()](uint8_t b) { return static_cast<double>(t[b]); });
     default:
       for (std::size_t i = 0; i < n; ++i) out[i] = load(base, dt, static_cast<int64_t>(i));
   }
@@ -123,7 +135,8 @@ TensorView::TensorView(const void* data_, DType dtype_, Shape shape_, Shape stri
   if (strides.empty()) strides = contiguous_strides(shape);
   QOBS_CHECK(strides.size() == shape.size(), InvalidArgument, "TensorView: ", strides.size(),
              " strides for a shape of rank ", shape.size());
-  for (int64_t d : shape) QOBS_CHECK(d >= 0, InvalidArgument, "TensorView: negative dimension in shape ", shape_str(shape));
+  for (int64_t d : shape)
+    QOBS_CHECK(d >= 0, InvalidArgument, "TensorView: negative dimension in shape ", shape_str(shape));
   // Every element offset (and its byte offset) must fit: the kernels compute
   // offset * itemsize without further checks.
   const int64_t n = numel();
@@ -131,7 +144,8 @@ TensorView::TensorView(const void* data_, DType dtype_, Shape shape_, Shape stri
   const detail::ShowShape sh{shape}, st{strides};
   int64_t lo = 0, hi = 0;  // lowest and highest element offset
   for (std::size_t d = 0; d < shape.size(); ++d) {
-    const int64_t span = detail::mul_size(shape[d] - 1, strides[d], "TensorView: offsets of shape ", sh, " strides ", st);
+    const int64_t span =
+        detail::mul_size(shape[d] - 1, strides[d], "TensorView: offsets of shape ", sh, " strides ", st);
     if (span < 0) lo = detail::add_size(lo, span, "TensorView: offsets of shape ", sh, " strides ", st);
     else hi = detail::add_size(hi, span, "TensorView: offsets of shape ", sh, " strides ", st);
   }
@@ -166,8 +180,8 @@ Tensor Tensor::uninitialized(DType dtype, Shape shape) { return Tensor(dtype, st
 
 Tensor Tensor::from_values(DType dtype, Shape shape, std::span<const double> values) {
   Tensor t = uninitialized(dtype, std::move(shape));
-  QOBS_CHECK(static_cast<int64_t>(values.size()) == t.numel(), InvalidArgument, "from_values: ",
-             values.size(), " values for shape ", shape_str(t.shape_));
+  QOBS_CHECK(static_cast<int64_t>(values.size()) == t.numel(), InvalidArgument, "from_values: ", values.size(),
+             " values for shape ", shape_str(t.shape_));
   store_all(t.bytes_.data(), dtype, values.data(), values.size());
   return t;
 }
@@ -178,8 +192,8 @@ Tensor Tensor::from_values(DType dtype, Shape shape, std::initializer_list<doubl
 
 Tensor Tensor::from_floats(DType dtype, Shape shape, std::span<const float> values) {
   Tensor t = uninitialized(dtype, std::move(shape));
-  QOBS_CHECK(static_cast<int64_t>(values.size()) == t.numel(), InvalidArgument, "from_floats: ",
-             values.size(), " values for shape ", shape_str(t.shape_));
+  QOBS_CHECK(static_cast<int64_t>(values.size()) == t.numel(), InvalidArgument, "from_floats: ", values.size(),
+             " values for shape ", shape_str(t.shape_));
   store_all(t.bytes_.data(), dtype, values.data(), values.size());
   return t;
 }
@@ -200,8 +214,8 @@ Tensor Tensor::copy_of(const TensorView& view) {
 
 Tensor Tensor::from_bytes(DType dtype, Shape shape, const void* bytes, std::size_t nbytes) {
   Tensor t = uninitialized(dtype, std::move(shape));
-  QOBS_CHECK(nbytes == t.bytes_.size(), InvalidArgument, "from_bytes: ", nbytes, " bytes for ",
-             dtype_name(dtype), " shape ", shape_str(t.shape_), " (needs ", t.bytes_.size(), ")");
+  QOBS_CHECK(nbytes == t.bytes_.size(), InvalidArgument, "from_bytes: ", nbytes, " bytes for ", dtype_name(dtype),
+             " shape ", shape_str(t.shape_), " (needs ", t.bytes_.size(), ")");
   if (nbytes) std::memcpy(t.bytes_.data(), bytes, nbytes);
   return t;
 }
@@ -222,8 +236,7 @@ std::vector<float> Tensor::to_floats() const {
 }
 
 Tensor Tensor::reshaped(Shape shape) const {
-  QOBS_CHECK(shape_numel(shape) == numel(), ShapeError, "cannot reshape ", shape_str(shape_), " to ",
-             shape_str(shape));
+  QOBS_CHECK(shape_numel(shape) == numel(), ShapeError, "cannot reshape ", shape_str(shape_), " to ", shape_str(shape));
   Tensor t = *this;
   t.shape_ = std::move(shape);
   return t;
@@ -247,9 +260,13 @@ void load_floats(const unsigned char* src, DType dt, std::size_t begin, std::siz
     }
   };
   switch (dt) {
-    case DType::kF32: std::memcpy(out, src + 4 * begin, 4 * n); return;
-    case DType::kBF16: return typed16([](uint16_t b) { return bf16_to_float(b); });
-    case DType::kF16: return typed16([](uint16_t b) { return f16_to_float(b); });
+    case DType::kF32:
+      std::memcpy(out, src + 4 * begin, 4 * n);
+      return;
+    case DType::kBF16:
+      return typed16([](uint16_t b) { return bf16_to_float(b); });
+    case DType::kF16:
+      return typed16([](uint16_t b) { return f16_to_float(b); });
     default: {
       const std::array<float, 256>& fp8 = fp8_values();
       for (std::size_t i = 0; i < n; ++i) out[i] = fp8[src[begin + i]];

@@ -130,8 +130,8 @@ void unregister_mapping(int slot) {
 struct SafetensorsFile::Mapping {
   void* addr = nullptr;
   std::size_t length = 0;
-  int fd = -1;     // kept open to notice a size change (verify_unchanged)
-  int slot = -1;   // in g_slots
+  int fd = -1;    // kept open to notice a size change (verify_unchanged)
+  int slot = -1;  // in g_slots
   ~Mapping() {
     if (slot >= 0) unregister_mapping(slot);
     if (addr && length) munmap(addr, length);
@@ -281,7 +281,8 @@ std::span<const uint8_t> SafetensorsFile::bytes(const TensorInfo& t) const {
 
 TensorView SafetensorsFile::view(const TensorInfo& t, Tensor& scratch) const {
   const std::span<const uint8_t> b = bytes(t);
-  if (reinterpret_cast<std::uintptr_t>(b.data()) % dtype_size(t.dtype) == 0) return TensorView(b.data(), t.dtype, t.shape);
+  if (reinterpret_cast<std::uintptr_t>(b.data()) % dtype_size(t.dtype) == 0)
+    return TensorView(b.data(), t.dtype, t.shape);
   scratch = Tensor::from_bytes(t.dtype, t.shape, b.data(), b.size());
   verify_unchanged();
   return scratch.view();
@@ -327,8 +328,7 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorSpec> s
   uint64_t off = 0;
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
-    QOBS_CHECK(index_.emplace(s.spec.name, i).second, IoError, path_, ": tensor '", s.spec.name,
-               "' listed twice");
+    QOBS_CHECK(index_.emplace(s.spec.name, i).second, IoError, path_, ": tensor '", s.spec.name, "' listed twice");
     s.begin = off;
     off += s.nbytes;
     header[s.spec.name] = {{"dtype", std::string(safetensors_dtype_name(s.spec.dtype))},
@@ -438,8 +438,7 @@ void SafetensorsWriter::write(std::string_view name, const Tensor& t) {
 
 void SafetensorsWriter::close() {
   QOBS_CHECK(fd_ >= 0, IoError, path_, ": closed twice");
-  for (const Slot& s : slots_)
-    QOBS_CHECK(s.written, IoError, path_, ": tensor '", s.spec.name, "' was never written");
+  for (const Slot& s : slots_) QOBS_CHECK(s.written, IoError, path_, ": tensor '", s.spec.name, "' was never written");
   const int fd = fd_;
   fd_ = -1;
   // fsync reports write-back failures (ENOSPC, EIO) that pwrite could not see yet.

@@ -171,8 +171,8 @@ LsqSearchResult lsq_search(const FlatView& flat, const QuantizationArgs& args, c
 
 /// The (weighted) squared QDQ error of group q of `flat` for stored qparams, scored as
 /// lsq_search scores candidates (tests and benchmarks). weights: group_len values or null.
-double qdq_group_error(const FlatView& flat, const QuantizationArgs& args, double scale, double zero_point,
-                       int64_t q, const Tensor* global_scale, NumericMode mode, const float* weights = nullptr);
+double qdq_group_error(const FlatView& flat, const QuantizationArgs& args, double scale, double zero_point, int64_t q,
+                       const Tensor* global_scale, NumericMode mode, const float* weights = nullptr);
 
 /// The three R5.1 element-wise operations over tensors.
 enum class QdqOp { kFakeQuantize, kQuantize, kDequantize };

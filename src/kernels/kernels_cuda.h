@@ -88,7 +88,6 @@ void qdq(const Backend& b, const QdqArgs& a, Stream s);
 /// the first such value (the row copied back and replayed). pack/pack.cc.
 void pack_int_rows(const Backend& b, const int8_t* q, int64_t rows, int64_t cols, int bits, uint32_t* out,
                    std::string_view label, Stream s);
-void pack_fp4(const Backend& b, const void* q, DType dtype, int64_t n, uint8_t* out, std::string_view label,
-              Stream s);
+void pack_fp4(const Backend& b, const void* q, DType dtype, int64_t n, uint8_t* out, std::string_view label, Stream s);
 
 }  // namespace qobs::kernels::cuda

@@ -144,10 +144,10 @@ Tensor pad_to_blocks(const TensorView& value, int64_t bh, int64_t bw) {
   QOBS_CHECK(bh > 0 && bw > 0, InvalidArgument, "block padding of shape ", shape_str(value.shape),
              ": block_structure [", bh, ", ", bw, "] must be two positive integers (R1.2.2)");
   const detail::ShowShape shape{value.shape};
-  const int64_t R = detail::round_up_size(rows, bh, "block padding of shape ", shape, " to block_structure [", bh,
-                                          ", ", bw, "]: padded rows");
-  const int64_t C = detail::round_up_size(cols, bw, "block padding of shape ", shape, " to block_structure [", bh,
-                                          ", ", bw, "]: padded columns");
+  const int64_t R = detail::round_up_size(rows, bh, "block padding of shape ", shape, " to block_structure [", bh, ", ",
+                                          bw, "]: padded rows");
+  const int64_t C = detail::round_up_size(cols, bw, "block padding of shape ", shape, " to block_structure [", bh, ", ",
+                                          bw, "]: padded columns");
   int64_t padded = detail::mul_size(R, C, "block padding of shape ", shape, " to block_structure [", bh, ", ", bw,
                                     "]: padded elements");
   for (int64_t i = 0; i + 2 < value.dim(); ++i)
@@ -242,15 +242,16 @@ FlatView flatten_impl(const TensorView& value_in, std::string_view base_name, co
           const std::size_t es = dtype_size(value.dtype);
           for (int64_t r = 0; r < rows; ++r)
             for (int64_t c = 0; c < cols; ++c)
-              std::memcpy(static_cast<unsigned char*>(re.data()) + (r * cols + c) * static_cast<int64_t>(es),
-                          static_cast<const unsigned char*>(src.data()) + (r * cols + perm[c]) * static_cast<int64_t>(es), es);
+              std::memcpy(
+                  static_cast<unsigned char*>(re.data()) + (r * cols + c) * static_cast<int64_t>(es),
+                  static_cast<const unsigned char*>(src.data()) + (r * cols + perm[c]) * static_cast<int64_t>(es), es);
           keep_copy(std::move(re));
         }
         L.qparam_shape.assign(value.shape.begin(), value.shape.end() - 1);
         L.qparam_shape.push_back(cols / gs);
         L.qparam_axes = dim_axes(0, rank - 1);
-        L.qparam_axes.push_back(
-            {cols / gs, detail::mul_size(gs, value.strides[rank - 1], name, ": group_size ", gs, " times the column stride")});
+        L.qparam_axes.push_back({cols / gs, detail::mul_size(gs, value.strides[rank - 1], name, ": group_size ", gs,
+                                                             " times the column stride")});
         L.group_axes = {{gs, value.strides[rank - 1]}};
         break;
       }
@@ -264,8 +265,9 @@ FlatView flatten_impl(const TensorView& value_in, std::string_view base_name, co
         }
         const int64_t R = value.shape[0], C = value.shape[1];
         L.qparam_shape = {R / bh, C / bw};
-        L.qparam_axes = {{R / bh, detail::mul_size(bh, value.strides[0], name, ": block rows ", bh, " times the row stride")},
-                         {C / bw, detail::mul_size(bw, value.strides[1], name, ": block columns ", bw, " times the column stride")}};
+        L.qparam_axes = {
+            {R / bh, detail::mul_size(bh, value.strides[0], name, ": block rows ", bh, " times the row stride")},
+            {C / bw, detail::mul_size(bw, value.strides[1], name, ": block columns ", bw, " times the column stride")}};
         L.group_axes = {{bh, value.strides[0]}, {bw, value.strides[1]}};
         break;
       }
@@ -304,8 +306,8 @@ FlatView flatten_impl(const TensorView& value_in, std::string_view base_name, co
           // Q15: (tokens, hidden) merges into one dim and splits into (tokens*hidden/gs, gs):
           // the statistic is a single value.
           const int64_t n = value.numel();
-          QOBS_CHECK(n % gs == 0, ShapeError, name, ": group_size ", gs, " does not divide ", n,
-                     " elements of shape ", shape_str(value.shape), " (R3.3, Q15)");
+          QOBS_CHECK(n % gs == 0, ShapeError, name, ": group_size ", gs, " does not divide ", n, " elements of shape ",
+                     shape_str(value.shape), " (R3.3, Q15)");
           if (!value.is_contiguous()) {
             copy_allowed();
             keep_copy(Tensor::copy_of(value));
@@ -323,8 +325,8 @@ FlatView flatten_impl(const TensorView& value_in, std::string_view base_name, co
         L.qparam_shape.assign(value.shape.begin() + 2, value.shape.end() - 1);
         L.qparam_shape.push_back(hidden / gs);
         L.qparam_axes = dim_axes(2, rank - 1);
-        L.qparam_axes.push_back(
-            {hidden / gs, detail::mul_size(gs, value.strides[rank - 1], name, ": group_size ", gs, " times the hidden stride")});
+        L.qparam_axes.push_back({hidden / gs, detail::mul_size(gs, value.strides[rank - 1], name, ": group_size ", gs,
+                                                               " times the hidden stride")});
         L.group_axes = {{gs, value.strides[rank - 1]}};
         return fv;
       }

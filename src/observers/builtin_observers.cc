@@ -161,13 +161,14 @@ MseObserver::MseObserver(Kind kind, std::string base, QuantizationArgs args, Obs
     check_unit_interval(obs, "averaging_constant", averaging_constant_, "R6.5.1");
   }
   r.reject_unknown();
-  QOBS_CHECK(cfg_.chunk_size > 0, InvalidArgument, obs, ": chunk_size must be positive, got ", cfg_.chunk_size, " (R6.7.2)");
+  QOBS_CHECK(cfg_.chunk_size > 0, InvalidArgument, obs, ": chunk_size must be positive, got ", cfg_.chunk_size,
+             " (R6.7.2)");
   // Q24: the reference `mse` does not check expand; qobs checks it for all three.
   QOBS_CHECK(cfg_.expand >= 1.0, InvalidArgument, obs, ": expand value must be at least 1.0, got ", cfg_.expand,
              " (R6.7.2)");
   check_unit_interval(obs, "maxshrink", cfg_.maxshrink, "R6.7.2, docs/DEVIATIONS.md");
-  QOBS_CHECK(std::isfinite(cfg_.grid) && cfg_.grid > 0, InvalidArgument, obs, ": grid must be positive, got ", cfg_.grid,
-             " (R6.7.2, docs/DEVIATIONS.md)");
+  QOBS_CHECK(std::isfinite(cfg_.grid) && cfg_.grid > 0, InvalidArgument, obs, ": grid must be positive, got ",
+             cfg_.grid, " (R6.7.2, docs/DEVIATIONS.md)");
   QOBS_CHECK(std::isfinite(cfg_.norm) && cfg_.norm > 0, InvalidArgument, obs,
              ": norm must be a finite positive number, got ", cfg_.norm, " (R6.7.2, docs/DEVIATIONS.md)");
   QOBS_CHECK(cfg_.patience >= 0, InvalidArgument, obs, ": patience must be >= 0, got ", cfg_.patience,
@@ -180,9 +181,12 @@ MseObserver::MseObserver(Kind kind, std::string base, QuantizationArgs args, Obs
 
 std::string_view MseObserver::name() const {
   switch (kind_) {
-    case Kind::kMemoryless: return "memoryless_mse";
-    case Kind::kMovingAverage: return "mse";
-    case Kind::kNvfp4Expanded: return "nvfp4_expanded_mse";
+    case Kind::kMemoryless:
+      return "memoryless_mse";
+    case Kind::kMovingAverage:
+      return "mse";
+    case Kind::kNvfp4Expanded:
+      return "nvfp4_expanded_mse";
   }
   return "";
 }
@@ -229,8 +233,8 @@ ImatrixMseObserver::ImatrixMseObserver(Kind kind, std::string base, Quantization
   strict_ = r.flag("strict", false);
   r.reject_unknown();
   // R6.8.1 validation
-  QOBS_CHECK(std::isfinite(cfg_.grid) && cfg_.grid > 0, InvalidArgument, obs, ": grid must be positive, got ", cfg_.grid,
-             " (R6.8.1)");
+  QOBS_CHECK(std::isfinite(cfg_.grid) && cfg_.grid > 0, InvalidArgument, obs, ": grid must be positive, got ",
+             cfg_.grid, " (R6.8.1)");
   QOBS_CHECK(std::isfinite(patience) && patience >= 0, InvalidArgument, obs, ": patience must be >= 0, got ", patience,
              " (R6.8.1)");
   cfg_.patience = as_count(obs, "patience", patience);
@@ -276,7 +280,8 @@ void ImatrixMseObserver::accumulate_input_locked(const TensorView& x) {
   std::vector<double> acc(static_cast<std::size_t>(in), 0.0);
   kernels::sum_squares_by_column(x, in, acc.data(), options_.num_threads);
   for (int64_t c = 0; c < in; ++c)
-    sum.set(c, static_cast<float>(sum.get(c) + static_cast<double>(static_cast<float>(acc[static_cast<std::size_t>(c)]))));
+    sum.set(c,
+            static_cast<float>(sum.get(c) + static_cast<double>(static_cast<float>(acc[static_cast<std::size_t>(c)]))));
   count.set(0, count.get(0) + static_cast<double>(rows));
 }
 
@@ -288,10 +293,12 @@ std::optional<std::vector<float>> ImatrixMseObserver::validated_importance(const
     return std::nullopt;
   };
   if (base_name_ != "weight")
-    return fail(NotImplementedError(obs + " is only supported for weight observers (R6.8.4-1)"), "only supported for weight observers");
+    return fail(NotImplementedError(obs + " is only supported for weight observers (R6.8.4-1)"),
+                "only supported for weight observers");
   const Strategy st = args_.get_strategy();
   if (st == Strategy::kTensor)
-    return fail(NotImplementedError(obs + " does not support the TENSOR strategy (R6.8.4-2)"), "TENSOR strategy not supported");
+    return fail(NotImplementedError(obs + " does not support the TENSOR strategy (R6.8.4-2)"),
+                "TENSOR strategy not supported");
   auto sit = state_.find("importance_sum");
   auto cit = state_.find("importance_count");
   if (sit == state_.end() || cit == state_.end())
@@ -314,13 +321,13 @@ std::optional<std::vector<float>> ImatrixMseObserver::validated_importance(const
   for (int64_t i = 0; i < sum.numel(); ++i) {
     const float v = static_cast<float>(sum.get(i)) / static_cast<float>(count);
     if (!std::isfinite(v))
-      return fail(InvalidArgument(detail::concat(obs, ": importance has a non-finite value ", v, " at index ", i,
-                                                 " (R6.8.4-4)")),
+      return fail(InvalidArgument(
+                      detail::concat(obs, ": importance has a non-finite value ", v, " at index ", i, " (R6.8.4-4)")),
                   "contains non-finite values");
     if (v < 0)
-      return fail(InvalidArgument(detail::concat(obs, ": importance has a negative value ", v, " at index ", i,
-                                                 " (R6.8.4-4)")),
-                  "contains negative values");
+      return fail(
+          InvalidArgument(detail::concat(obs, ": importance has a negative value ", v, " at index ", i, " (R6.8.4-4)")),
+          "contains negative values");
     all_zero = all_zero && v == 0;
     imp[static_cast<std::size_t>(i)] = v;
   }

@@ -108,8 +108,8 @@ std::string path_unsupported(const Observer& observer, const TensorView& weight)
   if (!flat) return "a layout whose flattening needs a copy (block padding)";
   if (!kernels::cuda::flat_map_of(*flat)) return "a layout with more axes than the device view holds";
   if (recipe->mse) {
-    const auto plan = kernels::cuda::cuda_search_plan(*flat, search_args_of(observer.args()),
-                                                      recipe->mse->search_config(), nullptr);
+    const auto plan =
+        kernels::cuda::cuda_search_plan(*flat, search_args_of(observer.args()), recipe->mse->search_config(), nullptr);
     if (!plan.unsupported.empty()) return plan.unsupported;
   }
   return "";
@@ -148,8 +148,8 @@ DeviceStatistics observe_weight(const Observer& observer, const TensorView& weig
   impl->maxs = DeviceBuffer(b, bytes, s);
   const Recipe recipe = *recipe_of(observer).first;
   if (recipe.mse) {
-    const auto plan = kernels::cuda::cuda_search_plan(flat, search_args_of(observer.args()),
-                                                      recipe.mse->search_config(), nullptr);
+    const auto plan =
+        kernels::cuda::cuda_search_plan(flat, search_args_of(observer.args()), recipe.mse->search_config(), nullptr);
     kernels::cuda::grid_search(b, plan, impl->mins.get(), impl->maxs.get(), flat.dtype, s);
   } else {
     kernels::cuda::minmax_stats(b, flat, flat.dtype, impl->mins.get(), impl->maxs.get(), s);
@@ -169,7 +169,7 @@ qobs::detail::QParamPlan plan_of(const Observer& observer, DType stat_dtype, boo
   const QuantizationArgs& args = observer.args();
   const QuantizationArgs v = args.strategy ? args : args.validated();
   return qobs::detail::QParamPlan::make(v, stat_dtype, global ? std::optional<double>(1.0) : std::nullopt,
-                                         observer.options().mode);
+                                        observer.options().mode);
 }
 
 }  // namespace
@@ -228,8 +228,8 @@ void qparams_from_statistics(const Observer& observer, const DeviceStatistics& s
   const int64_t n = shape_numel(stats.shape());
   // statistics of checked, finite input are finite: no wait for the flag
   kernels::cuda::calculate_qparams(b, stats.min_vals(), stats.max_vals(), stats.dtype(), n, plan,
-                                   global ? static_cast<const float*>(global_scale) : nullptr, scale, zero_point,
-                                   false, s);
+                                   global ? static_cast<const float*>(global_scale) : nullptr, scale, zero_point, false,
+                                   s);
 }
 
 // ---- quantize, dequantize and pack on the device -----------------------------------
@@ -261,8 +261,8 @@ kernels::QdqCall resolve_device_qdq(kernels::QdqOp op, const TensorView& x, cons
   // f32 at least; it, or a scale of rank >= 1, widens the division's dtype
   const DType s_dt = global_scale ? qobs::detail::promote_float_dtypes(scale.dtype, DType::kF32) : scale.dtype;
   const bool widens = global_scale != nullptr || scale.dim() > 0;
-  return kernels::resolve_qdq_layout(op, x, s_dt, scale.shape, widens, zero_point != nullptr, args, nullptr,
-                                     out_dtype, mode);
+  return kernels::resolve_qdq_layout(op, x, s_dt, scale.shape, widens, zero_point != nullptr, args, nullptr, out_dtype,
+                                     mode);
 }
 
 /// The device of `p` (device memory, else InvalidArgument naming `what`).
@@ -343,10 +343,9 @@ void quantize(const TensorView& x, const TensorView& scale, const TensorView* ze
 }
 
 void dequantize(const TensorView& x_q, const TensorView& scale, const TensorView* zero_point,
-                const QuantizationArgs& args, const TensorView* global_scale, std::optional<DType> out_dtype,
-                void* out, NumericMode mode, StreamHandle stream) {
-  run_device_qdq(kernels::QdqOp::kDequantize, x_q, scale, zero_point, args, global_scale, out_dtype, out, mode,
-                 stream);
+                const QuantizationArgs& args, const TensorView* global_scale, std::optional<DType> out_dtype, void* out,
+                NumericMode mode, StreamHandle stream) {
+  run_device_qdq(kernels::QdqOp::kDequantize, x_q, scale, zero_point, args, global_scale, out_dtype, out, mode, stream);
 }
 
 void pack_int_rows(const TensorView& q, int num_bits, void* out, std::string_view label, StreamHandle stream) {
@@ -361,8 +360,8 @@ void pack_int_rows(const TensorView& q, int num_bits, void* out, std::string_vie
   const int64_t cols = q.shape.back(), rows = cols == 0 ? 0 : q.numel() / cols;
   if (rows == 0 || cols == 0) return;
   b.set_device(common_device(b, {{q.data, "the values to pack"}, {out, "the output buffer"}}));
-  kernels::cuda::pack_int_rows(b, static_cast<const int8_t*>(q.data), rows, cols, num_bits,
-                               static_cast<uint32_t*>(out), label, Stream{stream});
+  kernels::cuda::pack_int_rows(b, static_cast<const int8_t*>(q.data), rows, cols, num_bits, static_cast<uint32_t*>(out),
+                               label, Stream{stream});
 }
 
 void pack_fp4(const TensorView& q, void* out, std::string_view label, StreamHandle stream) {
@@ -405,8 +404,7 @@ std::pair<std::optional<ActivationRecipe>, std::string> activation_recipe(const 
     if (c == 1.0) return {ActivationRecipe{}, ""};
     return {ActivationRecipe{RunningOp::kBlend, c, true}, ""};
   }
-  return {std::nullopt,
-          "observer " + std::string(o.name()) + " has no device path for activations"};
+  return {std::nullopt, "observer " + std::string(o.name()) + " has no device path for activations"};
 }
 
 bool device_float(DType dt) { return dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16; }
@@ -573,7 +571,8 @@ void ActivationStatistics::store_into(Observer& observer, StreamHandle stream) {
     const Shape shape(record.shape, record.shape + record.ndim);
     QOBS_THROW(InvalidArgument, label_of(observer), ": non-finite value ", record.value, " at flat index ",
                static_cast<int64_t>(record.index), " of shape ", shape_str(shape), " in batch ", record.batch + 1,
-               " of ", m->batches, " observed on the CUDA device (observed tensors must be finite: the reference "
+               " of ", m->batches,
+               " observed on the CUDA device (observed tensors must be finite: the reference "
                "would produce a NaN/Inf scale; docs/DEVIATIONS.md); the statistics are those before that batch");
   }
 }
@@ -614,8 +613,8 @@ std::string DeviceImportance::unsupported(const Observer& observer, const Tensor
 
 void DeviceImportance::accumulate(const Observer& observer, const TensorView& x, StreamHandle stream) {
   const std::string why = unsupported(observer, x);
-  QOBS_CHECK(why.empty(), InvalidArgument, label_of(observer), ": ", observer.name(), " importance on the device: ",
-             why);
+  QOBS_CHECK(why.empty(), InvalidArgument, label_of(observer), ": ", observer.name(),
+             " importance on the device: ", why);
   const Backend& b = kernels::cuda::require_backend();
   const Stream s{stream};
   const int device = b.device_of(x.data);

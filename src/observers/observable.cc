@@ -30,7 +30,7 @@ bool check_observable_dtype(const TensorView& v, const std::string& label, bool 
 
 void check_observable(const TensorView& v, const std::string& label, bool allow_integer) {
   if (!check_observable_dtype(v, label, allow_integer)) return;  // integers are always finite
-  const int64_t i = kernels::first_non_finite(v);  // threaded scan of the bit patterns
+  const int64_t i = kernels::first_non_finite(v);                // threaded scan of the bit patterns
   if (i >= 0) {
     const double x = v.get(i);
     QOBS_THROW(InvalidArgument, label, ": non-finite value ", x, " at flat index ", i, " of shape ", shape_str(v.shape),

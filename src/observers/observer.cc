@@ -66,9 +66,8 @@ std::vector<Observer::Lock> Observer::lock_all(const std::vector<std::shared_ptr
       held[i].group_ = groups[i];
       held[i].lock_ = std::unique_lock<std::recursive_mutex>(groups[i]->mu);
     }
-    if (std::all_of(observers.begin(), observers.end(), [&](const auto& o) {
-          return std::binary_search(groups.begin(), groups.end(), o->group());
-        }))
+    if (std::all_of(observers.begin(), observers.end(),
+                    [&](const auto& o) { return std::binary_search(groups.begin(), groups.end(), o->group()); }))
       return held;
   }
 }
@@ -91,7 +90,8 @@ void Observer::merge_lock_groups(const std::vector<Lock>& held, const std::vecto
 Observer& Observer::observe(const TensorView& value) {
   const Lock held = lock();
   const std::string label = tensor_label();
-  return observe_with(value, [&] { return flatten_for_calibration(value, base_name_, args_, {}, label); }, true);
+  return observe_with(
+      value, [&] { return flatten_for_calibration(value, base_name_, args_, {}, label); }, true);
 }
 
 Observer& Observer::observe_flattened(const TensorView& value) {
@@ -108,15 +108,15 @@ Observer& Observer::observe_flattened(const TensorView& value) {
     if (st == Strategy::kBlock && args_.block_structure)
       QOBS_CHECK(last == (*args_.block_structure)[0] * (*args_.block_structure)[1], ShapeError, label,
                  ": flattened value of shape ", shape_str(value.shape), " has blocks of ", last,
-                 " elements, the args' block_structure ", (*args_.block_structure)[0], "x",
-                 (*args_.block_structure)[1], " has ", (*args_.block_structure)[0] * (*args_.block_structure)[1],
-                 " (R3.1, R3.2)");
+                 " elements, the args' block_structure ", (*args_.block_structure)[0], "x", (*args_.block_structure)[1],
+                 " has ", (*args_.block_structure)[0] * (*args_.block_structure)[1], " (R3.1, R3.2)");
   }
-  return observe_with(value, [&] { return flat_view_of_flattened(value, label); }, false);
+  return observe_with(
+      value, [&] { return flat_view_of_flattened(value, label); }, false);
 }
 
 Observer& Observer::observe_with(const TensorView& value, const std::function<FlatView()>& flatten, bool forward) {
-  if (forward && value.numel() == 0) return *this;                      // R6.1.2-1
+  if (forward && value.numel() == 0) return *this;                        // R6.1.2-1
   if (forward && is_weight_observer() && has_statistics()) return *this;  // R6.1.2-2, Q27
   const std::string label = tensor_label();
   const bool check_after = statistics_reveal_non_finite();
@@ -261,7 +261,8 @@ template <bool kMax>
 double nan_extreme_typed(const Tensor& t) {
   const int64_t n = t.numel();
   switch (t.dtype()) {
-    case DType::kF32: return nan_extreme_of<kMax>(n, [p = t.data_as<float>()](int64_t i) { return p[i]; });
+    case DType::kF32:
+      return nan_extreme_of<kMax>(n, [p = t.data_as<float>()](int64_t i) { return p[i]; });
     case DType::kBF16:
       return nan_extreme_of<kMax>(n, [p = t.data_as<uint16_t>()](int64_t i) {
         return std::bit_cast<float>(static_cast<uint32_t>(p[i]) << 16);  // bf16_to_float, inline
@@ -375,9 +376,8 @@ void fuse_observers(const std::vector<std::shared_ptr<Observer>>& group) {
   std::vector<std::shared_ptr<Observer>> members;
   for (const auto& o : group)
     if (o) members.push_back(o);
-  const bool any_tg = std::any_of(members.begin(), members.end(), [](const auto& o) {
-    return o->args().get_strategy() == Strategy::kTensorGroup;
-  });
+  const bool any_tg = std::any_of(members.begin(), members.end(),
+                                  [](const auto& o) { return o->args().get_strategy() == Strategy::kTensorGroup; });
   if (!any_tg) return;
   for (const auto& o : members) {
     QOBS_CHECK(o->is_weight_observer(), PreconditionError, "fused layer '", o->options().label,

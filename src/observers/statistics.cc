@@ -15,10 +15,14 @@ namespace qobs {
 
 std::string_view to_string(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kAvg:
+      return "avg";
+    case ReduceOp::kSum:
+      return "sum";
   }
   return "";
 }
@@ -33,7 +37,10 @@ Statistics Observer::export_statistics() const {
     ReduceOp op = ReduceOp::kAvg;
     bool synced = false;
     for (const auto& [tn, top] : table)
-      if (tn == n) { op = top; synced = true; }
+      if (tn == n) {
+        op = top;
+        synced = true;
+      }
     // Statistics the reference never syncs are exported with the op that keeps a
     // single rank's value meaningful: min for minima, max for maxima.
     if (!synced) op = n == "min_vals" ? ReduceOp::kMin : (n == "max_vals" ? ReduceOp::kMax : ReduceOp::kSum);
@@ -67,7 +74,10 @@ void Observer::merge_statistics(const Statistics& other) {
     const Tensor* x = mine.find(n);
     const Tensor* y = other.find(n);
     if (!x && !y) continue;
-    if (!x) { state_[n] = *y; continue; }
+    if (!x) {
+      state_[n] = *y;
+      continue;
+    }
     if (!y) continue;
     a.items.push_back({n, *x, op});
     b.items.push_back({n, *y, op});
@@ -100,17 +110,25 @@ Statistics reduce_statistics(std::span<const Statistics> ranks) {
       const Tensor* t = r.find(item.name);
       QOBS_CHECK(t != nullptr, InvalidArgument, "reduce_statistics: statistic '", item.name,
                  "' is missing on one of the ranks");
-      QOBS_CHECK(t->shape() == acc.shape() && t->dtype() == dt, InvalidArgument, "reduce_statistics: size mismatch for '",
-                 item.name, "': ", shape_str(t->shape()), " ", dtype_name(t->dtype()), " vs ", shape_str(acc.shape()),
-                 " ", dtype_name(dt));
+      QOBS_CHECK(t->shape() == acc.shape() && t->dtype() == dt, InvalidArgument,
+                 "reduce_statistics: size mismatch for '", item.name, "': ", shape_str(t->shape()), " ",
+                 dtype_name(t->dtype()), " vs ", shape_str(acc.shape()), " ", dtype_name(dt));
       const double w = static_cast<double>(r.contributions);
       for (int64_t i = 0; i < acc.numel(); ++i) {
         const double v = t->get(i);
         switch (item.reduce) {
-          case ReduceOp::kMin: if (&r != &ranks[0]) acc.set(i, detail::nan_min(acc.get(i), v)); break;
-          case ReduceOp::kMax: if (&r != &ranks[0]) acc.set(i, detail::nan_max(acc.get(i), v)); break;
-          case ReduceOp::kSum: sum[i] += v; break;
-          case ReduceOp::kAvg: sum[i] += v * w; break;
+          case ReduceOp::kMin:
+            if (&r != &ranks[0]) acc.set(i, detail::nan_min(acc.get(i), v));
+            break;
+          case ReduceOp::kMax:
+            if (&r != &ranks[0]) acc.set(i, detail::nan_max(acc.get(i), v));
+            break;
+          case ReduceOp::kSum:
+            sum[i] += v;
+            break;
+          case ReduceOp::kAvg:
+            sum[i] += v * w;
+            break;
         }
       }
       weight_total += w;
@@ -180,8 +198,8 @@ Statistics Statistics::deserialize(std::span<const uint8_t> bytes) {
       QOBS_CHECK(numel <= (int64_t{1} << 40), IoError, "statistics: tensor '", it.name, "' is implausibly large");
     }
     const uint64_t nbytes = r.get<uint64_t>("byte count");
-    QOBS_CHECK(nbytes == static_cast<uint64_t>(numel) * dtype_size(static_cast<DType>(dt)), IoError,
-               "statistics: '", it.name, "' declares ", nbytes, " bytes for shape ", shape_str(shape));
+    QOBS_CHECK(nbytes == static_cast<uint64_t>(numel) * dtype_size(static_cast<DType>(dt)), IoError, "statistics: '",
+               it.name, "' declares ", nbytes, " bytes for shape ", shape_str(shape));
     const auto data = r.get_bytes(nbytes, "tensor bytes");
     it.value = Tensor::from_bytes(static_cast<DType>(dt), shape, data.data(), nbytes);
     s.items.push_back(std::move(it));

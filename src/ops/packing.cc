@@ -49,8 +49,8 @@ Tensor pack_zero_points(const Tensor& zp, int num_bits, std::string_view label) 
   uint32_t* dst = out.data_as<uint32_t>();
   for (int64_t g = 0; g < groups; ++g) {
     std::fill(stream.begin(), stream.end(), 0u);
-    detail::pack_stream([&](int64_t r) { return static_cast<int>(src[r * groups + g]); }, rows, num_bits,
-                        stream.data(), label, g);
+    detail::pack_stream([&](int64_t r) { return static_cast<int>(src[r * groups + g]); }, rows, num_bits, stream.data(),
+                        label, g);
     for (int64_t w = 0; w < nw; ++w) dst[w * groups + g] = stream[static_cast<std::size_t>(w)];
   }
   return out;
@@ -94,8 +94,8 @@ Tensor encode_e8m0(const Tensor& scale, std::string_view label) {
 }
 
 Tensor decode_e8m0(const Tensor& codes, DType out_dtype) {
-  QOBS_CHECK(codes.dtype() == DType::kU8, InvalidArgument, "E8M0 scales must be uint8, got ",
-             dtype_name(codes.dtype()), " (R8.6.2)");
+  QOBS_CHECK(codes.dtype() == DType::kU8, InvalidArgument, "E8M0 scales must be uint8, got ", dtype_name(codes.dtype()),
+             " (R8.6.2)");
   QOBS_CHECK(is_floating(out_dtype), InvalidArgument, "E8M0 scales decode into a float dtype");
   Tensor out(out_dtype, codes.shape());
   const uint8_t* src = codes.data_as<uint8_t>();

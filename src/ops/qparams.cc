@@ -47,8 +47,9 @@ Tensor generate_gparam(const Tensor& min_in, const Tensor& max_in, NumericMode m
   const DType dt = promote_float(mn.dtype(), mx.dtype());
   // NaN falls back to 1.0 below as in the reference (R4.2 step 4); an infinite range
   // would give a global scale of 0, which nothing downstream can use.
-  QOBS_CHECK(!std::isinf(mn.get(0)) && !std::isinf(mx.get(0)), InvalidArgument, "generate_gparam: min/max (",
-             mn.get(0), ", ", mx.get(0), ") is infinite; the reference would return a global scale of 0 (R4.2, docs/DEVIATIONS.md)");
+  QOBS_CHECK(!std::isinf(mn.get(0)) && !std::isinf(mx.get(0)), InvalidArgument, "generate_gparam: min/max (", mn.get(0),
+             ", ", mx.get(0),
+             ") is infinite; the reference would return a global scale of 0 (R4.2, docs/DEVIATIONS.md)");
   const double g = detail::global_scale_of_range(mn.get(0), mx.get(0), dt, mode);
   return Tensor::from_values(DType::kF32, {1}, {g});
 }
@@ -107,8 +108,8 @@ ScaleZeroPoint compute_dynamic_scales_and_zp(const TensorView& value, const Quan
     mins[q] = detail::nan_min(mins[q], v);
     maxs[q] = detail::nan_max(maxs[q], v);
   }
-  return calculate_qparams(Tensor::from_values(value.dtype, qshape, mins), Tensor::from_values(value.dtype, qshape, maxs),
-                           args, global_scale, mode);
+  return calculate_qparams(Tensor::from_values(value.dtype, qshape, mins),
+                           Tensor::from_values(value.dtype, qshape, maxs), args, global_scale, mode);
 }
 
 }  // namespace qobs

@@ -26,15 +26,19 @@ int64_t mul_dims(int64_t a, int64_t b, std::string_view label, const Shape& w) {
 // R5.7.3 scale shape of a 2-D weight.
 Shape scale_shape(const QuantizationArgs& a, const Shape& w) {
   switch (a.get_strategy()) {
-    case Strategy::kTensor: return {1};
-    case Strategy::kChannel: return {w[0], 1};
+    case Strategy::kTensor:
+      return {1};
+    case Strategy::kChannel:
+      return {w[0], 1};
     case Strategy::kGroup:
-    case Strategy::kTensorGroup: return {w[0], cdiv(w[1], *a.group_size)};
-    case Strategy::kBlock: return {cdiv(w[0], (*a.block_structure)[0]), cdiv(w[1], (*a.block_structure)[1])};
-    default: break;
+    case Strategy::kTensorGroup:
+      return {w[0], cdiv(w[1], *a.group_size)};
+    case Strategy::kBlock:
+      return {cdiv(w[0], (*a.block_structure)[0]), cdiv(w[1], (*a.block_structure)[1])};
+    default:
+      break;
   }
-  QOBS_THROW(InvalidArgument, "weights with strategy ", to_string(a.get_strategy()),
-             " cannot be calibrated (R3.2)");
+  QOBS_THROW(InvalidArgument, "weights with strategy ", to_string(a.get_strategy()), " cannot be calibrated (R3.2)");
 }
 
 bool packs_int(const std::string& format) { return format == "pack-quantized"; }
@@ -88,7 +92,8 @@ std::vector<PlannedTensor> plan_compressed(const QuantizationArgs& a, const std:
     out.push_back({"weight_packed", DType::kI32, {w[0], cdiv(mul_dims(w[1], a.num_bits, label, w), 32)}});
     out.push_back({"weight_scale", md, ss});
     if (!a.symmetric) {
-      if (packs_zero_point(a, format)) out.push_back({"weight_zero_point", DType::kI32, {cdiv(mul_dims(ss[0], a.num_bits, label, w), 32), ss[1]}});
+      if (packs_zero_point(a, format))
+        out.push_back({"weight_zero_point", DType::kI32, {cdiv(mul_dims(ss[0], a.num_bits, label, w), 32), ss[1]}});
       else out.push_back({"weight_zero_point", zp_dt, ss});
     }
     out.push_back({"weight_shape", DType::kI64, {2}});
@@ -110,8 +115,10 @@ std::vector<PlannedTensor> plan_compressed(const QuantizationArgs& a, const std:
     out.push_back({"weight_packed", DType::kU8, {w[0], w[1] / 4 * 3}});
     out.push_back({"weight_scale", DType::kU8, ss});
   } else {
-    QOBS_CHECK(!a.is_fp6(), InvalidArgument, label, ": FP6 weights are stored only as mxfp6-pack-quantized "
-               "(float, 6 bits, group_size 32), not ", format, " (R8.10)");
+    QOBS_CHECK(!a.is_fp6(), InvalidArgument, label,
+               ": FP6 weights are stored only as mxfp6-pack-quantized "
+               "(float, 6 bits, group_size 32), not ",
+               format, " (R8.10)");
     // int-quantized, float-quantized, naive-quantized, mxfp8-quantized: the weight itself
     // in the quantized dtype (R8.4.1, R8.6.4).
     out.push_back({"weight", a.pytorch_dtype(), w});
@@ -136,7 +143,8 @@ Tensor pack_weight(const Tensor& q, const QuantizationArgs& a, const std::string
 Tensor qparam_rows(const Tensor& t, int64_t r0, int64_t r1) {
   if (t.numel() <= 1) return t;
   const int64_t width = t.shape()[1];
-  const auto* base = static_cast<const unsigned char*>(t.data()) + r0 * width * static_cast<int64_t>(dtype_size(t.dtype()));
+  const auto* base =
+      static_cast<const unsigned char*>(t.data()) + r0 * width * static_cast<int64_t>(dtype_size(t.dtype()));
   return Tensor::copy_of(TensorView(base, t.dtype(), {r1 - r0, width}));
 }
 
@@ -157,8 +165,8 @@ Quantized quantize_and_measure(const TensorView& w, const Tensor& scale, const T
   double sig[kernels::kErrorSumPartials] = {}, err[kernels::kErrorSumPartials] = {};
   Quantized out;
   const Strategy st = a.get_strategy();
-  const bool per_row = st == Strategy::kTensor || st == Strategy::kChannel || st == Strategy::kGroup ||
-                       st == Strategy::kTensorGroup;
+  const bool per_row =
+      st == Strategy::kTensor || st == Strategy::kChannel || st == Strategy::kGroup || st == Strategy::kTensorGroup;
   const int64_t rows = w.dim() == 2 ? w.shape[0] : 0, cols = w.dim() == 2 ? w.shape[1] : 0;
   const auto rows_of = [&](const Tensor& t) { return t.numel() <= 1 || (t.dim() == 2 && t.shape()[0] == rows); };
   const Tensor* qzp = quantizes_without_zero_point(format) ? nullptr : &zp;
@@ -192,9 +200,9 @@ Quantized quantize_and_measure(const TensorView& w, const Tensor& scale, const T
       std::memcpy(static_cast<unsigned char*>(out.packed.data()) + static_cast<std::size_t>(r0) * row_bytes, pb.data(),
                   pb.nbytes());
     } else {
-      qv = TensorView(static_cast<const unsigned char*>(out.q.data()) +
-                          r0 * cols * static_cast<int64_t>(dtype_size(out.q.dtype())),
-                      out.q.dtype(), {r1 - r0, cols});
+      qv = TensorView(
+          static_cast<const unsigned char*>(out.q.data()) + r0 * cols * static_cast<int64_t>(dtype_size(out.q.dtype())),
+          out.q.dtype(), {r1 - r0, cols});
     }
     const Tensor dq = dequantize(qv, s, load_zp ? &z : nullptr, a, nullptr, g, w.dtype);
     kernels::add_error_sums(wv, dq.view(), sig, err);
@@ -223,9 +231,8 @@ CompressSetup compress_setup(DType weight_dtype, const Shape& weight_shape, cons
   return s;
 }
 
-Compressed assemble_compressed(const CompressSetup& setup, Quantized&& qz, const QParams& qp,
-                               const QuantizationArgs& a, const std::string& format, const Shape& w_shape,
-                               std::string_view label) {
+Compressed assemble_compressed(const CompressSetup& setup, Quantized&& qz, const QParams& qp, const QuantizationArgs& a,
+                               const std::string& format, const Shape& w_shape, std::string_view label) {
   const Tensor& zp = qp.zero_point;
   const Tensor* g = qp.global_scale ? &*qp.global_scale : nullptr;
   Compressed c;
@@ -239,12 +246,12 @@ Compressed assemble_compressed(const CompressSetup& setup, Quantized&& qz, const
       t = std::move(qz.q);
     } else if (p.local == "weight_scale") {
       if (p.dtype == DType::kU8) t = encode_e8m0(setup.scale, label);  // R8.6.2
-      else t = setup.scale.to(p.dtype);                                 // model dtype, or fp8 (R8.5.2)
+      else t = setup.scale.to(p.dtype);                                // model dtype, or fp8 (R8.5.2)
     } else if (p.local == "weight_zero_point") {
       const Tensor z = zp.to(DType::kI8);
-      t = packs_zero_point(a, format) ? pack_zero_points(z.reshaped({z.numel() / z.shape().back(), z.shape().back()}),
-                                                         a.num_bits, label)
-                                      : zp;
+      t = packs_zero_point(a, format)
+              ? pack_zero_points(z.reshaped({z.numel() / z.shape().back(), z.shape().back()}), a.num_bits, label)
+              : zp;
     } else if (p.local == "weight_global_scale") {
       QOBS_CHECK(g != nullptr, InvalidArgument, label, ": tensor_group weights produced no global scale (R6.1.5)");
       t = g->to(DType::kF32).reshaped({1});

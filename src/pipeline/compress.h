@@ -44,8 +44,8 @@ struct Compressed {
 /// and the dtype quantize() gives the weight. Shared by the CPU and the device path.
 struct CompressSetup {
   std::vector<PlannedTensor> plan;
-  Tensor scale;                      ///< qp.scale in the module dtype
-  std::optional<DType> q_dtype;      ///< quantize()'s out_dtype (int8/16/32, fp8), else its default
+  Tensor scale;                         ///< qp.scale in the module dtype
+  std::optional<DType> q_dtype;         ///< quantize()'s out_dtype (int8/16/32, fp8), else its default
   const PlannedTensor* packed() const;  ///< weight_packed of `plan`, or null when the format stores q itself
 };
 CompressSetup compress_setup(DType weight_dtype, const Shape& weight_shape, const QParams& qp,

@@ -72,7 +72,8 @@ json config_of_modifier(const json& m, const std::string& source) {
   if (m.contains("config_groups")) {
     c["config_groups"] = m["config_groups"];
   } else {
-    QOBS_CHECK(m.contains("scheme"), InvalidArgument, source, ": QuantizationModifier has neither config_groups nor scheme");
+    QOBS_CHECK(m.contains("scheme"), InvalidArgument, source,
+               ": QuantizationModifier has neither config_groups nor scheme");
     const std::vector<std::string> targets =
         m.contains("targets") ? string_list(m["targets"], "targets", source) : std::vector<std::string>{"Linear"};
     json groups = json::object();
@@ -114,10 +115,11 @@ QuantizationConfig quantization_config_from_document(std::string_view text, cons
     } else {
       std::string found;
       modifier_names(doc, found);
-      QOBS_THROW(InvalidArgument, source,
-                 ": neither a compressed-tensors QuantizationConfig (config_groups) nor an llm-compressor recipe with a "
-                 "QuantizationModifier",
-                 found.empty() ? std::string() : " (modifiers found: " + found + "; qobs runs weight calibration only)");
+      QOBS_THROW(
+          InvalidArgument, source,
+          ": neither a compressed-tensors QuantizationConfig (config_groups) nor an llm-compressor recipe with a "
+          "QuantizationModifier",
+          found.empty() ? std::string() : " (modifiers found: " + found + "; qobs runs weight calibration only)");
     }
     return QuantizationConfig::from_json(config.dump());
   } catch (const UnknownName& e) {
@@ -141,9 +143,8 @@ const RE2& yaml_bool() {
   return re;
 }
 const RE2& yaml_float() {
-  static const RE2 re(
-      R"([-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?)"
-      R"(|[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))");
+  static const RE2 re(R"([-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?)"
+                      R"(|[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))");
   return re;
 }
 const RE2& yaml_int() {

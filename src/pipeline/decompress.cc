@@ -80,7 +80,8 @@ int64_t dequantize_checkpoint(const std::string& path, const std::string& out_fi
   const auto& group = group_it.value();
   // (a const json's operator[] on a missing key is undefined behaviour, not an error)
   QOBS_CHECK(group.is_object() && group.contains("weights") && group["weights"].is_object(), InvalidArgument, path,
-             "/config.json: config group '", group_it.key(), "' has no \"weights\" object; only weight-quantized "
+             "/config.json: config group '", group_it.key(),
+             "' has no \"weights\" object; only weight-quantized "
              "checkpoints are decoded");
   const QuantizationArgs args = QuantizationArgs::from_json(group["weights"].dump());
   const std::string format = group.value("format", qc.value("format", std::string()));

@@ -290,13 +290,12 @@ std::vector<MemberQParams> calibrate_on_device(DeviceRunner::Worker& w, const st
       for (std::size_t i = 0; i < n; ++i)
         if (i != k) members.push_back(&stats[i]);
     }
-    cuda::qparams_from_statistics(*obs[k], stats[k], members, scales[k].get(), q.zero_point.get(),
-                                  q.global_scale.get(), w.stream.handle);
+    cuda::qparams_from_statistics(*obs[k], stats[k], members, scales[k].get(), q.zero_point.get(), q.global_scale.get(),
+                                  w.stream.handle);
     q.host.scale = Tensor::uninitialized(l.scale_dtype, l.scale_shape);
     q.host.zero_point = Tensor::uninitialized(l.zero_point_dtype, l.zero_point_shape);
     b.copy(q.host.scale.data(), scales[k].get(), q.host.scale.nbytes(), CopyKind::kDeviceToHost, w.stream);
-    b.copy(q.host.zero_point.data(), q.zero_point.get(), q.host.zero_point.nbytes(), CopyKind::kDeviceToHost,
-           w.stream);
+    b.copy(q.host.zero_point.data(), q.zero_point.get(), q.host.zero_point.nbytes(), CopyKind::kDeviceToHost, w.stream);
     if (l.has_global_scale) {
       q.host.global_scale = Tensor::uninitialized(DType::kF32, {1});
       b.copy(q.host.global_scale->data(), q.global_scale.get(), sizeof(float), CopyKind::kDeviceToHost, w.stream);
@@ -398,10 +397,10 @@ JobResult DeviceRunner::calibrate(const Checkpoint& ckpt, const QuantizePlan& pl
     std::vector<Compressed> outputs;
     std::vector<QParams> host_qp;
     for (std::size_t k = 0; k < n; ++k) {
-      const CompressSetup setup = compress_setup(views[k].dtype, views[k].shape, qp[k].host, wargs, group.format(),
-                                                 labels[k]);
-      Quantized qz = quantize_on_device(*w, host_views[k], views[k], setup, qp[k], wargs, group.format(), labels[k],
-                                        true);
+      const CompressSetup setup =
+          compress_setup(views[k].dtype, views[k].shape, qp[k].host, wargs, group.format(), labels[k]);
+      Quantized qz =
+          quantize_on_device(*w, host_views[k], views[k], setup, qp[k], wargs, group.format(), labels[k], true);
       outputs.push_back(
           assemble_compressed(setup, std::move(qz), qp[k].host, wargs, group.format(), views[k].shape, labels[k]));
       host_qp.push_back(qp[k].host);
@@ -412,11 +411,11 @@ JobResult DeviceRunner::calibrate(const Checkpoint& ckpt, const QuantizePlan& pl
           calibrate_on_device(*w, views, labels, wargs, std::string(kBaselineObserver));
       std::vector<kernels::ErrorSums> errors;
       for (std::size_t k = 0; k < n; ++k) {
-        const CompressSetup setup = compress_setup(views[k].dtype, views[k].shape, bq[k].host, wargs,
-                                                   group.format(), labels[k]);
-        errors.push_back(quantize_on_device(*w, host_views[k], views[k], setup, bq[k], wargs, group.format(),
-                                            labels[k], false)
-                             .error);
+        const CompressSetup setup =
+            compress_setup(views[k].dtype, views[k].shape, bq[k].host, wargs, group.format(), labels[k]);
+        errors.push_back(
+            quantize_on_device(*w, host_views[k], views[k], setup, bq[k], wargs, group.format(), labels[k], false)
+                .error);
       }
       return errors;
     });

@@ -32,8 +32,18 @@ namespace {
 
 // The exception types a rank may fail with, so that the others rethrow the same type
 // (the CLI's exit status and Python's exception class depend on it).
-enum class Kind : uint8_t { kNone, kInterrupted, kIo, kShape, kInvalid, kUnknownName, kType, kPrecondition,
-                            kNotImplemented, kOther };
+enum class Kind : uint8_t {
+  kNone,
+  kInterrupted,
+  kIo,
+  kShape,
+  kInvalid,
+  kUnknownName,
+  kType,
+  kPrecondition,
+  kNotImplemented,
+  kOther
+};
 
 std::pair<Kind, std::string> classify(std::exception_ptr e) {
   if (!e) return {Kind::kNone, ""};
@@ -64,15 +74,24 @@ std::pair<Kind, std::string> classify(std::exception_ptr e) {
 
 [[noreturn]] void throw_kind(Kind k, const std::string& m) {
   switch (k) {
-    case Kind::kInterrupted: throw Interrupted(m);
-    case Kind::kIo: throw IoError(m);
-    case Kind::kShape: throw ShapeError(m);
-    case Kind::kInvalid: throw InvalidArgument(m);
-    case Kind::kUnknownName: throw UnknownName(m);
-    case Kind::kType: throw TypeError(m);
-    case Kind::kPrecondition: throw PreconditionError(m);
-    case Kind::kNotImplemented: throw NotImplementedError(m);
-    default: throw std::runtime_error(m);
+    case Kind::kInterrupted:
+      throw Interrupted(m);
+    case Kind::kIo:
+      throw IoError(m);
+    case Kind::kShape:
+      throw ShapeError(m);
+    case Kind::kInvalid:
+      throw InvalidArgument(m);
+    case Kind::kUnknownName:
+      throw UnknownName(m);
+    case Kind::kType:
+      throw TypeError(m);
+    case Kind::kPrecondition:
+      throw PreconditionError(m);
+    case Kind::kNotImplemented:
+      throw NotImplementedError(m);
+    default:
+      throw std::runtime_error(m);
   }
 }
 

@@ -28,9 +28,7 @@ std::pair<fs::path, std::string> hub_cache() {
   return {fs::path(env("HOME")) / ".cache" / "huggingface" / "hub", "~/.cache/huggingface/hub"};
 }
 
-bool is_name_char(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
-}
+bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'; }
 
 // `name` or `org/name`, each part of [A-Za-z0-9._-], not starting with '.' or '-'
 // (so no "..", no absolute or relative path spelling).
@@ -65,8 +63,9 @@ std::string resolve_model_path(const std::string& model, const std::string& revi
   const std::string advice = ". qobs never downloads; fetch the model first with `huggingface-cli download " + model +
                              (revision == "main" ? "" : " --revision " + revision) +
                              "` (or pass a folder), or point HF_HUB_CACHE / HF_HOME at the cache that holds it";
-  QOBS_CHECK(fs::is_directory(repo, ec), IoError, model, ": no such file or folder, and not in the local Hugging Face cache (",
-             rule, "): ", repo.string(), " does not exist", advice);
+  QOBS_CHECK(fs::is_directory(repo, ec), IoError, model,
+             ": no such file or folder, and not in the local Hugging Face cache (", rule, "): ", repo.string(),
+             " does not exist", advice);
   std::string commit;
   const fs::path ref = repo / "refs" / revision;
   if (revision.find("..") == std::string::npos && fs::is_regular_file(ref, ec)) {
@@ -79,7 +78,8 @@ std::string resolve_model_path(const std::string& model, const std::string& revi
     commit = revision;
   } else {
     std::string known;
-    for (const auto& e : fs::directory_iterator(repo / "refs", ec)) known += (known.empty() ? "" : ", ") + e.path().filename().string();
+    for (const auto& e : fs::directory_iterator(repo / "refs", ec))
+      known += (known.empty() ? "" : ", ") + e.path().filename().string();
     QOBS_THROW(IoError, model, ": revision '", revision, "' is not cached: no ", ref.string(),
                known.empty() ? std::string() : " (cached refs: " + known + ")",
                " and it is not a 40-character commit hash", advice);

@@ -118,10 +118,10 @@ ImportanceMap read_importance(const std::string& path) {
   f.verify_unchanged();
   QOBS_CHECK(!out.empty(), IoError, path, ": the importance file holds no module (R6.12.4)");
   for (const auto& [module, m] : out) {
-    QOBS_CHECK(with_sum.count(module), InvalidArgument, path, ": ", module, " has ", module, kCount, " but no ",
-               module, kSum, " (R6.12.4)");
-    QOBS_CHECK(with_count.count(module), InvalidArgument, path, ": ", module, " has ", module, kSum, " but no ",
-               module, kCount, " (R6.12.4)");
+    QOBS_CHECK(with_sum.count(module), InvalidArgument, path, ": ", module, " has ", module, kCount, " but no ", module,
+               kSum, " (R6.12.4)");
+    QOBS_CHECK(with_count.count(module), InvalidArgument, path, ": ", module, " has ", module, kSum, " but no ", module,
+               kCount, " (R6.12.4)");
     check_values(path, module, m);
   }
   return out;

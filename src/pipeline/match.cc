@@ -145,9 +145,10 @@ void Patterns::require_each_matches(const std::vector<ModuleEntry>& modules) con
           search.ok() && std::any_of(modules.begin(), modules.end(),
                                      [&](const ModuleEntry& m) { return RE2::PartialMatch(m.name, search); });
       if (would_have_matched)
-        old_style = ". A plain pattern is an exact module name or a class name (compressed-tensors' syntax); for a "
-                    "regex searched in the name write 're:" +
-                    (p.starts_with("^") ? p.substr(1) : ".*" + p) + "'";
+        old_style =
+            ". A plain pattern is an exact module name or a class name (compressed-tensors' syntax); for a "
+            "regex searched in the name write 're:" +
+            (p.starts_with("^") ? p.substr(1) : ".*" + p) + "'";
       else
         old_style = ". A plain pattern is an exact module name or a class name qobs can infer from a checkpoint (" +
                     std::string(kKnownClasses[0]) + ", " + kKnownClasses[1] + "); write 're:<regex>' for a regex";

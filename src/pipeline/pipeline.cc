@@ -99,7 +99,8 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& options, const Progres
       for (const std::string& line : placement->cpu_notes(*plan)) o.log(line);
     }
   }
-  const std::vector<std::size_t> mine = detail::assign_jobs(*plan, c.size(), o.baseline)[static_cast<std::size_t>(rank)];
+  const std::vector<std::size_t> mine =
+      detail::assign_jobs(*plan, c.size(), o.baseline)[static_cast<std::size_t>(rank)];
   RankReport me;
   if (distributed) me = detail::this_rank(c, *plan, mine, o.baseline);
 
@@ -111,9 +112,9 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& options, const Progres
   std::vector<std::unique_ptr<SafetensorsWriter>> writers;  // per shard; none for a dry run
   const auto open_writers = [&](SafetensorsWriter::Mode mode) {
     for (std::size_t s = 0; s < ckpt->shards().size(); ++s)
-      writers.push_back(std::make_unique<SafetensorsWriter>((folder.tmp / ckpt->shard_names()[s]).string(),
-                                                            plan->shard_specs[s],
-                                                            std::map<std::string, std::string>{{"format", "pt"}}, mode));
+      writers.push_back(
+          std::make_unique<SafetensorsWriter>((folder.tmp / ckpt->shard_names()[s]).string(), plan->shard_specs[s],
+                                              std::map<std::string, std::string>{{"format", "pt"}}, mode));
   };
   try {
     // 2. The temporary folder: rank 0 creates it and the shard files with their headers;
@@ -154,36 +155,45 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& options, const Progres
       }
     };
     const auto calib_start = Clock::now();
-    detail::run_step(c, [&] {
-      detail::PassthroughCopy passthrough(*ckpt, *plan, o.dry_run || rank != 0 ? nullptr : &writers, check_cancel);
-      report.copied_tensors = passthrough.count();
-      detail::run_jobs(*ckpt, *plan, o, mine, check_cancel, [&](std::size_t j, detail::JobResult&& r) {
-        const detail::Job& job = plan->jobs[j];
-        for (std::size_t k = 0; k < job.members.size(); ++k) {
-          const std::size_t mi = job.members[k];
-          const detail::PlannedModule& m = plan->modules[mi];
-          if (!o.dry_run)
-            for (const auto& [local, t] : r.outputs[k].tensors) writers[m.shard]->write(m.module + "." + local, t);
-          ckpt->shards()[m.shard].release(*m.weight);
-          report.tensors[mi] = std::move(r.reports[k]);
-          if (distributed) report.tensors[mi].rank = rank;
-          ++me.modules;
-          if (rank == 0) {
-            ++done;
-            if (progress) progress(Progress{.done = done, .total = total, .elapsed_s = elapsed(), .last = &report.tensors[mi]});
-          }
-        }
-        if (rank != 0) c.post_progress(static_cast<int64_t>(job.members.size()));
-        if (rank == 0) collect(false);
-      }, [&] { return passthrough.write_next(); }, device ? &*device : nullptr);
-      passthrough.write_all();
-      for (auto& w : writers) report.output_bytes += w->data_size();
-      for (auto& w : writers) w->close();
-    }, [&] {
-      me.seconds = std::chrono::duration<double>(Clock::now() - calib_start).count();
-      if (rank != 0) c.post_progress(-1);
-      while (rank == 0 && finished < c.size()) collect(true);
-    });
+    detail::run_step(
+        c,
+        [&] {
+          detail::PassthroughCopy passthrough(*ckpt, *plan, o.dry_run || rank != 0 ? nullptr : &writers, check_cancel);
+          report.copied_tensors = passthrough.count();
+          detail::run_jobs(
+              *ckpt, *plan, o, mine, check_cancel,
+              [&](std::size_t j, detail::JobResult&& r) {
+                const detail::Job& job = plan->jobs[j];
+                for (std::size_t k = 0; k < job.members.size(); ++k) {
+                  const std::size_t mi = job.members[k];
+                  const detail::PlannedModule& m = plan->modules[mi];
+                  if (!o.dry_run)
+                    for (const auto& [local, t] : r.outputs[k].tensors)
+                      writers[m.shard]->write(m.module + "." + local, t);
+                  ckpt->shards()[m.shard].release(*m.weight);
+                  report.tensors[mi] = std::move(r.reports[k]);
+                  if (distributed) report.tensors[mi].rank = rank;
+                  ++me.modules;
+                  if (rank == 0) {
+                    ++done;
+                    if (progress)
+                      progress(
+                          Progress{.done = done, .total = total, .elapsed_s = elapsed(), .last = &report.tensors[mi]});
+                  }
+                }
+                if (rank != 0) c.post_progress(static_cast<int64_t>(job.members.size()));
+                if (rank == 0) collect(false);
+              },
+              [&] { return passthrough.write_next(); }, device ? &*device : nullptr);
+          passthrough.write_all();
+          for (auto& w : writers) report.output_bytes += w->data_size();
+          for (auto& w : writers) w->close();
+        },
+        [&] {
+          me.seconds = std::chrono::duration<double>(Clock::now() - calib_start).count();
+          if (rank != 0) c.post_progress(-1);
+          while (rank == 0 && finished < c.size()) collect(true);
+        });
 
     // 4. Every rank's report lines and figures, on every rank.
     if (distributed) detail::gather_reports(c, *plan, mine, me, report);
@@ -247,7 +257,8 @@ std::string inspect_checkpoint(const std::string& path, bool list_tensors) {
     } catch (const nlohmann::json::exception& e) {
       QOBS_THROW(IoError, (fs::path(c.dir()) / "config.json").string(), ": not valid JSON: ", e.what());
     }
-    if (cfg.is_object() && cfg.contains("architectures")) os << "architectures: " << cfg["architectures"].dump() << "\n";
+    if (cfg.is_object() && cfg.contains("architectures"))
+      os << "architectures: " << cfg["architectures"].dump() << "\n";
     if (cfg.is_object() && cfg.contains("quantization_config")) {
       // inspect describes whatever the file holds: a field of an unexpected type is
       // shown as its JSON text, never trusted to be a string or number.
@@ -262,7 +273,8 @@ std::string inspect_checkpoint(const std::string& path, bool list_tensors) {
       if (q.is_object() && q.contains("config_groups") && q["config_groups"].is_object())
         for (auto it = q["config_groups"].begin(); it != q["config_groups"].end(); ++it) {
           const auto& g = it.value();
-          os << "  " << it.key() << ": targets " << (g.is_object() && g.contains("targets") ? g["targets"].dump() : "[]");
+          os << "  " << it.key() << ": targets "
+             << (g.is_object() && g.contains("targets") ? g["targets"].dump() : "[]");
           if (g.is_object() && g.contains("weights") && g["weights"].is_object()) {
             const auto& w = g["weights"];
             os << ", weights " << field(w, "type") << field(w, "num_bits") << " " << field(w, "strategy");
@@ -273,7 +285,8 @@ std::string inspect_checkpoint(const std::string& path, bool list_tensors) {
             os << ", inputs " << field(g["input_activations"], "type") << field(g["input_activations"], "num_bits");
           os << "\n";
         }
-      if (q.is_object() && q.contains("ignore") && q["ignore"].is_array()) os << "  ignore: " << q["ignore"].dump() << "\n";
+      if (q.is_object() && q.contains("ignore") && q["ignore"].is_array())
+        os << "  ignore: " << q["ignore"].dump() << "\n";
       os << "  quantized modules (weight_scale tensors): " << quantized << "\n";
     } else {
       os << "quantization_config: none\n";

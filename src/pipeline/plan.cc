@@ -97,11 +97,8 @@ QuantizationScheme resolve_one(QuantizationScheme s, const QuantizeOptions& o, c
   for (const auto& [k, v] : o.observer_kwargs) w.observer_kwargs[k] = v;
   s.weights = w.validated();
   s = s.validated();
-  const auto needs_data = [&](const std::optional<QuantizationArgs>& a) {
-    return a && a->dynamic != Dynamic::kTrue;
-  };
-  QOBS_CHECK(!needs_data(s.input_activations), InvalidArgument, label,
-             " has static input activations (dynamic ",
+  const auto needs_data = [&](const std::optional<QuantizationArgs>& a) { return a && a->dynamic != Dynamic::kTrue; };
+  QOBS_CHECK(!needs_data(s.input_activations), InvalidArgument, label, " has static input activations (dynamic ",
              s.input_activations && s.input_activations->dynamic == Dynamic::kLocal ? "\"local\"" : "false",
              "): its input scales need activation statistics from calibration data, which `qobs quantize` does not "
              "run (R1.6.2). Use a weight-only or dynamic-activation scheme (e.g. FP8_DYNAMIC instead of FP8, "
@@ -147,12 +144,12 @@ std::vector<PlanGroup> resolve_groups(const QuantizeOptions& o) {
     }
   }
   // A file no observer reads would be silently ignored: almost surely a mistyped observer.
-  QOBS_CHECK(!o.importance_path || std::any_of(out.begin(), out.end(), [](const PlanGroup& g) {
-               return observer_needs_importance(g.observer);
-             }),
-             InvalidArgument, "--importance ", *o.importance_path,
-             ": no weight observer of this run uses importance (imatrix_mse, nvfp4_expanded_imatrix, imatrix_lsq), "
-             "so the file would be ignored (R6.12.4)");
+  QOBS_CHECK(
+      !o.importance_path ||
+          std::any_of(out.begin(), out.end(), [](const PlanGroup& g) { return observer_needs_importance(g.observer); }),
+      InvalidArgument, "--importance ", *o.importance_path,
+      ": no weight observer of this run uses importance (imatrix_mse, nvfp4_expanded_imatrix, imatrix_lsq), "
+      "so the file would be ignored (R6.12.4)");
   return out;
 }
 
@@ -189,8 +186,9 @@ std::vector<Job> plan_jobs(const Checkpoint& ckpt, const std::vector<PlannedModu
         Job job;
         for (const auto& g : group) {
           const auto it = module_index.find(parent + g);
-          QOBS_CHECK(it != module_index.end(), InvalidArgument, parent + g, " is not quantized but its fused siblings (",
-                     parent, group[0], ", ...) are: tensor_group layers of a fused group share one global scale "
+          QOBS_CHECK(it != module_index.end(), InvalidArgument, parent + g,
+                     " is not quantized but its fused siblings (", parent, group[0],
+                     ", ...) are: tensor_group layers of a fused group share one global scale "
                      "(R6.10.2), so quantize or ignore all of them");
           QOBS_CHECK(modules[it->second].group == modules[i].group, InvalidArgument, parent + g, " and ", m,
                      " are fused siblings (one global scale, R6.10.2) but fall in different config groups (",
@@ -207,7 +205,8 @@ std::vector<Job> plan_jobs(const Checkpoint& ckpt, const std::vector<PlannedModu
   for (std::size_t i = 0; i < modules.size(); ++i)
     if (!assigned[i]) jobs.push_back(Job{{i}});
   std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) {
-    return *std::min_element(a.members.begin(), a.members.end()) < *std::min_element(b.members.begin(), b.members.end());
+    return *std::min_element(a.members.begin(), a.members.end()) <
+           *std::min_element(b.members.begin(), b.members.end());
   });
   return jobs;
 }
@@ -229,12 +228,13 @@ void attach_importance(const Checkpoint& ckpt, const std::string& file, Quantize
     if (!observer_needs_importance(g.observer)) continue;
     const auto it = imp.find(pm.module);
     QOBS_CHECK(it != imp.end(), InvalidArgument, file, ": no importance for ", pm.module, ", which observer ",
-               g.observer, " quantizes; collect it over a model run that reaches the module, or leave the module "
+               g.observer,
+               " quantizes; collect it over a model run that reaches the module, or leave the module "
                "out with --ignore (R6.12.4)");
     const int64_t in_features = pm.weight->shape[1];
-    QOBS_CHECK(it->second.sum.numel() == in_features, InvalidArgument, file, ": ", pm.module,
-               ".importance_sum has ", it->second.sum.numel(), " values but the weight ", pm.module, ".weight ",
-               shape_str(pm.weight->shape), " has ", in_features, " input features (R6.12.4, R6.8.4-6)");
+    QOBS_CHECK(it->second.sum.numel() == in_features, InvalidArgument, file, ": ", pm.module, ".importance_sum has ",
+               it->second.sum.numel(), " values but the weight ", pm.module, ".weight ", shape_str(pm.weight->shape),
+               " has ", in_features, " input features (R6.12.4, R6.8.4-6)");
     pm.importance = std::move(it->second);
     imp.erase(it);
   }
@@ -245,7 +245,8 @@ std::optional<QuantizationConfig> input_quantization_config(const Checkpoint& ck
   if (ckpt.config_json().find("\"quantization_config\"") == std::string::npos) return std::nullopt;
   const nlohmann::json cfg = nlohmann::json::parse(ckpt.config_json(), nullptr, false);
   QOBS_CHECK(cfg.is_object() && cfg.contains("quantization_config") && cfg["quantization_config"].is_object(),
-             InvalidArgument, path, ": config.json already has a quantization_config; qobs quantizes unquantized "
+             InvalidArgument, path,
+             ": config.json already has a quantization_config; qobs quantizes unquantized "
              "checkpoints only");
   try {
     return QuantizationConfig::from_json(cfg["quantization_config"].dump());

@@ -43,14 +43,14 @@ bool is_within_either(const fs::path& p, const fs::path& dir) {
 // (the copy of the input's other files would copy the output into itself).
 void check_output_relation(const fs::path& in, const fs::path& out) {
   std::error_code ec;
-  QOBS_CHECK(!fs::equivalent(in, out, ec) && !(is_within_either(in, out) && is_within_either(out, in)),
-             InvalidArgument, "output folder ", out.string(), " is the input checkpoint ", in.string(),
-             "; choose another folder");
+  QOBS_CHECK(!fs::equivalent(in, out, ec) && !(is_within_either(in, out) && is_within_either(out, in)), InvalidArgument,
+             "output folder ", out.string(), " is the input checkpoint ", in.string(), "; choose another folder");
   QOBS_CHECK(!is_within_either(in, out), InvalidArgument, "output folder ", out.string(),
              " contains the input checkpoint ", in.string(),
              " (replacing it would delete the input); choose a folder outside the input");
   QOBS_CHECK(!is_within_either(out, in), InvalidArgument, "output folder ", out.string(),
-             " is inside the input checkpoint ", in.string(), " (it would be copied into itself); choose a folder "
+             " is inside the input checkpoint ", in.string(),
+             " (it would be copied into itself); choose a folder "
              "outside the input");
 }
 
@@ -94,7 +94,8 @@ void remove_stale_siblings(const fs::path& out, const std::string& host) {
   const std::string old_prefix = concat(".", out.filename().string(), ".qobs-old-", host, "-");
   std::error_code ec;
   std::vector<std::pair<fs::path, bool>> stale;  // path, is_old
-  for (auto it = fs::directory_iterator(out.parent_path(), ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+  for (auto it = fs::directory_iterator(out.parent_path(), ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
     const std::string name = it->path().filename().string();
     for (const std::string* prefix : {&tmp_prefix, &old_prefix}) {
       if (name.rfind(*prefix, 0) != 0) continue;

@@ -43,7 +43,9 @@ std::string QuantizeReport::to_json() const {
   j["output_bytes"] = output_bytes;
   j["copied_tensors"] = copied_tensors;
   j["ignored"] = ignored;
-  const auto num = [](double v) { return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr); };
+  const auto num = [](double v) {
+    return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
+  };
   nlohmann::ordered_json ts = nlohmann::ordered_json::array();
   for (const TensorReport& t : tensors) {
     nlohmann::ordered_json r;
@@ -67,7 +69,11 @@ std::string QuantizeReport::to_json() const {
   if (!ranks.empty()) {
     nlohmann::ordered_json rs = nlohmann::ordered_json::array();
     for (const RankReport& k : ranks)
-      rs.push_back({{"rank", k.rank}, {"host", k.host}, {"jobs", k.jobs}, {"modules", k.modules}, {"cost", k.cost},
+      rs.push_back({{"rank", k.rank},
+                    {"host", k.host},
+                    {"jobs", k.jobs},
+                    {"modules", k.modules},
+                    {"cost", k.cost},
                     {"seconds", k.seconds}});
     j["ranks"] = rs;
   }
@@ -112,13 +118,15 @@ std::string QuantizeReport::summary_table() const {
     }
   }
   const double n = static_cast<double>(tensors.size());
-  std::snprintf(line, sizeof line,
-                "%zu tensors quantized (%s, %s, observer %s), %lld copied, %zu Linear layers ignored; mean SQNR %.2f dB",
-                tensors.size(), scheme.c_str(), format.c_str(), observer.c_str(), static_cast<long long>(copied_tensors),
-                ignored.size(), n > 0 ? sum_sqnr / n : 0.0);
+  std::snprintf(
+      line, sizeof line,
+      "%zu tensors quantized (%s, %s, observer %s), %lld copied, %zu Linear layers ignored; mean SQNR %.2f dB",
+      tensors.size(), scheme.c_str(), format.c_str(), observer.c_str(), static_cast<long long>(copied_tensors),
+      ignored.size(), n > 0 ? sum_sqnr / n : 0.0);
   os << line;
   if (n_base > 0) {
-    std::snprintf(line, sizeof line, " (%s: %.2f dB)", baseline_observer.c_str(), sum_base / static_cast<double>(n_base));
+    std::snprintf(line, sizeof line, " (%s: %.2f dB)", baseline_observer.c_str(),
+                  sum_base / static_cast<double>(n_base));
     os << line;
   }
   std::snprintf(line, sizeof line, "; %.1f MB -> %.1f MB in %.2f s\n", static_cast<double>(input_bytes) / 1e6,

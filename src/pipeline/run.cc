@@ -161,7 +161,8 @@ double job_cost(const QuantizePlan& plan, std::size_t j, bool baseline) {
     candidates = std::max(1.0, std::ceil(get("maxshrink", imatrix ? 0.95 : 0.20) * get("grid", imatrix ? 20 : 100)));
   }
   double elements = 0;
-  for (const std::size_t mi : plan.jobs[j].members) elements += static_cast<double>(shape_numel(plan.modules[mi].weight->shape));
+  for (const std::size_t mi : plan.jobs[j].members)
+    elements += static_cast<double>(shape_numel(plan.modules[mi].weight->shape));
   return elements * (candidates + (baseline ? 1 : 0));
 }
 

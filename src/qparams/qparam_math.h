@@ -42,8 +42,8 @@ struct QParamPlan {
   bool symmetric;
   bool mx;
   int num_bits;
-  int mx_offset = 2;        ///< R2.4.2: floor(log2(element max)) of an MX plan
-  int mx_elem_mantissa = 1; ///< R2.4.5: round_to_power_2's element mantissa of an MX plan
+  int mx_offset = 2;         ///< R2.4.2: floor(log2(element max)) of an MX plan
+  int mx_elem_mantissa = 1;  ///< R2.4.5: round_to_power_2's element mantissa of an MX plan
   double q_min, q_max;
   double range;       ///< W = q_max - q_min
   double half_range;  ///< W / 2
@@ -121,7 +121,7 @@ QOBS_HD inline double round_to_dtype_value(double v, const RoundTarget& t) {
 }
 
 struct ElemQParams {
-  double scale;  ///< on scale_dt's grid
+  double scale;       ///< on scale_dt's grid
   double zero_point;  ///< on zp_dtype's grid
 };
 
@@ -292,8 +292,9 @@ struct QdqPlan {
     else if (args.num_bits == 8) p.grid = GridKind::kFp8;
     else if (args.num_bits == 4) p.grid = GridKind::kFp4;
     else if (args.num_bits == 6) p.grid = GridKind::kFp6;
-    else QOBS_THROW(NotImplementedError, "float quantization with num_bits=", args.num_bits,
-                    ": only num_bits in (4, 6, 8) are supported (R2.6)");
+    else
+      QOBS_THROW(NotImplementedError, "float quantization with num_bits=", args.num_bits,
+                 ": only num_bits in (4, 6, 8) are supported (R2.6)");
     const auto [lo, hi] = args.q_range();
     p.q_min = lo;
     p.q_max = hi;
@@ -306,11 +307,15 @@ struct QdqPlan {
 QOBS_HD inline double round_to_grid(double y, const QdqPlan& p) {
   const double c = clamp_nan(y, p.q_min, p.q_max);
   switch (p.grid) {
-    case GridKind::kInt: return round_half_even(c);
-    case GridKind::kFp8: return fp8_e4m3_to_float(fp8_e4m3_from_double(c));
-    case GridKind::kFp4: return fp4_round(static_cast<float>(c));
+    case GridKind::kInt:
+      return round_half_even(c);
+    case GridKind::kFp8:
+      return fp8_e4m3_to_float(fp8_e4m3_from_double(c));
+    case GridKind::kFp4:
+      return fp4_round(static_cast<float>(c));
     // R2.8.1: the cast takes |c| in f32 (a rounding for f64 data, as the reference's)
-    case GridKind::kFp6: return fp6_round(static_cast<float>(c));
+    case GridKind::kFp6:
+      return fp6_round(static_cast<float>(c));
   }
   return c;
 }

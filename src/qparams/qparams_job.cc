@@ -14,9 +14,12 @@ QParamsJob QParamsJob::prepare(const Tensor& min_in, const Tensor& max_in, const
   QOBS_CHECK(min_in.shape() == max_in.shape(), InvalidArgument, "calculate_qparams: min shape ",
              shape_str(min_in.shape()), " != max shape ", shape_str(max_in.shape()), " (R4.1)");
   const Tensor mn = stats_as_float(min_in), mx = stats_as_float(max_in);
-  QParamsJob job{QParamPlan::make(args, promote_float_dtypes(mn.dtype(), mx.dtype()), global_scale_value(global_scale),
-                                  mode),
-                 mn.shape(), mn.shape(), {}, {}};
+  QParamsJob job{
+      QParamPlan::make(args, promote_float_dtypes(mn.dtype(), mx.dtype()), global_scale_value(global_scale), mode),
+      mn.shape(),
+      mn.shape(),
+      {},
+      {}};
   // Step 9: a 0-dimensional scale makes both results shape (1,). A global scale of shape
   // (1,) already broadcast a 0-dimensional scale to (1,) in step 4, and then the zero
   // point stays 0-dimensional, as in the reference.
@@ -26,8 +29,8 @@ QParamsJob QParamsJob::prepare(const Tensor& min_in, const Tensor& max_in, const
   job.lo = mn.to_doubles();
   job.hi = mx.to_doubles();
   for (std::size_t i = 0; i < job.lo.size(); ++i)
-    QOBS_CHECK(std::isfinite(job.lo[i]) && std::isfinite(job.hi[i]), InvalidArgument, "calculate_qparams: min/max[",
-               i, "] = (", job.lo[i], ", ", job.hi[i],
+    QOBS_CHECK(std::isfinite(job.lo[i]) && std::isfinite(job.hi[i]), InvalidArgument, "calculate_qparams: min/max[", i,
+               "] = (", job.lo[i], ", ", job.hi[i],
                ") is non-finite; the reference would return a NaN/Inf scale (R4.1, docs/DEVIATIONS.md)");
   return job;
 }

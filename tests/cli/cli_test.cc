@@ -263,9 +263,10 @@ TEST_F(Cli, SchemesSayWhyAPresetIsNotAvailable) {
 
 // --config in YAML (a recipe) and JSON; the issue's `--ignore 're:.*mlp.*'` and a hub id.
 TEST_F(Cli, ConfigFileMatchingAndHubIds) {
-  std::ofstream(p("recipe.yaml")) << "stage:\n  mods:\n    QuantizationModifier:\n      ignore: ['re:.*up_proj$']\n"
-                                     "      config_groups:\n        g8:\n          targets: [Linear]\n"
-                                     "          weights: {num_bits: 8, type: int, symmetric: true, strategy: channel}\n";
+  std::ofstream(p("recipe.yaml"))
+      << "stage:\n  mods:\n    QuantizationModifier:\n      ignore: ['re:.*up_proj$']\n"
+         "      config_groups:\n        g8:\n          targets: [Linear]\n"
+         "          weights: {num_bits: 8, type: int, symmetric: true, strategy: channel}\n";
   Result r = run("quantize " + p("in") + " -o " + p("out") + " --config " + p("recipe.yaml") + " --quiet");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("1 tensors quantized"), std::string::npos) << r.out;
@@ -306,9 +307,10 @@ TEST_F(Cli, ConfigFileMatchingAndHubIds) {
   r = run_shell(env + cli_path().string() + " quantize org/other -o " + p("o4") + " --scheme W8A16");
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.out.find("never downloads"), std::string::npos) << r.out;
-  EXPECT_EQ(run_shell(env + cli_path().string() + " quantize " + p("in") + " --revision v1 -o " + p("o5") +
-                      " --scheme W8A16").rc,
-            2);
+  EXPECT_EQ(
+      run_shell(env + cli_path().string() + " quantize " + p("in") + " --revision v1 -o " + p("o5") + " --scheme W8A16")
+          .rc,
+      2);
 }
 
 // One typing rule for --observer-kwarg values and --config YAML scalars (PyYAML's, as
@@ -344,7 +346,8 @@ TEST_F(Cli, KwargsAndYamlScalarsShareOneTypingRule) {
   const auto recipe = [&](const std::string& file, const std::string& kwargs) {
     std::ofstream(p(file)) << "QuantizationModifier:\n  config_groups:\n    g:\n      targets: [Linear]\n"
                               "      weights: {num_bits: 4, strategy: channel, observer: memoryless_mse,\n"
-                              "                observer_kwargs: {" << kwargs << "}}\n";
+                              "                observer_kwargs: {"
+                           << kwargs << "}}\n";
   };
   recipe("e.yaml", "maxshrink: 1e-1");
   r = run(q + p("x") + " --config " + p("e.yaml"));
@@ -369,7 +372,8 @@ TEST_F(Cli, KwargsAndYamlScalarsShareOneTypingRule) {
 }
 
 TEST_F(Cli, QuantizeInspectDequantize) {
-  Result r = run("quantize " + p("in") + " -o " + p("out") + " --scheme W4A16 --observer memoryless_mse "
+  Result r = run("quantize " + p("in") + " -o " + p("out") +
+                 " --scheme W4A16 --observer memoryless_mse "
                  "--observer-kwarg maxshrink=0.3 --quiet");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("2 tensors quantized (W4A16, pack-quantized, observer memoryless_mse)"), std::string::npos)
@@ -408,8 +412,8 @@ TEST_F(Cli, Mxfp6AndMseMeansMemorylessMseInCheckpointMode) {
     return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   };
   for (const char* observer : {"mse", "memoryless_mse", "memoryless_minmax"}) {
-    const Result r = run("quantize " + p("in") + " -o " + p(observer) + " --scheme MXFP6A16 --observer " + observer +
-                         " --quiet");
+    const Result r =
+        run("quantize " + p("in") + " -o " + p(observer) + " --scheme MXFP6A16 --observer " + observer + " --quiet");
     ASSERT_EQ(r.rc, 0) << r.out;
     EXPECT_NE(file(std::string(observer) + "/config.json").find(std::string("\"observer\": \"") + observer + "\""),
               std::string::npos)
@@ -472,7 +476,8 @@ TEST_F(Cli, ImportanceFileAndMerge) {
     return ModuleImportance{Tensor::from_values(DType::kF32, {128}, std::vector<double>(128, v)), count};
   };
   for (const char* f : {"a.safetensors", "b.safetensors"})
-    write_importance(p(f), {{"model.layers.0.mlp.up_proj", entry(2.0, 4)}, {"model.layers.0.mlp.down_proj", entry(1.0, 4)}});
+    write_importance(p(f),
+                     {{"model.layers.0.mlp.up_proj", entry(2.0, 4)}, {"model.layers.0.mlp.down_proj", entry(1.0, 4)}});
   r = run("merge-importance " + p("m.safetensors") + " " + p("a.safetensors") + " " + p("b.safetensors"));
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("2 modules from 2 files"), std::string::npos) << r.out;
@@ -516,9 +521,20 @@ TEST_F(Cli, StopSignalsRemoveTheTemporaryFolder) {
       std::ofstream(dir_ / name / "previous.txt") << "previous";
     }
     // an exhaustive search (1000 grid steps, no early stop) makes each layer take a while
-    std::vector<std::string> args = {"quantize", p("big"), "-o", p(name), "--scheme", "W4A16", "--observer",
-                                     "memoryless_mse", "--observer-kwarg", "grid=1000", "--observer-kwarg",
-                                     "patience=1000", "--observer-kwarg", "maxshrink=0.9"};
+    std::vector<std::string> args = {"quantize",
+                                     p("big"),
+                                     "-o",
+                                     p(name),
+                                     "--scheme",
+                                     "W4A16",
+                                     "--observer",
+                                     "memoryless_mse",
+                                     "--observer-kwarg",
+                                     "grid=1000",
+                                     "--observer-kwarg",
+                                     "patience=1000",
+                                     "--observer-kwarg",
+                                     "maxshrink=0.9"};
     if (overwrite) args.push_back("--overwrite");
     const pid_t pid = spawn_cli(args, p(name + ".log"));
     ASSERT_GT(pid, 0);

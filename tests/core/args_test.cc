@@ -33,8 +33,8 @@ TEST(Args, R1_1_1_TypeParsingIsCaseInsensitive) {
 
 TEST(Args, R1_1_2_StrategyParsing) {
   const std::pair<const char*, Strategy> all[] = {
-      {"TENSOR", Strategy::kTensor}, {"Channel", Strategy::kChannel},          {"group", Strategy::kGroup},
-      {"BLOCK", Strategy::kBlock},   {"token", Strategy::kToken},              {"Tensor_Group", Strategy::kTensorGroup},
+      {"TENSOR", Strategy::kTensor},      {"Channel", Strategy::kChannel}, {"group", Strategy::kGroup},
+      {"BLOCK", Strategy::kBlock},        {"token", Strategy::kToken},     {"Tensor_Group", Strategy::kTensorGroup},
       {"attn_head", Strategy::kAttnHead},
   };
   for (const auto& [s, v] : all) {
@@ -50,8 +50,9 @@ TEST(Args, R1_1_3_DynamicParsing) {
   EXPECT_THROW(parse_dynamic("global"), InvalidArgument);
   // JSON: booleans kept, a string must be "local".
   EXPECT_EQ(QuantizationArgs::from_json(R"({"dynamic": true, "strategy": "token"})").dynamic, Dynamic::kTrue);
-  EXPECT_EQ(QuantizationArgs::from_json(R"({"dynamic": "Local", "strategy": "tensor_group", "group_size": 16})").dynamic,
-            Dynamic::kLocal);
+  EXPECT_EQ(
+      QuantizationArgs::from_json(R"({"dynamic": "Local", "strategy": "tensor_group", "group_size": 16})").dynamic,
+      Dynamic::kLocal);
   EXPECT_THROW(QuantizationArgs::from_json(R"({"dynamic": "yes", "strategy": "token"})"), InvalidArgument);
 }
 
@@ -106,8 +107,8 @@ TEST(Args, R1_2_2_BlockStructureParsing) {
   EXPECT_EQ(a.block_structure, (std::array<int64_t, 2>{2, 4}));
   const auto b = QuantizationArgs::from_json(R"({"strategy": "block", "block_structure": [3, 5]})");
   EXPECT_EQ(b.block_structure, (std::array<int64_t, 2>{3, 5}));
-  expect_error<InvalidArgument>([] { QuantizationArgs::from_json(R"({"strategy": "block", "block_structure": [0, 4]})"); },
-                                {"positive"});
+  expect_error<InvalidArgument>(
+      [] { QuantizationArgs::from_json(R"({"strategy": "block", "block_structure": [0, 4]})"); }, {"positive"});
   EXPECT_THROW(QuantizationArgs::from_json(R"({"strategy": "block", "block_structure": [1, 2, 3]})"), InvalidArgument);
   EXPECT_THROW(QuantizationArgs::from_json(R"({"strategy": "block", "block_structure": [1.5, 2]})"), InvalidArgument);
   EXPECT_THROW(QuantizationArgs::from_json(R"({"strategy": "block", "block_structure": 4})"), InvalidArgument);
@@ -143,11 +144,16 @@ TEST(Args, R1_2_SameMessageFromJsonAndFields) {
     const char* needle;
   };
   const Case cases[] = {
-      {R"({"num_bits": "8"})", {{"num_bits", {std::string("8")}}}, "QuantizationArgs.num_bits: expected an integer, got \"8\""},
+      {R"({"num_bits": "8"})",
+       {{"num_bits", {std::string("8")}}},
+       "QuantizationArgs.num_bits: expected an integer, got \"8\""},
       {R"({"num_bits": 4.5})", {{"num_bits", {4.5}}}, "expected an integer, got 4.5"},
       {R"({"num_bits": true})", {{"num_bits", {true}}}, "expected an integer, got true"},
-      {R"({"num_bits": 1099511627776})", {{"num_bits", {int64_t{1} << 40}}}, "num_bits 1099511627776 is out of the int32 range"},
-      {R"({"num_bits": 9223372036854775808})", {{"num_bits", big("9223372036854775808")}},
+      {R"({"num_bits": 1099511627776})",
+       {{"num_bits", {int64_t{1} << 40}}},
+       "num_bits 1099511627776 is out of the int32 range"},
+      {R"({"num_bits": 9223372036854775808})",
+       {{"num_bits", big("9223372036854775808")}},
        "num_bits 9223372036854775808 is out of the int64 range"},
       {R"({"num_bits": 5, "type": "float"})", {{"num_bits", {int64_t{5}}}, {"type", {std::string("float")}}}, "R1.3.2"},
       {R"({"type": "bfloat"})", {{"type", {std::string("bfloat")}}}, "type: 'bfloat' is not one of int, float"},
@@ -170,14 +176,19 @@ TEST(Args, R1_2_SameMessageFromJsonAndFields) {
        {{"strategy", {std::string("block")}}, {"block_structure", list({big("9223372036854775808"), {int64_t{1}}})}},
        "block_structure element 9223372036854775808 is out of the int64 range"},
       {R"({"strategy": "block", "block_structure": "0x4"})",
-       {{"strategy", {std::string("block")}}, {"block_structure", {std::string("0x4")}}}, "positive"},
-      {R"({"dynamic": "true"})", {{"dynamic", {std::string("true")}}}, "dynamic: string value 'true' must be \"local\""},
+       {{"strategy", {std::string("block")}}, {"block_structure", {std::string("0x4")}}},
+       "positive"},
+      {R"({"dynamic": "true"})",
+       {{"dynamic", {std::string("true")}}},
+       "dynamic: string value 'true' must be \"local\""},
       {R"({"dynamic": 1})", {{"dynamic", {int64_t{1}}}}, "expected a boolean or \"local\", got 1"},
       {R"({"actorder": "rows"})", {{"actorder", {std::string("rows")}}}, "actorder: 'rows' is not one of"},
       {R"({"actorder": 2})", {{"actorder", {int64_t{2}}}}, "expected a string, boolean or null, got 2"},
       {R"({"scale_dtype": "float7"})", {{"scale_dtype", {std::string("float7")}}}, "float7"},
       {R"({"zp_dtype": 8})", {{"zp_dtype", {int64_t{8}}}}, "expected a dtype name or null, got 8"},
-      {R"({"observer": ["mse"]})", {{"observer", list({{std::string("mse")}})}}, "expected a string or null, got [\"mse\"]"},
+      {R"({"observer": ["mse"]})",
+       {{"observer", list({{std::string("mse")}})}},
+       "expected a string or null, got [\"mse\"]"},
       {R"({"observer_kwargs": [1]})", {{"observer_kwargs", list({{int64_t{1}}})}}, "observer_kwargs must be an object"},
       {R"({"observer_kwargs": {"bad": [1, 2]}})",
        {{"observer_kwargs", {FV::Map{{"bad", list({{int64_t{1}}, {int64_t{2}}})}}}}},
@@ -192,8 +203,11 @@ TEST(Args, R1_2_SameMessageFromJsonAndFields) {
     EXPECT_EQ(from_json, from_fields);
   }
   // A value with no JSON form (a Python object) is named by its type.
-  expect_error<InvalidArgument>([] { QuantizationArgs::from_fields({{"num_bits", {FV::Foreign{"set"}}}}); },
-                                {"QuantizationArgs.num_bits: expected an integer, got <set>"});
+  expect_error<InvalidArgument>(
+      [] {
+        QuantizationArgs::from_fields({{"num_bits", {FV::Foreign{"set"}}}});
+      },
+      {"QuantizationArgs.num_bits: expected an integer, got <set>"});
 }
 
 TEST(Args, R1_2_FieldsGiveTheSameArgsAsJson) {
@@ -451,9 +465,9 @@ TEST(Args, R1_3_3_AcceptedSilently) {
 // ---- R1.3.5 serialization ---------------------------------------------------------------
 
 TEST(Args, R1_3_5_JsonKeyOrder) {
-  const std::vector<std::string> expected{"num_bits", "type",     "symmetric",  "group_size",
-                                          "strategy", "block_structure", "dynamic", "actorder",
-                                          "scale_dtype", "zp_dtype", "observer", "observer_kwargs"};
+  const std::vector<std::string> expected{"num_bits",        "type",           "symmetric", "group_size",  "strategy",
+                                          "block_structure", "dynamic",        "actorder",  "scale_dtype", "zp_dtype",
+                                          "observer",        "observer_kwargs"};
   QuantizationArgs a;
   a.group_size = 128;
   a.observer_kwargs["maxshrink"] = 0.5;
@@ -559,10 +573,10 @@ TEST(Args, R1_4_2_SchemeRules) {
 
 TEST(Args, R1_5_1_PresetNamesExactList) {
   const std::vector<std::string> expected{
-      "UNQUANTIZED", "W2A4",       "W2A8",  "W2A16",  "W3A4",        "W3A8",      "W3A16",    "W4A4",
-      "W4A8",        "W4A16",      "W5A8",  "W5A16",  "W6A8",        "W6A16",     "W7A8",     "W7A16",
-      "W8A16",       "W4A16_ASYM", "W8A8",  "INT8",   "W4AFP8",      "FP8",       "FP8_DYNAMIC", "FP8_BLOCK",
-      "NVFP4A16",    "NVFP4",      "MXFP4A16", "MXFP4", "MXFP4XFP8", "MXFP6A16", "MXFP6A8", "MXFP8A16", "MXFP8"};
+      "UNQUANTIZED", "W2A4",      "W2A8",     "W2A16",   "W3A4",        "W3A8",      "W3A16",    "W4A4",  "W4A8",
+      "W4A16",       "W5A8",      "W5A16",    "W6A8",    "W6A16",       "W7A8",      "W7A16",    "W8A16", "W4A16_ASYM",
+      "W8A8",        "INT8",      "W4AFP8",   "FP8",     "FP8_DYNAMIC", "FP8_BLOCK", "NVFP4A16", "NVFP4", "MXFP4A16",
+      "MXFP4",       "MXFP4XFP8", "MXFP6A16", "MXFP6A8", "MXFP8A16",    "MXFP8"};
   EXPECT_EQ(preset_names(), expected);
 }
 
@@ -706,7 +720,8 @@ TEST(Args, R1_6_1_ConfigDefaultsAndPresetExpansion) {
 }
 
 TEST(Args, R1_6_2_RequiresCalibrationData) {
-  for (const char* n : {"W4A16", "W8A8", "FP8_DYNAMIC", "FP8_BLOCK", "NVFP4A16", "MXFP4", "MXFP8", "W4AFP8", "UNQUANTIZED"}) {
+  for (const char* n :
+       {"W4A16", "W8A8", "FP8_DYNAMIC", "FP8_BLOCK", "NVFP4A16", "MXFP4", "MXFP8", "W4AFP8", "UNQUANTIZED"}) {
     SCOPED_TRACE(n);
     EXPECT_FALSE(config_of({{"group_0", preset_scheme(n)}}).requires_calibration_data());
   }
@@ -764,12 +779,15 @@ TEST(Args, R1_6_4_Merge) {
 
 TEST(Args, R8_1_2_InferCompressionFormatPresets) {
   const std::pair<const char*, const char*> cases[] = {
-      {"W4A16", "pack-quantized"},       {"W8A16", "pack-quantized"},        {"W2A16", "pack-quantized"},
-      {"W4A16_ASYM", "pack-quantized"},  {"W8A8", "int-quantized"},          {"INT8", "int-quantized"},
-      {"W4A8", "int-quantized"},         {"W4A4", "int-quantized"},          {"W4AFP8", "int-quantized"},
-      {"FP8", "float-quantized"},        {"FP8_DYNAMIC", "float-quantized"}, {"FP8_BLOCK", "float-quantized"},
-      {"NVFP4", "nvfp4-pack-quantized"}, {"NVFP4A16", "nvfp4-pack-quantized"}, {"MXFP4", "mxfp4-pack-quantized"},
-      {"MXFP4A16", "mxfp4-pack-quantized"}, {"MXFP8", "mxfp8-quantized"},   {"MXFP8A16", "mxfp8-quantized"},
+      {"W4A16", "pack-quantized"},        {"W8A16", "pack-quantized"},
+      {"W2A16", "pack-quantized"},        {"W4A16_ASYM", "pack-quantized"},
+      {"W8A8", "int-quantized"},          {"INT8", "int-quantized"},
+      {"W4A8", "int-quantized"},          {"W4A4", "int-quantized"},
+      {"W4AFP8", "int-quantized"},        {"FP8", "float-quantized"},
+      {"FP8_DYNAMIC", "float-quantized"}, {"FP8_BLOCK", "float-quantized"},
+      {"NVFP4", "nvfp4-pack-quantized"},  {"NVFP4A16", "nvfp4-pack-quantized"},
+      {"MXFP4", "mxfp4-pack-quantized"},  {"MXFP4A16", "mxfp4-pack-quantized"},
+      {"MXFP8", "mxfp8-quantized"},       {"MXFP8A16", "mxfp8-quantized"},
   };
   for (const auto& [preset, fmt] : cases) EXPECT_EQ(infer_compression_format(preset_scheme(preset)), fmt) << preset;
 }

@@ -36,13 +36,12 @@ TEST(Bytes, WriterIsLittleEndianFixedWidth) {
 
 TEST(Bytes, FloatsTravelAsTheirBits) {
   ByteWriter w;
-  w.put(1.0f);                                       // 0x3F800000
-  w.put(-0.0f);                                      // 0x80000000
-  w.put(1.0);                                        // 0x3FF0000000000000
-  w.put(std::numeric_limits<double>::infinity());   // 0x7FF0000000000000
-  const std::vector<uint8_t> expect = {0x00, 0x00, 0x80, 0x3F, 0x00, 0x00, 0x00, 0x80,
-                                       0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xF0, 0x3F,
-                                       0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xF0, 0x7F};
+  w.put(1.0f);                                     // 0x3F800000
+  w.put(-0.0f);                                    // 0x80000000
+  w.put(1.0);                                      // 0x3FF0000000000000
+  w.put(std::numeric_limits<double>::infinity());  // 0x7FF0000000000000
+  const std::vector<uint8_t> expect = {0x00, 0x00, 0x80, 0x3F, 0x00, 0x00, 0x00, 0x80, 0x00, 0x00, 0x00, 0x00,
+                                       0x00, 0x00, 0xF0, 0x3F, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xF0, 0x7F};
   EXPECT_EQ(w.bytes(), expect);
   ByteReader r(w.bytes(), "test bytes");
   EXPECT_EQ(r.get<float>("a"), 1.0f);
@@ -58,8 +57,8 @@ TEST(Bytes, StringsCarryALengthOfTheStatedWidth) {
   w.put_string<uint32_t>("ab", "name");
   w.put_string<uint64_t>("", "empty");
   w.put_string<uint64_t>("xyz", "text");
-  const std::vector<uint8_t> expect = {0x02, 0x00, 0x00, 0x00, 'a',  'b',                                   //
-                                       0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                      //
+  const std::vector<uint8_t> expect = {0x02, 0x00, 0x00, 0x00, 'a',  'b',               //
+                                       0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  //
                                        0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 'x', 'y', 'z'};
   EXPECT_EQ(w.bytes(), expect);
   const std::string message = w.str();  // the Collective's message type

@@ -50,8 +50,8 @@ TEST(Formats, R2_2_Fp8All256CodesDecodeAndRoundTrip) {
 TEST(Formats, R2_2_Fp8Constants) {
   EXPECT_EQ(fp8_e4m3_to_float(0x7E), 448.0f);
   EXPECT_EQ(fp8_e4m3_to_float(0xFE), -448.0f);
-  EXPECT_EQ(fp8_e4m3_to_float(0x08), 0.015625f);      // min normal 2^-6
-  EXPECT_EQ(fp8_e4m3_to_float(0x01), 0.001953125f);   // min subnormal 2^-9
+  EXPECT_EQ(fp8_e4m3_to_float(0x08), 0.015625f);     // min normal 2^-6
+  EXPECT_EQ(fp8_e4m3_to_float(0x01), 0.001953125f);  // min subnormal 2^-9
   EXPECT_EQ(kFp8E4M3Spec.max_finite, 448.0);
   EXPECT_FALSE(kFp8E4M3Spec.has_inf);
   EXPECT_EQ(dtype_max(DType::kF8E4M3), 448.0);
@@ -78,7 +78,8 @@ TEST(Formats, R2_2_1_Fp8CastExamples) {
       const uint8_t code = fp8_e4m3_from_double(sign * c.in);
       EXPECT_EQ(static_cast<double>(fp8_e4m3_to_float(code)), sign * c.out);
       EXPECT_EQ(round_to_float_dtype(DType::kF8E4M3, sign * c.in), sign * c.out);
-      EXPECT_EQ(round_to_float_dtype(DType::kF8E4M3, static_cast<float>(sign * c.in)), static_cast<float>(sign * c.out));
+      EXPECT_EQ(round_to_float_dtype(DType::kF8E4M3, static_cast<float>(sign * c.in)),
+                static_cast<float>(sign * c.out));
     }
   }
   // 2^-10 is the tie between 0 and 2^-9: even -> zero, code 0x00 (sign kept for -2^-10).
@@ -138,10 +139,10 @@ TEST(Formats, R2_3_1_Fp4IntervalTableWithTies) {
   auto above = [&](float x) { return std::nextafter(x, up); };
   auto below = [&](float x) { return std::nextafter(x, 0.0f); };
   const Case cases[] = {
-      {0.0f, 0.0f},      {0.1f, 0.0f},       {0.25f, 0.0f},  {above(0.25f), 0.5f}, {0.5f, 0.5f},
-      {below(0.75f), 0.5f}, {0.75f, 1.0f},   {1.0f, 1.0f},   {1.25f, 1.0f},        {above(1.25f), 1.5f},
-      {below(1.75f), 1.5f}, {1.75f, 2.0f},   {2.5f, 2.0f},   {above(2.5f), 3.0f},  {3.0f, 3.0f},
-      {below(3.5f), 3.0f},  {3.5f, 4.0f},    {5.0f, 4.0f},   {above(5.0f), 6.0f},  {5.5f, 6.0f},
+      {0.0f, 0.0f},         {0.1f, 0.0f},  {0.25f, 0.0f}, {above(0.25f), 0.5f}, {0.5f, 0.5f},
+      {below(0.75f), 0.5f}, {0.75f, 1.0f}, {1.0f, 1.0f},  {1.25f, 1.0f},        {above(1.25f), 1.5f},
+      {below(1.75f), 1.5f}, {1.75f, 2.0f}, {2.5f, 2.0f},  {above(2.5f), 3.0f},  {3.0f, 3.0f},
+      {below(3.5f), 3.0f},  {3.5f, 4.0f},  {5.0f, 4.0f},  {above(5.0f), 6.0f},  {5.5f, 6.0f},
       {6.0f, 6.0f},
   };
   for (const auto& c : cases) {
@@ -173,8 +174,8 @@ TEST(Formats, R2_4_1_RoundToPower2Bf16Examples) {
   struct Case {
     double in, out;
   };
-  const Case cases[] = {{5.687891, 4},     {0.965272, 1},  {-6.944130, -4},
-                        {0.224199, 0.25}, {7.290238, 8},  {0.073246, 0.0625}};
+  const Case cases[] = {{5.687891, 4},    {0.965272, 1}, {-6.944130, -4},
+                        {0.224199, 0.25}, {7.290238, 8}, {0.073246, 0.0625}};
   for (const auto& c : cases) {
     SCOPED_TRACE(c.in);
     const double v = round_to_float_dtype(DType::kBF16, c.in);

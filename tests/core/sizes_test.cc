@@ -34,8 +34,11 @@ TEST(CheckedSizes, HelpersThrowOnOverflowOnly) {
 
 TEST(CheckedSizes, ShapeNumelOverflowThrows) {
   EXPECT_EQ(shape_numel({kBig, kBig}), int64_t{1} << 62);
-  expect_error<InvalidArgument>([] { shape_numel({kBig, kBig, kBig}); },
-                                {"element count of shape (2147483648, 2147483648, 2147483648)", "9223372036854775807"});
+  expect_error<InvalidArgument>(
+      [] {
+        shape_numel({kBig, kBig, kBig});
+      },
+      {"element count of shape (2147483648, 2147483648, 2147483648)", "9223372036854775807"});
   expect_error<InvalidArgument>([] { contiguous_strides({4, kBig, kBig, kBig}); }, {"strides of shape"});
   // the outermost dim is no stride: strides of a shape whose total fits only just
   EXPECT_EQ(contiguous_strides({4, int64_t{1} << 61}), (Shape{int64_t{1} << 61, 1}));
@@ -44,8 +47,11 @@ TEST(CheckedSizes, ShapeNumelOverflowThrows) {
 TEST(CheckedSizes, TensorByteSizeOverflowThrows) {
   // 2^62 elements fit in int64, 2^62 * 4 bytes do not: formerly the byte count wrapped
   // to 0 and the zero-sized buffer was written through.
-  expect_error<InvalidArgument>([] { Tensor t(DType::kF32, {kBig, kBig}); },
-                                {"bytes of a float32 tensor of shape (2147483648, 2147483648)", "9223372036854775807"});
+  expect_error<InvalidArgument>(
+      [] {
+        Tensor t(DType::kF32, {kBig, kBig});
+      },
+      {"bytes of a float32 tensor of shape (2147483648, 2147483648)", "9223372036854775807"});
   expect_error<InvalidArgument>([] { Tensor t(DType::kF32, {kBig, kBig, kBig}); }, {"element count"});
 }
 
@@ -53,13 +59,22 @@ TEST(CheckedSizes, TensorViewOffsetsMustFit) {
   const float one = 1.0f;
   // broadcast views (stride 0) of any size are fine as long as the element count fits
   EXPECT_NO_THROW(TensorView(&one, DType::kF32, {kBig, kBig}, {0, 0}));
-  expect_error<InvalidArgument>([&] { TensorView(&one, DType::kF32, {kBig, kBig, kBig}, {0, 0, 0}); },
-                                {"element count"});
+  expect_error<InvalidArgument>(
+      [&] {
+        TensorView(&one, DType::kF32, {kBig, kBig, kBig}, {0, 0, 0});
+      },
+      {"element count"});
   expect_error<InvalidArgument>([&] { TensorView(&one, DType::kF32, {2, 2}, {kMax, 1}); }, {"offsets of shape (2, 2)"});
-  expect_error<InvalidArgument>([&] { TensorView(&one, DType::kF32, {2, 2}, {int64_t{1} << 62, 1}); },
-                                {"byte offsets of shape (2, 2) strides (4611686018427387904, 1)"});
-  expect_error<InvalidArgument>([&] { TensorView(&one, DType::kF32, {2, 2}, {-(int64_t{1} << 62), 1}); },
-                                {"byte offsets"});
+  expect_error<InvalidArgument>(
+      [&] {
+        TensorView(&one, DType::kF32, {2, 2}, {int64_t{1} << 62, 1});
+      },
+      {"byte offsets of shape (2, 2) strides (4611686018427387904, 1)"});
+  expect_error<InvalidArgument>(
+      [&] {
+        TensorView(&one, DType::kF32, {2, 2}, {-(int64_t{1} << 62), 1});
+      },
+      {"byte offsets"});
 }
 
 TEST(CheckedSizes, ReshapeToOverflowingShapeThrows) {

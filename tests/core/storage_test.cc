@@ -34,7 +34,8 @@ TEST(TensorStorage, FactoriesWriteEveryByteOfARecycledBlock) {
   detail::storage_release_cached();
   const int64_t n = 512 * 1024;  // 2 MiB of f32, 1 MiB of bf16
   std::vector<float> values(static_cast<std::size_t>(n));
-  for (int64_t i = 0; i < n; ++i) values[static_cast<std::size_t>(i)] = static_cast<float>(i % 200) * 0.25f - 3.0f;  // exact in bf16
+  for (int64_t i = 0; i < n; ++i)
+    values[static_cast<std::size_t>(i)] = static_cast<float>(i % 200) * 0.25f - 3.0f;  // exact in bf16
   for (int round = 0; round < 2; ++round) {
     {
       Tensor junk = Tensor::uninitialized(DType::kF32, {n});

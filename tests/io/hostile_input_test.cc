@@ -73,8 +73,8 @@ TEST(HostileInput, HeaderWith200kTensorsParsesInLinearTime) {
   std::string h = "{";
   for (int i = 0; i < n; ++i) {
     if (i) h += ',';
-    h += "\"t" + std::to_string(i) + "\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[" + std::to_string(i) +
-         "," + std::to_string(i + 1) + "]}";
+    h += "\"t" + std::to_string(i) + "\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[" + std::to_string(i) + "," +
+         std::to_string(i + 1) + "]}";
   }
   h += '}';
   const std::vector<uint8_t> bytes = make_file(h, n);
@@ -89,8 +89,7 @@ TEST(HostileInput, FifoShardIsRefusedWithoutBlocking) {
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   expect_fifo_refused(fifo, [&] { SafetensorsFile::open(fifo.string()); });
   // Named by the index of a sharded checkpoint.
-  write_text(dir.path / "model.safetensors.index.json",
-             R"({"weight_map":{"w":"model-00001-of-00001.safetensors"}})");
+  write_text(dir.path / "model.safetensors.index.json", R"({"weight_map":{"w":"model-00001-of-00001.safetensors"}})");
   expect_fifo_refused(fifo, [&] { Checkpoint::open(dir.path.string()); });
 }
 
@@ -141,12 +140,10 @@ TEST(HostileInput, ZeroSizeTensorCannotHideAnOverlap) {
 }
 
 TEST(HostileInput, RepeatedKeysAreRefused) {
-  expect_error<IoError>(
-      [] { parse(R"({"w":{"dtype":"F32","shape":[2],"dtype":"I64","data_offsets":[0,8]}})", 8); },
-      {"bad.safetensors", "tensor 'w': field 'dtype' appears twice"});
-  expect_error<IoError>(
-      [] { parse(R"({"w":{"dtype":"U8","shape":[8],"shape":[2],"data_offsets":[0,8]}})", 8); },
-      {"tensor 'w': field 'shape' appears twice"});
+  expect_error<IoError>([] { parse(R"({"w":{"dtype":"F32","shape":[2],"dtype":"I64","data_offsets":[0,8]}})", 8); },
+                        {"bad.safetensors", "tensor 'w': field 'dtype' appears twice"});
+  expect_error<IoError>([] { parse(R"({"w":{"dtype":"U8","shape":[8],"shape":[2],"data_offsets":[0,8]}})", 8); },
+                        {"tensor 'w': field 'shape' appears twice"});
   expect_error<IoError>(
       [] { parse(R"({"w":{"dtype":"U8","shape":[8],"data_offsets":[0,8],"data_offsets":[0,8]}})", 8); },
       {"tensor 'w': field 'data_offsets' appears twice"});
@@ -211,9 +208,7 @@ struct TruncatedFile {
   TempDir dir;
   fs::path path = dir.path / "model.safetensors";
   Tensor w = Tensor::from_values(DType::kF32, {256, 64}, std::vector<double>(256 * 64, 1.5));
-  TruncatedFile() {
-    write_safetensors(path.string(), {{"model.layers.0.mlp.up_proj.weight", w}});
-  }
+  TruncatedFile() { write_safetensors(path.string(), {{"model.layers.0.mlp.up_proj.weight", w}}); }
   void truncate_to(uint64_t size) const { ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(size)), 0); }
 };
 
@@ -242,7 +237,8 @@ TEST(HostileInput, QuantizeOfAFileTruncatedMidRunFailsWithoutOutput) {
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (int i = 0; i < 4; ++i) {
     std::vector<double> vals(256 * 256);
-    for (std::size_t k = 0; k < vals.size(); ++k) vals[k] = static_cast<double>((k * 7 + static_cast<std::size_t>(i)) % 13) - 6;
+    for (std::size_t k = 0; k < vals.size(); ++k)
+      vals[k] = static_cast<double>((k * 7 + static_cast<std::size_t>(i)) % 13) - 6;
     tensors.emplace_back("model.layers." + std::to_string(i) + ".mlp.up_proj.weight",
                          Tensor::from_values(DType::kF32, {256, 256}, vals));
   }
@@ -261,7 +257,8 @@ TEST(HostileInput, QuantizeOfAFileTruncatedMidRunFailsWithoutOutput) {
   const auto cut = [&](const Progress& p) {
     if (p.done == 1) ASSERT_EQ(::truncate(model.c_str(), static_cast<off_t>(header_end)), 0);
   };
-  expect_error<IoError>([&] { quantize_checkpoint(o, cut); }, {model.string(), "the file changed size while being read"});
+  expect_error<IoError>([&] { quantize_checkpoint(o, cut); },
+                        {model.string(), "the file changed size while being read"});
   EXPECT_FALSE(fs::exists(dir.path / "out"));
 }
 

@@ -20,7 +20,8 @@ Tensor i8(Shape shape, std::initializer_list<double> v) { return Tensor::from_va
 
 std::vector<uint32_t> words(const Tensor& t) {
   std::vector<uint32_t> w(static_cast<std::size_t>(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) w[static_cast<std::size_t>(i)] = static_cast<uint32_t>(t.data_as<int32_t>()[i]);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    w[static_cast<std::size_t>(i)] = static_cast<uint32_t>(t.data_as<int32_t>()[i]);
   return w;
 }
 
@@ -63,7 +64,8 @@ TEST(Packing, R8_3_1_RoundTripEveryBitWidthAndValue) {
     for (int64_t cols : {1, 2, 3, 7, 31, 32, 33, 65}) {
       std::uniform_int_distribution<int> d(lo, hi);
       std::vector<double> v(static_cast<std::size_t>(3 * cols));
-      for (std::size_t i = 0; i < v.size(); ++i) v[i] = i < static_cast<std::size_t>(hi - lo + 1) ? lo + int(i) : d(gen);
+      for (std::size_t i = 0; i < v.size(); ++i)
+        v[i] = i < static_cast<std::size_t>(hi - lo + 1) ? lo + int(i) : d(gen);
       const Tensor q = Tensor::from_values(DType::kI8, {3, cols}, v);
       const Tensor p = pack_int_rows(q, b);
       ASSERT_EQ(p.shape(), Shape({3, (cols * b + 31) / 32}));
@@ -172,7 +174,8 @@ TEST(Packing, R8_3_1_HugeOrNegativeColumnCountsAreErrorsNotOverflow) {
   EXPECT_THROW(unpack_int_rows(packed, 4, std::numeric_limits<int64_t>::max() - 5), ShapeError);
   EXPECT_THROW(unpack_int_rows(packed, 8, int64_t{1} << 62), ShapeError);
   EXPECT_THROW(unpack_int_rows(packed, 4, -1), InvalidArgument);
-  EXPECT_EQ(detail::packed_words(std::numeric_limits<int64_t>::max(), 8), (std::numeric_limits<int64_t>::max() / 32) * 8 + 8);
+  EXPECT_EQ(detail::packed_words(std::numeric_limits<int64_t>::max(), 8),
+            (std::numeric_limits<int64_t>::max() / 32) * 8 + 8);
   for (int64_t n : {0, 1, 31, 32, 33, 1000})
     for (int b = 1; b <= 8; ++b) EXPECT_EQ(detail::packed_words(n, b), (n * b + 31) / 32) << n << " " << b;
 }

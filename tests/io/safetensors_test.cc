@@ -74,7 +74,7 @@ TEST(Safetensors, R8_8_1_WriterOutOfOrderAndChecks) {
   {
     SafetensorsWriter w(path, {{"x", DType::kF32, {2}}, {"y", DType::kI8, {3}}});
     const Tensor y = Tensor::from_values(DType::kI8, {3}, {1, -1, 5});
-    w.write("y", y);  // any order
+    w.write("y", y);                         // any order
     EXPECT_THROW(w.write("y", y), IoError);  // twice
     EXPECT_THROW(w.write("z", y), IoError);  // unknown
     EXPECT_THROW(w.write("x", y), IoError);  // wrong dtype/shape
@@ -118,10 +118,11 @@ TEST(Safetensors, HostileHeaders) {
                   "unsupported dtype 'F4'"));
   EXPECT_TRUE(has(error_of(make_file(R"({"w":{"dtype":"F32","shape":[3,2],"data_offsets":[0,16]}})", 16)),
                   "tensor 'w': shape (3, 2) of F32 needs 24 bytes"));
-  EXPECT_TRUE(has(error_of(make_file(R"({"w":{"dtype":"F32","shape":[-2,2],"data_offsets":[0,16]}})", 16)),
-                  "non-negative"));
-  EXPECT_TRUE(has(error_of(make_file(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,16]}})", 16)),
-                  "overflows"));
+  EXPECT_TRUE(
+      has(error_of(make_file(R"({"w":{"dtype":"F32","shape":[-2,2],"data_offsets":[0,16]}})", 16)), "non-negative"));
+  EXPECT_TRUE(
+      has(error_of(make_file(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,16]}})", 16)),
+          "overflows"));
   EXPECT_TRUE(has(error_of(make_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 16)), "reversed"));
   EXPECT_TRUE(has(error_of(make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                                      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
@@ -135,8 +136,7 @@ TEST(Safetensors, HostileHeaders) {
   EXPECT_TRUE(has(error_of(make_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", 8)),
                   "unknown header field"));
   EXPECT_TRUE(has(error_of(make_file(R"({"__metadata__":{"format":1}})", 0)), "__metadata__"));
-  EXPECT_TRUE(has(error_of(make_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", 8)),
-                  "data_offsets"));
+  EXPECT_TRUE(has(error_of(make_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", 8)), "data_offsets"));
 }
 
 TEST(Safetensors, OpenErrorsNameTheFile) {

@@ -27,8 +27,8 @@
 #include "kernels/grid_search/select.h"
 #include "kernels/pow/libm_powf.h"
 #include "kernels/grid_search/exact_batch_simd.h"  // split_narrowing_mismatches
-#include "kernels/minmax/minmax_simd.h"  // narrow16_simd
-#include "kernels/grid_search/poly_batch_simd.h"  // kPolyBatchMaxLen, fp4_round_nonneg_simd
+#include "kernels/minmax/minmax_simd.h"            // narrow16_simd
+#include "kernels/grid_search/poly_batch_simd.h"   // kPolyBatchMaxLen, fp4_round_nonneg_simd
 #include "kernels/pow/pow_simd.h"
 #include "kernels/simd/simd_level.h"
 #include "kernels/simd/stream_store.h"
@@ -39,7 +39,6 @@ namespace qobs::kernels::testdata {
 
 using qobs::testing::double_bits;
 using qobs::testing::float_bits;
-
 
 /// Test data: N(0, sigma) with optional structure that stresses the edge cases.
 enum class Pattern { kNormal, kZeroGroups, kEqualGroups, kHugeRange, kSubnormal, kSignedZeros, kPositive };
@@ -53,21 +52,36 @@ inline std::vector<float> make_data(int64_t n, Pattern p, uint32_t seed, int64_t
     float& x = v[static_cast<std::size_t>(i)];
     const int64_t g = i / std::max<int64_t>(group, 1);
     switch (p) {
-      case Pattern::kNormal: break;
-      case Pattern::kZeroGroups: if (g % 3 == 1) x = 0.0f; break;
-      case Pattern::kEqualGroups: if (g % 2 == 0) x = 0.375f * static_cast<float>(g % 5 - 2); break;
-      case Pattern::kHugeRange: if (i % 7 == 3) x *= 1e30f; break;
-      case Pattern::kSubnormal: x *= 1e-38f; break;
-      case Pattern::kSignedZeros: if (i % 3 == 0) x = (i % 2) ? -0.0f : 0.0f; else x = std::fabs(x); break;
-      case Pattern::kPositive: x = std::fabs(x) + 0.01f; break;
+      case Pattern::kNormal:
+        break;
+      case Pattern::kZeroGroups:
+        if (g % 3 == 1) x = 0.0f;
+        break;
+      case Pattern::kEqualGroups:
+        if (g % 2 == 0) x = 0.375f * static_cast<float>(g % 5 - 2);
+        break;
+      case Pattern::kHugeRange:
+        if (i % 7 == 3) x *= 1e30f;
+        break;
+      case Pattern::kSubnormal:
+        x *= 1e-38f;
+        break;
+      case Pattern::kSignedZeros:
+        if (i % 3 == 0) x = (i % 2) ? -0.0f : 0.0f;
+        else x = std::fabs(x);
+        break;
+      case Pattern::kPositive:
+        x = std::fabs(x) + 0.01f;
+        break;
     }
   }
   return v;
 }
 
-inline QuantizationArgs make_args(int bits_, QuantType type, bool sym, Strategy st, std::optional<int64_t> gs = std::nullopt,
-                           std::optional<DType> scale_dtype = std::nullopt,
-                           std::optional<std::array<int64_t, 2>> block = std::nullopt) {
+inline QuantizationArgs make_args(int bits_, QuantType type, bool sym, Strategy st,
+                                  std::optional<int64_t> gs = std::nullopt,
+                                  std::optional<DType> scale_dtype = std::nullopt,
+                                  std::optional<std::array<int64_t, 2>> block = std::nullopt) {
   QuantizationArgs a;
   a.num_bits = bits_;
   a.type = type;
@@ -114,7 +128,8 @@ inline std::vector<Format> formats_for(int64_t cols) {
   add("fp6_channel", [&] { return make_args(6, QuantType::kFloat, true, Strategy::kChannel); });
   add("int4_group1", [&] { return make_args(4, QuantType::kInt, false, Strategy::kGroup, 1); });
   add("int8_block_4x8", [&] {
-    return make_args(8, QuantType::kInt, true, Strategy::kBlock, std::nullopt, std::nullopt, std::array<int64_t, 2>{4, 8});
+    return make_args(8, QuantType::kInt, true, Strategy::kBlock, std::nullopt, std::nullopt,
+                     std::array<int64_t, 2>{4, 8});
   });
   return f;
 }
@@ -158,15 +173,17 @@ inline std::string diff(const GridSearchResult& r, const GridSearchResult& f) {
            std::to_string(f.candidates_evaluated);
   if (r.best_min.size() != f.best_min.size()) return "size";
   for (std::size_t q = 0; q < r.best_min.size(); ++q)
-    if (float_bits(r.best_min[q]) != float_bits(f.best_min[q]) || float_bits(r.best_max[q]) != float_bits(f.best_max[q]))
-      return "q=" + std::to_string(q) + " ref (" + std::to_string(r.best_min[q]) + ", " + std::to_string(r.best_max[q]) +
-             ") fast (" + std::to_string(f.best_min[q]) + ", " + std::to_string(f.best_max[q]) + ")";
+    if (float_bits(r.best_min[q]) != float_bits(f.best_min[q]) ||
+        float_bits(r.best_max[q]) != float_bits(f.best_max[q]))
+      return "q=" + std::to_string(q) + " ref (" + std::to_string(r.best_min[q]) + ", " +
+             std::to_string(r.best_max[q]) + ") fast (" + std::to_string(f.best_min[q]) + ", " +
+             std::to_string(f.best_max[q]) + ")";
   return "";
 }
 
 /// Runs the fast grid search at every level and thread count against the reference.
 inline void expect_search_matches(const std::string& what, const FlatView& flat, const QuantizationArgs& sargs,
-                           GridSearchConfig cfg, const FlatView* w = nullptr) {
+                                  GridSearchConfig cfg, const FlatView* w = nullptr) {
   const GridSearchResult ref = ref::grid_search(flat, sargs, cfg, w);
   for (SimdLevel level : available_simd_levels())
     for (int threads : {1, 2, 3}) {
@@ -182,6 +199,5 @@ inline void expect_search_matches(const std::string& what, const FlatView& flat,
       }
     }
 }
-
 
 }  // namespace qobs::kernels::testdata

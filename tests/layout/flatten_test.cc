@@ -256,7 +256,8 @@ TEST(Flatten, R3_1_MaterializeEqualsGatherOnEveryLayout) {
         const std::vector<float> want = gather(f, q);
         for (int64_t n = 0; n < f.layout.num_obs(); ++n)
           for (int64_t g = 0; g < g_len; ++g)
-            ASSERT_EQ(m.get((n * f.layout.num_qparams() + q) * g_len + g), want[static_cast<std::size_t>(n * g_len + g)])
+            ASSERT_EQ(m.get((n * f.layout.num_qparams() + q) * g_len + g),
+                      want[static_cast<std::size_t>(n * g_len + g)])
                 << "q " << q << " n " << n << " g " << g;
       }
     }
@@ -269,7 +270,7 @@ TEST(Flatten, R3_5_PaddingExamples) {
     int64_t rows, cols, pad_r, pad_c;
   };
   const Case cases[] = {{10944, 2048, 64, 0}, {100, 200, 28, 56}, {300, 256, 84, 0},
-                        {256, 300, 0, 84},   {256, 384, 0, 0},   {100, 100, 28, 28}};
+                        {256, 300, 0, 84},    {256, 384, 0, 0},   {100, 100, 28, 28}};
   for (const auto& c : cases) {
     SCOPED_TRACE(std::to_string(c.rows) + "x" + std::to_string(c.cols));
     std::vector<uint8_t> bytes(static_cast<std::size_t>(c.rows * c.cols), 1);
@@ -327,9 +328,13 @@ TEST(Flatten, BlockPaddingSizeOverflowIsRejected) {
   const TensorView w(data.data(), DType::kF32, {4, 6});
   const int64_t big = int64_t{1} << 31;
   expect_error<InvalidArgument>(
-      [&] { (void)flatten_for_calibration(w, "weight", make_args(Strategy::kBlock, std::nullopt, {{{big, big}}})); },
-      {"block padding of shape (4, 6) to block_structure [2147483648, 2147483648]: padded bytes", "9223372036854775807"});
-  expect_error<InvalidArgument>([&] { (void)pad_to_blocks(w, big, big); }, {"block_structure [2147483648, 2147483648]"});
+      [&] {
+        (void)flatten_for_calibration(w, "weight", make_args(Strategy::kBlock, std::nullopt, {{{big, big}}}));
+      },
+      {"block padding of shape (4, 6) to block_structure [2147483648, 2147483648]: padded bytes",
+       "9223372036854775807"});
+  expect_error<InvalidArgument>([&] { (void)pad_to_blocks(w, big, big); },
+                                {"block_structure [2147483648, 2147483648]"});
   const int64_t max = std::numeric_limits<int64_t>::max();
   // rounding up itself overflows: a broadcast view with max - 1 rows, blocks of 2^62
   const TensorView tall(data.data(), DType::kF32, {max - 1, 1}, {0, 0});

@@ -73,15 +73,16 @@ void make_checkpoint(const fs::path& dir, int layers, int shards, int64_t width,
       ts.push_back(tensor(p + "input_layernorm.weight", {width}));
     }
     if (s == 0) ts.push_back(tensor("model.embed_tokens.weight", {64, width}));
-    const std::string file = "model-0000" + std::to_string(s + 1) + "-of-0000" + std::to_string(shards) + ".safetensors";
+    const std::string file =
+        "model-0000" + std::to_string(s + 1) + "-of-0000" + std::to_string(shards) + ".safetensors";
     for (const auto& [n, t] : ts) {
       map[n] = file;
       total += t.nbytes();
     }
     qobs::write_safetensors((dir / file).string(), ts);
   }
-  std::ofstream(dir / "model.safetensors.index.json") << nlohmann::json{{"metadata", {{"total_size", total}}},
-                                                                        {"weight_map", map}}.dump(2);
+  std::ofstream(dir / "model.safetensors.index.json")
+      << nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", map}}.dump(2);
   std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama"})";
   std::ofstream(dir / "tokenizer.json") << "{}";
 }
@@ -184,7 +185,8 @@ TEST_F(MpiQuantize, ABadTensorOnOneRankFailsAllOnceAndPublishesNothing) {
   const int rc = run(mpirun(3) + cli() + " quantize in --scheme W4A16 --threads 1 --quiet -o out", &log);
   EXPECT_NE(rc, 0) << log;
   EXPECT_FALSE(fs::exists("out")) << log;
-  for (const auto& e : fs::directory_iterator(".")) EXPECT_EQ(e.path().filename().string().find(".out."), std::string::npos) << e.path();
+  for (const auto& e : fs::directory_iterator("."))
+    EXPECT_EQ(e.path().filename().string().find(".out."), std::string::npos) << e.path();
   const std::string needle = "model.layers.2.mlp.down_proj";
   const std::size_t first = log.find(needle);
   ASSERT_NE(first, std::string::npos) << log;
@@ -240,9 +242,10 @@ TEST_F(MpiQuantize, AKilledRankPublishesNothing) {
       ::freopen("kill.log", "a", stderr);
       // A search of ~2000 candidates per group keeps the run going for seconds even on an
       // idle machine, so that the kill lands mid-run.
-      const std::string cmd = mpirun(3) + cli() +
-                              " quantize in --scheme W4A16 --observer mse --observer-kwarg grid=2000 "
-                              "--observer-kwarg maxshrink=0.99 --observer-kwarg patience=100000 --threads 1 --quiet -o out";
+      const std::string cmd =
+          mpirun(3) + cli() +
+          " quantize in --scheme W4A16 --observer mse --observer-kwarg grid=2000 "
+          "--observer-kwarg maxshrink=0.99 --observer-kwarg patience=100000 --threads 1 --quiet -o out";
       execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }

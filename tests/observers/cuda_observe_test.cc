@@ -173,10 +173,12 @@ TEST_P(CudaObserveOn, NonFiniteWeightsAreRejectedAsOnTheCpu) {
   auto o = load_observer("memoryless_mse", "weight", a);
   DeviceBuffer dw(b, w.nbytes(), Stream{});
   b.copy(dw.get(), w.data(), w.nbytes(), CopyKind::kHostToDevice, Stream{});
-  testing::expect_error<InvalidArgument>([&] { cuda::observe_weight(*o, TensorView(dw.get(), DType::kF32, {2, 32})); },
-                                         {"non-finite", "flat index 37"});
+  testing::expect_error<InvalidArgument>(
+      [&] {
+        cuda::observe_weight(*o, TensorView(dw.get(), DType::kF32, {2, 32}));
+      },
+      {"non-finite", "flat index 37"});
 }
-
 
 // ---- activations --------------------------------------------------------------------
 
@@ -196,11 +198,20 @@ std::vector<float> batch_values(int64_t n, int k, int64_t bad = -1) {
   for (int64_t i = 0; i < n; ++i) {
     float& x = v[static_cast<std::size_t>(i)];
     switch (k % 5) {
-      case 1: if (i % 3 == 0) x = (i % 2) ? -0.0f : 0.0f; break;
-      case 2: x *= 1e-37f; break;
-      case 3: x = -0.8125f; break;
-      case 4: x = 0.0f; break;
-      default: break;
+      case 1:
+        if (i % 3 == 0) x = (i % 2) ? -0.0f : 0.0f;
+        break;
+      case 2:
+        x *= 1e-37f;
+        break;
+      case 3:
+        x = -0.8125f;
+        break;
+      case 4:
+        x = 0.0f;
+        break;
+      default:
+        break;
     }
   }
   if (bad >= 0) v[static_cast<std::size_t>(bad)] = bad % 2 == 0 ? NAN : -INFINITY;
@@ -237,7 +248,8 @@ TEST(CudaObserve, ActivationCallsSayWhyTheyStayOnTheCpu) {
   EXPECT_FALSE(mm->has_statistics());
 
   cuda::DeviceImportance imp;
-  auto im = load_observer("imatrix_mse", "weight", args_of(R"({"num_bits": 4, "strategy": "group", "group_size": 16})"));
+  auto im =
+      load_observer("imatrix_mse", "weight", args_of(R"({"num_bits": 4, "strategy": "group", "group_size": 16})"));
   EXPECT_NE(imp.unsupported(*mm, x.view()).find("collects no importance"), std::string::npos);
   EXPECT_NE(imp.unsupported(*im, x.view()).find("not attached"), std::string::npos);
   im->attach(32);
@@ -284,8 +296,8 @@ TEST_P(CudaObserveOn, ActivationObserversEqualTheCpuObservers) {
     const char* name;
     double c;
   };
-  const Obs observers[] = {{"memoryless_minmax", 0}, {"static_minmax", 0}, {"minmax", 0.01}, {"minmax", 0.25},
-                           {"minmax", 1.0}};
+  const Obs observers[] = {
+      {"memoryless_minmax", 0}, {"static_minmax", 0}, {"minmax", 0.01}, {"minmax", 0.25}, {"minmax", 1.0}};
   // tails: odd row counts, groups of 16 in 48- and 528-column rows
   const Shape shapes[] = {{4, 7, 48}, {1, 33 * 16}, {2, 3, 5, 16}, {257, 64}};
   for (const char* js : kActivationFormats)
@@ -344,9 +356,9 @@ TEST_P(CudaObserveOn, NonFiniteActivationBatchesRaiseOnStoreWithTheCpuStatistics
           }
           acts.observe(*dev, keep.back().view);
         }
-        testing::expect_error<InvalidArgument>([&] { acts.store_into(*dev); },
-                                               {"non-finite value", "at flat index " + std::to_string(bad),
-                                                "of shape (4, 7, 48)", "in batch 3 of 5"});
+        testing::expect_error<InvalidArgument>(
+            [&] { acts.store_into(*dev); },
+            {"non-finite value", "at flat index " + std::to_string(bad), "of shape (4, 7, 48)", "in batch 3 of 5"});
         EXPECT_TRUE(acts.empty()) << what;
         expect_same_statistics(*cpu, *dev, what);
       }
@@ -366,8 +378,9 @@ TEST_P(CudaObserveOn, ActivationShapeAndDtypeChangesAreRefusedAsOnTheCpu) {
   // running statistics of another shape than a tensor observer's (1,), as imported from elsewhere
   Statistics st;
   st.observer = "static_minmax";
-  st.items = {{"min_vals", Tensor::from_floats(DType::kBF16, {3}, std::vector<float>{-1.0f, -2.0f, -3.0f}), ReduceOp::kMin},
-              {"max_vals", Tensor::from_floats(DType::kBF16, {3}, std::vector<float>{1.0f, 2.0f, 3.0f}), ReduceOp::kMax}};
+  st.items = {
+      {"min_vals", Tensor::from_floats(DType::kBF16, {3}, std::vector<float>{-1.0f, -2.0f, -3.0f}), ReduceOp::kMin},
+      {"max_vals", Tensor::from_floats(DType::kBF16, {3}, std::vector<float>{1.0f, 2.0f, 3.0f}), ReduceOp::kMax}};
   auto dev = load_observer("static_minmax", "input", a);
   auto cpu = load_observer("static_minmax", "input", a);
   cpu->import_statistics(st);
@@ -423,7 +436,9 @@ TEST_P(CudaObserveOn, ImatrixImportanceEqualsTheCpuObserver) {
         }
       }
       testing::expect_error<InvalidArgument>(
-          [&] { imp.accumulate(*dev, TensorView(keep.back().buf.get(), dt, {2, in + 1})); },
+          [&] {
+            imp.accumulate(*dev, TensorView(keep.back().buf.get(), dt, {2, in + 1}));
+          },
           {"does not end in in_features"});
       imp.store_into(*dev);
       expect_same_statistics(*cpu, *dev, what);

@@ -37,13 +37,25 @@ std::vector<double> make_values(int64_t n, Data kind, uint32_t seed) {
     const std::size_t g = i / 16;
     double x = nd(rng);
     switch (kind) {
-      case Data::kNormal: break;
-      case Data::kZeroGroups: if (g % 3 == 1) x = 0.0; break;
-      case Data::kEqualGroups: if (g % 2 == 0) x = 0.375 * static_cast<double>(g % 5) - 0.75; break;
-      case Data::kSignedZeros: x = i % 3 == 0 ? (i % 2 ? -0.0 : 0.0) : x; break;
-      case Data::kSubnormal: x *= 1e-38; break;
-      case Data::kHuge: if (i % 7 == 3) x *= 1e4; break;
-      case Data::kGrid: break;
+      case Data::kNormal:
+        break;
+      case Data::kZeroGroups:
+        if (g % 3 == 1) x = 0.0;
+        break;
+      case Data::kEqualGroups:
+        if (g % 2 == 0) x = 0.375 * static_cast<double>(g % 5) - 0.75;
+        break;
+      case Data::kSignedZeros:
+        x = i % 3 == 0 ? (i % 2 ? -0.0 : 0.0) : x;
+        break;
+      case Data::kSubnormal:
+        x *= 1e-38;
+        break;
+      case Data::kHuge:
+        if (i % 7 == 3) x *= 1e4;
+        break;
+      case Data::kGrid:
+        break;
     }
     v[i] = x;
   }

@@ -74,7 +74,8 @@ double candidate_error(const Observer& obs, const FlatView& flat, int64_t q, dou
   if (weights) weights->gather(q, w.data());
   const auto sz = detail::compute_qparams_elem(mn, mx, qplan);
   detail::ErrorSum sum;
-  for (int64_t j = 0; j < len; ++j) sum.add(em.term(detail::qdq_elem(x[j], sz.scale, sz.zero_point, dplan), x[j], w[j]));
+  for (int64_t j = 0; j < len; ++j)
+    sum.add(em.term(detail::qdq_elem(x[j], sz.scale, sz.zero_point, dplan), x[j], w[j]));
   return em.round(sum.total());
 }
 
@@ -85,7 +86,8 @@ void inject_importance(Observer& obs, const testing::Golden& g, const json& hold
   st.observer = std::string(obs.name());
   st.items.push_back({"importance_sum", g.tensor(holder["importance_sum"]), ReduceOp::kSum});
   st.items.push_back({"importance_count",
-                      Tensor::from_values(DType::kI64, {}, {holder["importance_count"].get<double>()}), ReduceOp::kSum});
+                      Tensor::from_values(DType::kI64, {}, {holder["importance_count"].get<double>()}),
+                      ReduceOp::kSum});
   obs.import_statistics(st);
 }
 
@@ -93,8 +95,8 @@ void inject_importance(Observer& obs, const testing::Golden& g, const json& hold
 /// accepts them silently.
 bool is_documented_rejection(const json& kwargs) {
   auto num = [&](const char* k) { return kwargs.contains(k) && kwargs[k].is_number() ? kwargs[k].get<double>() : NAN; };
-  return num("grid") <= 0 || num("patience") < 0 || num("maxshrink") < 0 || num("maxshrink") > 1 ||
-         num("norm") <= 0 || num("averaging_constant") < 0 || num("averaging_constant") > 1;
+  return num("grid") <= 0 || num("patience") < 0 || num("maxshrink") < 0 || num("maxshrink") > 1 || num("norm") <= 0 ||
+         num("averaging_constant") < 0 || num("averaging_constant") > 1;
 }
 
 struct Tally {
@@ -285,8 +287,8 @@ TEST(GoldenObservers, ErrorCasesRaiseTheReferenceKind) {
     auto run = [&] {
       const QuantizationArgs args = testing::args_from_golden(in["args"]);
       const json kw = in.contains("observer_kwargs") ? in["observer_kwargs"] : json::object();
-      auto obs = load_observer(in["observer"].get<std::string>(), in["base_name"].get<std::string>(), args,
-                               kwargs_from(kw));
+      auto obs =
+          load_observer(in["observer"].get<std::string>(), in["base_name"].get<std::string>(), args, kwargs_from(kw));
       if (in.contains("attach_linear_in_features")) {
         const int64_t n = in["attach_linear_in_features"];
         ASSERT_EQ(in["forward_input"], "ones(2, " + std::to_string(n) + ")");

@@ -59,7 +59,8 @@ Q qparams_of(const std::string& observer, const Tensor& w, const QuantizationArg
 std::vector<float> group_weights(const std::vector<float>& imp, int64_t g, int64_t len) {
   std::vector<float> w(static_cast<std::size_t>(len));
   const int64_t cols = static_cast<int64_t>(imp.size());
-  for (int64_t j = 0; j < len; ++j) w[static_cast<std::size_t>(j)] = imp[static_cast<std::size_t>((g * len + j) % cols)];
+  for (int64_t j = 0; j < len; ++j)
+    w[static_cast<std::size_t>(j)] = imp[static_cast<std::size_t>((g * len + j) % cols)];
   return w;
 }
 
@@ -196,8 +197,8 @@ TEST(LsqObservers, Nvfp4BlockScaleIsExhaustiveOptimum) {
 double mx_exhaustive(const FlatView& flat, const QuantizationArgs& args, int64_t g, const float* wts) {
   double best = INFINITY;
   for (int e = -127; e <= 127; ++e)
-    best = std::min(best, kernels::qdq_group_error(flat, args, std::ldexp(1.0, e), 0, g, nullptr,
-                                                   NumericMode::kParity, wts));
+    best = std::min(best,
+                    kernels::qdq_group_error(flat, args, std::ldexp(1.0, e), 0, g, nullptr, NumericMode::kParity, wts));
   return best;
 }
 
@@ -254,8 +255,8 @@ TEST(LsqObservers, MxExponentFarBelowMaxWithUnimportantOutlier) {
       const double off = std::string(preset) == "MXFP4A16" ? 2.0 : 8.0;
       for (int64_t g = 0; g < flat.layout.num_qparams(); ++g) {
         const std::vector<float> wts = group_weights(imp, g, 32);
-        const double ours = kernels::qdq_group_error(flat, args, q.scale.get(g), 0, g, nullptr,
-                                                     NumericMode::kParity, wts.data());
+        const double ours =
+            kernels::qdq_group_error(flat, args, q.scale.get(g), 0, g, nullptr, NumericMode::kParity, wts.data());
         EXPECT_LE(ours, mx_exhaustive(flat, args, g, wts.data())) << preset << " " << dtype_name(dt) << " group " << g;
         if (g % 2 == 0) {  // the outlier's groups: the optimum lies below the tried window
           double amax = 0;
@@ -424,9 +425,15 @@ TEST(LsqObservers, RegisteredAndValidated) {
   EXPECT_NE(std::find(names.begin(), names.end(), "lsq_mse"), names.end());
   EXPECT_NE(std::find(names.begin(), names.end(), "imatrix_lsq"), names.end());
   testing::expect_error<InvalidArgument>(
-      [] { load_observer("lsq_mse", "weight", int4(32, true), {{"maxshrink", 0.3}}); }, {"lsq_mse", "maxshrink"});
+      [] {
+        load_observer("lsq_mse", "weight", int4(32, true), {{"maxshrink", 0.3}});
+      },
+      {"lsq_mse", "maxshrink"});
   testing::expect_error<InvalidArgument>(
-      [] { load_observer("imatrix_lsq", "weight", int4(32, true), {{"grid", 3.0}}); }, {"imatrix_lsq", "grid"});
+      [] {
+        load_observer("imatrix_lsq", "weight", int4(32, true), {{"grid", 3.0}});
+      },
+      {"imatrix_lsq", "grid"});
 }
 
 }  // namespace

@@ -60,8 +60,7 @@ TEST(NewObservers, R6_12_1_ExpandedImatrixDefaults) {
 }
 
 TEST(NewObservers, R6_12_1_ExpandedImatrixValidation) {
-  for (const auto& [key, value, needle] :
-       std::vector<std::tuple<std::string, KwargValue, std::string>>{
+  for (const auto& [key, value, needle] : std::vector<std::tuple<std::string, KwargValue, std::string>>{
            {"grid", int64_t{0}, "grid must be positive"},
            {"patience", int64_t{-1}, "patience must be >= 0"},
            {"maxshrink", 1.5, "maxshrink must be in [0, 1]"},
@@ -69,8 +68,11 @@ TEST(NewObservers, R6_12_1_ExpandedImatrixValidation) {
            {"expand", 0.5, "expand value must be at least 1.0"},
            {"maxshrnk", 0.5, "unknown observer_kwargs key"}}) {
     SCOPED_TRACE(key);
-    expect_error<InvalidArgument>([&] { load_observer("nvfp4_expanded_imatrix", "weight", nvfp4(), {{key, value}}); },
-                                  {"nvfp4_expanded_imatrix", needle});
+    expect_error<InvalidArgument>(
+        [&] {
+          load_observer("nvfp4_expanded_imatrix", "weight", nvfp4(), {{key, value}});
+        },
+        {"nvfp4_expanded_imatrix", needle});
   }
 }
 
@@ -85,8 +87,11 @@ TEST(NewObservers, R6_13_1_FouroversixIsNvfp4ExpandedMse) {
   const QParams b = mse->observe(w.view()).get_qparams();
   EXPECT_EQ(testing::describe_difference(a.scale, b.scale), "");
   EXPECT_EQ(testing::describe_difference(*a.global_scale, *b.global_scale), "");
-  expect_error<InvalidArgument>([] { load_observer("fouroversix", "weight", nvfp4(), {{"expand", 0.9}}); },
-                                {"expand value must be at least 1.0"});
+  expect_error<InvalidArgument>(
+      [] {
+        load_observer("fouroversix", "weight", nvfp4(), {{"expand", 0.9}});
+      },
+      {"expand value must be at least 1.0"});
 }
 
 // R6.12.3 / D15: attached but no input reached the module (a data-free run). The

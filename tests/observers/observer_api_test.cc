@@ -72,8 +72,8 @@ double stat(const Observer& o, const std::string& name, int64_t i = 0) {
 
 TEST(ObserverApi, R6_2_2_BuiltinsRegistered) {
   const auto names = registered_observers();
-  const std::vector<std::string> builtins{"memoryless_minmax", "static_minmax", "minmax", "memoryless_mse",
-                                          "mse",               "nvfp4_expanded_mse", "imatrix_mse"};
+  const std::vector<std::string> builtins{"memoryless_minmax",  "static_minmax", "minmax", "memoryless_mse", "mse",
+                                          "nvfp4_expanded_mse", "imatrix_mse"};
   ASSERT_GE(names.size(), builtins.size());
   for (std::size_t i = 0; i < builtins.size(); ++i) EXPECT_EQ(names[i], builtins[i]);
   for (const auto& n : builtins) EXPECT_EQ(load_observer(n, "weight", args_of(Strategy::kChannel))->name(), n);
@@ -550,7 +550,8 @@ TEST(ObserverApi, R6_11_1_ReduceStatisticsOps) {
   EXPECT_EQ(ra.find("x")->to_doubles(), (std::vector<double>{0.5, 1.5, 3.5}));
   EXPECT_EQ(ra.contributions, 2);
   // Integer SUM (importance_count).
-  const Statistics cnt[] = {one_stat("c", ReduceOp::kSum, {6}, DType::kI64), one_stat("c", ReduceOp::kSum, {4}, DType::kI64)};
+  const Statistics cnt[] = {one_stat("c", ReduceOp::kSum, {6}, DType::kI64),
+                            one_stat("c", ReduceOp::kSum, {4}, DType::kI64)};
   const Statistics rc = reduce_statistics(cnt);
   EXPECT_EQ(rc.find("c")->dtype(), DType::kI64);
   EXPECT_EQ(rc.find("c")->get(0), 10);
@@ -632,19 +633,19 @@ TEST(ObserverApi, StatisticsSerializedBytesArePinned) {
   st.items.push_back({"min_vals", Tensor::from_values(DType::kF32, {2}, {1.0, -2.0}), ReduceOp::kMin});
   st.items.push_back({"n", Tensor::from_values(DType::kI64, {1, 1}, {5}), ReduceOp::kSum});
   const std::vector<uint8_t> expect = {
-      'Q', 'O', 'B', 'S', 'S', 'T', 'A', 'T',          // magic
-      0x01, 0x00, 0x00, 0x00,                          // version 1 (uint32)
+      'Q', 'O', 'B', 'S', 'S', 'T', 'A', 'T',                // magic
+      0x01, 0x00, 0x00, 0x00,                                // version 1 (uint32)
       0x06, 0x00, 0x00, 0x00, 'm', 'i', 'n', 'm', 'a', 'x',  // observer (uint32 length)
-      0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // contributions 2 (int64)
-      0x02, 0x00, 0x00, 0x00,                          // 2 items (uint32)
+      0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,        // contributions 2 (int64)
+      0x02, 0x00, 0x00, 0x00,                                // 2 items (uint32)
       // item 0: "min_vals", kMin, float32, shape [2], 8 bytes, 1.0f and -2.0f
       0x08, 0x00, 0x00, 0x00, 'm', 'i', 'n', '_', 'v', 'a', 'l', 's',  //
-      0x00,                                            // ReduceOp::kMin
-      0x01,                                            // DType::kF32
-      0x01, 0x00, 0x00, 0x00,                          // rank 1
-      0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // dim 2
-      0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // 8 bytes
-      0x00, 0x00, 0x80, 0x3F, 0x00, 0x00, 0x00, 0xC0,  // 0x3F800000, 0xC0000000
+      0x00,                                                            // ReduceOp::kMin
+      0x01,                                                            // DType::kF32
+      0x01, 0x00, 0x00, 0x00,                                          // rank 1
+      0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                  // dim 2
+      0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                  // 8 bytes
+      0x00, 0x00, 0x80, 0x3F, 0x00, 0x00, 0x00, 0xC0,                  // 0x3F800000, 0xC0000000
       // item 1: "n", kSum, int64, shape [1, 1], 8 bytes, 5
       0x01, 0x00, 0x00, 0x00, 'n',                     //
       0x03,                                            // ReduceOp::kSum
@@ -779,20 +780,34 @@ struct BadKwarg {
 TEST(ObserverApi, R6_7_2_R6_8_1_InvalidKwargsNameOptionValueAndRule) {
   const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
   const std::vector<BadKwarg> cases{
-      {"memoryless_mse", "maxshrink", -0.1, "-0.1"},  {"memoryless_mse", "maxshrink", 1.5, "1.5"},
-      {"mse", "maxshrink", 2.0, "2"},                 {"imatrix_mse", "maxshrink", -0.5, "-0.5"},
-      {"imatrix_mse", "maxshrink", 1.01, "1.01"},     {"memoryless_mse", "grid", 0.0, "0"},
-      {"nvfp4_expanded_mse", "grid", -5.0, "-5"},     {"imatrix_mse", "grid", 0.0, "0"},
-      {"imatrix_mse", "grid", int64_t{-1}, "-1"},     {"memoryless_mse", "norm", 0.0, "0"},
-      {"mse", "norm", -1.0, "-1"},                    {"memoryless_mse", "norm", inf, "inf"},
-      {"imatrix_mse", "norm", 0.0, "0"},              {"imatrix_mse", "norm", -1.0, "-1"},
-      {"imatrix_mse", "norm", inf, "inf"},            {"imatrix_mse", "norm", nan, "nan"},
-      {"memoryless_mse", "expand", 0.5, "0.5"},       {"mse", "expand", 0.5, "0.5"},
-      {"nvfp4_expanded_mse", "expand", 0.9, "0.9"},   {"imatrix_mse", "expand", 0.5, "0.5"},
-      {"memoryless_mse", "patience", int64_t{-1}, "-1"}, {"imatrix_mse", "patience", int64_t{-2}, "-2"},
-      {"minmax", "averaging_constant", 1.5, "1.5"},   {"minmax", "averaging_constant", -0.1, "-0.1"},
-      {"mse", "averaging_constant", 2.0, "2"},        {"memoryless_mse", "chunk_size", int64_t{0}, "0"},
-      {"mse", "chunk_size", int64_t{-3}, "-3"},       {"nvfp4_expanded_mse", "chunk_size", int64_t{0}, "0"},
+      {"memoryless_mse", "maxshrink", -0.1, "-0.1"},
+      {"memoryless_mse", "maxshrink", 1.5, "1.5"},
+      {"mse", "maxshrink", 2.0, "2"},
+      {"imatrix_mse", "maxshrink", -0.5, "-0.5"},
+      {"imatrix_mse", "maxshrink", 1.01, "1.01"},
+      {"memoryless_mse", "grid", 0.0, "0"},
+      {"nvfp4_expanded_mse", "grid", -5.0, "-5"},
+      {"imatrix_mse", "grid", 0.0, "0"},
+      {"imatrix_mse", "grid", int64_t{-1}, "-1"},
+      {"memoryless_mse", "norm", 0.0, "0"},
+      {"mse", "norm", -1.0, "-1"},
+      {"memoryless_mse", "norm", inf, "inf"},
+      {"imatrix_mse", "norm", 0.0, "0"},
+      {"imatrix_mse", "norm", -1.0, "-1"},
+      {"imatrix_mse", "norm", inf, "inf"},
+      {"imatrix_mse", "norm", nan, "nan"},
+      {"memoryless_mse", "expand", 0.5, "0.5"},
+      {"mse", "expand", 0.5, "0.5"},
+      {"nvfp4_expanded_mse", "expand", 0.9, "0.9"},
+      {"imatrix_mse", "expand", 0.5, "0.5"},
+      {"memoryless_mse", "patience", int64_t{-1}, "-1"},
+      {"imatrix_mse", "patience", int64_t{-2}, "-2"},
+      {"minmax", "averaging_constant", 1.5, "1.5"},
+      {"minmax", "averaging_constant", -0.1, "-0.1"},
+      {"mse", "averaging_constant", 2.0, "2"},
+      {"memoryless_mse", "chunk_size", int64_t{0}, "0"},
+      {"mse", "chunk_size", int64_t{-3}, "-3"},
+      {"nvfp4_expanded_mse", "chunk_size", int64_t{0}, "0"},
   };
   const std::regex rule(R"(R\d+\.\d+)");
   for (const auto& c : cases) {
@@ -815,13 +830,19 @@ TEST(ObserverApi, R6_7_2_R6_8_1_InvalidKwargsNameOptionValueAndRule) {
 
 TEST(ObserverApi, R6_7_2_SpecMessages) {
   expect_error<InvalidArgument>(
-      [] { load_observer("memoryless_mse", "weight", args_of(Strategy::kTensor), {{"expand", 0.5}}); },
+      [] {
+        load_observer("memoryless_mse", "weight", args_of(Strategy::kTensor), {{"expand", 0.5}});
+      },
       {"expand value must be at least 1.0"});
   expect_error<InvalidArgument>(
-      [] { load_observer("nvfp4_expanded_mse", "weight", nvfp4_args(), {{"chunk_size", int64_t{0}}}); },
+      [] {
+        load_observer("nvfp4_expanded_mse", "weight", nvfp4_args(), {{"chunk_size", int64_t{0}}});
+      },
       {"chunk_size must be positive"});
   expect_error<InvalidArgument>(
-      [] { load_observer("imatrix_mse", "weight", args_of(Strategy::kChannel), {{"norm", 0.0}}); },
+      [] {
+        load_observer("imatrix_mse", "weight", args_of(Strategy::kChannel), {{"norm", 0.0}});
+      },
       {"norm must be a finite positive number"});
   // Valid edge values are accepted.
   EXPECT_NO_THROW(load_observer("memoryless_mse", "weight", args_of(Strategy::kTensor),

@@ -51,13 +51,13 @@ Tensor f32(Shape shape, std::vector<double> v) { return Tensor::from_values(DTyp
 
 /// torch.manual_seed(42); nn.Linear(8, 4).weight
 const std::vector<double> kLinear42 = {
-    0.27030518651008606,  0.29345211386680603,  -0.08282782882452011, 0.32477813959121704,  -0.07746481150388718,
-    0.07134377956390381,  -0.17212924361228943, 0.2076357752084732,   0.31167247891426086,  -0.2593767046928406,
-    0.30730724334716797,  0.06617080420255661,  0.2612083852291107,   0.04788193851709366,  0.17047923803329468,
-    -0.049918558448553085, 0.2725493013858795,  0.052258338779211044, -0.16505283117294312, 0.09012015908956528,
-    -0.16289499402046204, -0.041462212800979614, -0.14359864592552185, 0.2345370501279831,  -0.2790845036506653,
-    -0.16299176216125488, -0.09983454644680023, -0.21258191764354706, 0.03336947038769722,  -0.34919729828834534,
-    0.31929728388786316,  -0.30033236742019653};
+    0.27030518651008606,   0.29345211386680603,   -0.08282782882452011, 0.32477813959121704,  -0.07746481150388718,
+    0.07134377956390381,   -0.17212924361228943,  0.2076357752084732,   0.31167247891426086,  -0.2593767046928406,
+    0.30730724334716797,   0.06617080420255661,   0.2612083852291107,   0.04788193851709366,  0.17047923803329468,
+    -0.049918558448553085, 0.2725493013858795,    0.052258338779211044, -0.16505283117294312, 0.09012015908956528,
+    -0.16289499402046204,  -0.041462212800979614, -0.14359864592552185, 0.2345370501279831,   -0.2790845036506653,
+    -0.16299176216125488,  -0.09983454644680023,  -0.21258191764354706, 0.03336947038769722,  -0.34919729828834534,
+    0.31929728388786316,   -0.30033236742019653};
 /// torch.manual_seed(123); nn.Linear(8, 4).weight
 const std::vector<double> kLinear123 = {
     -0.1441706269979477,  0.0117113022133708,   -0.17559531331062317, 0.13332977890968323,  -0.3012469410896301,
@@ -68,10 +68,10 @@ const std::vector<double> kLinear123 = {
     0.11198846995830536,  -0.15730160474777222, 0.25266680121421814,  0.2823677062988281,   -0.32596641778945923,
     0.3018093705177307,   0.16882683336734772};
 /// torch.manual_seed(0); torch.rand(4, 4) * 127
-const std::vector<double> kRand4x4 = {63.02458572387695,  97.56417083740234, 11.236634254455566, 16.767871856689453,
-                                      39.04269790649414,  80.52799224853516, 62.24186325073242,  113.84848022460938,
-                                      57.86475372314453,  80.30289459228516, 44.309471130371094, 51.018096923828125,
-                                      2.8353707790374756, 21.445085525512695, 37.32383346557617, 65.85226440429688};
+const std::vector<double> kRand4x4 = {63.02458572387695,  97.56417083740234,  11.236634254455566, 16.767871856689453,
+                                      39.04269790649414,  80.52799224853516,  62.24186325073242,  113.84848022460938,
+                                      57.86475372314453,  80.30289459228516,  44.309471130371094, 51.018096923828125,
+                                      2.8353707790374756, 21.445085525512695, 37.32383346557617,  65.85226440429688};
 
 void expect_allclose(const Tensor& t, const std::vector<double>& expect, double rtol = 1e-5, double atol = 1e-8) {
   ASSERT_EQ(t.numel(), static_cast<int64_t>(expect.size()));
@@ -162,7 +162,8 @@ TEST(RefMinMax, test_g_idx_R7_2_4) {
   const Tensor t = f32({rows, cols}, v);
   // g_idx = (index // group_size) under a fixed permutation.
   std::vector<int32_t> g_idx(static_cast<std::size_t>(cols));
-  for (int64_t c = 0; c < cols; ++c) g_idx[static_cast<std::size_t>((c * 37) % cols)] = static_cast<int32_t>(c / group_size);
+  for (int64_t c = 0; c < cols; ++c)
+    g_idx[static_cast<std::size_t>((c * 37) % cols)] = static_cast<int32_t>(c / group_size);
   std::vector<int64_t> order(static_cast<std::size_t>(cols));
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return g_idx[x] < g_idx[y]; });
@@ -194,9 +195,9 @@ struct MseLossCase {
 // test_mse_observer[strategy-symmetric-exp_loss] (8 cases); R6.6 / R6.7.
 TEST(RefMse, test_mse_observer_loss_table_R6_7) {
   const MseLossCase cases[] = {
-      {"tensor", true, 4.8103e-06},  {"tensor", false, 1.1258e-06}, {"channel", true, 2.5675e-06},
-      {"channel", false, 2.3696e-07}, {"group", true, 3.1282e-06},  {"group", false, 1.3794e-07},
-      {"block", true, 2.8968e-06},   {"block", false, 5.6068e-07},
+      {"tensor", true, 4.8103e-06},   {"tensor", false, 1.1258e-06}, {"channel", true, 2.5675e-06},
+      {"channel", false, 2.3696e-07}, {"group", true, 3.1282e-06},   {"group", false, 1.3794e-07},
+      {"block", true, 2.8968e-06},    {"block", false, 5.6068e-07},
   };
   std::vector<double> v(24);
   for (int i = 0; i < 24; ++i) v[static_cast<std::size_t>(i)] = static_cast<double>(static_cast<float>(i) / 24.0f);
@@ -291,8 +292,11 @@ TEST(RefMse, test_mse_observer_rejects_expand_below_one_R6_7_2) {
   const auto args = a.validated();
   for (const char* name : {"memoryless_mse", "mse"}) {
     SCOPED_TRACE(name);
-    expect_error<InvalidArgument>([&] { load_observer(name, "weight", args, {{"expand", 0.5}}); },
-                                  "expand value must be at least 1.0");
+    expect_error<InvalidArgument>(
+        [&] {
+          load_observer(name, "weight", args, {{"expand", 0.5}});
+        },
+        "expand value must be at least 1.0");
     EXPECT_NO_THROW(load_observer(name, "weight", args, {{"expand", 1.0}}));
   }
 }
@@ -446,7 +450,8 @@ TEST(RefImatrix, test_non_weight_base_name_R6_8_4) {
   QuantizationArgs a;
   a.strategy = Strategy::kTensor;
   a.observer = "imatrix_mse";
-  const Tensor observed = f32({2, 1, 8}, {0.1, -0.4, 1.2, 0.3, -0.8, 0.5, 0.05, -1.1, 0.7, 0.2, -0.3, 0.9, -0.6, 0.4, 0.0, 1.0});
+  const Tensor observed =
+      f32({2, 1, 8}, {0.1, -0.4, 1.2, 0.3, -0.8, 0.5, 0.05, -1.1, 0.7, 0.2, -0.3, 0.9, -0.6, 0.4, 0.0, 1.0});
   a.observer_kwargs = {{"strict", true}};
   auto strict = load_observer("imatrix_mse", "input", a.validated());
   expect_error<NotImplementedError>([&] { strict->observe(observed.view()); }, "weight observers");
@@ -477,8 +482,9 @@ TEST(RefImatrix, test_strict_raises_on_wrong_size_R6_8_4) {
 TEST(RefImatrix, test_strict_raises_on_invalid_importance_values_R6_8_4) {
   const Tensor w = f32({4, 8}, kLinear42);
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  const std::pair<std::vector<double>, const char*> cases[] = {
-      {{1, nan, 1, 1, 1, 1, 1, 1}, "non-finite"}, {{1, -1, 1, 1, 1, 1, 1, 1}, "negative"}, {std::vector<double>(8, 0.0), "all zeros"}};
+  const std::pair<std::vector<double>, const char*> cases[] = {{{1, nan, 1, 1, 1, 1, 1, 1}, "non-finite"},
+                                                               {{1, -1, 1, 1, 1, 1, 1, 1}, "negative"},
+                                                               {std::vector<double>(8, 0.0), "all zeros"}};
   for (const auto& [imp, match] : cases) {
     SCOPED_TRACE(match);
     auto o = make_imatrix(Strategy::kChannel, std::nullopt, &imp, {{"strict", true}});
@@ -490,7 +496,8 @@ TEST(RefImatrix, test_strict_raises_on_invalid_importance_values_R6_8_4) {
 TEST(RefImatrix, test_non_strict_invalid_importance_falls_back_R6_8_7) {
   const Tensor w = f32({4, 8}, kLinear42);
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  const std::vector<std::vector<double>> cases{{1, nan, 1, 1, 1, 1, 1, 1}, {1, -1, 1, 1, 1, 1, 1, 1}, std::vector<double>(8, 0.0)};
+  const std::vector<std::vector<double>> cases{
+      {1, nan, 1, 1, 1, 1, 1, 1}, {1, -1, 1, 1, 1, 1, 1, 1}, std::vector<double>(8, 0.0)};
   QuantizationArgs au;
   au.num_bits = 4;
   au.strategy = Strategy::kChannel;
@@ -510,8 +517,11 @@ TEST(RefImatrix, test_non_strict_invalid_importance_falls_back_R6_8_7) {
 TEST(RefImatrix, test_invalid_norm_raises_R6_8_1) {
   for (double norm : {0.0, -1.0, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
     SCOPED_TRACE(norm);
-    expect_error<InvalidArgument>([&] { make_imatrix(Strategy::kChannel, std::nullopt, nullptr, {{"norm", norm}}); },
-                                  "norm must be a finite positive number");
+    expect_error<InvalidArgument>(
+        [&] {
+          make_imatrix(Strategy::kChannel, std::nullopt, nullptr, {{"norm", norm}});
+        },
+        "norm must be a finite positive number");
   }
 }
 
@@ -525,8 +535,8 @@ TEST(RefImatrix, test_strict_raises_on_tensor_strategy_R6_8_4) {
 // TestStatisticsCleanup (3 tests); R6.8.8, Q26.
 TEST(RefImatrix, test_get_qparams_deletes_imatrix_stats_R6_8_8) {
   const Tensor w = f32({4, 8}, kLinear42);
-  for (auto [strategy, gs] : {std::pair<Strategy, std::optional<int64_t>>{Strategy::kChannel, std::nullopt},
-                              {Strategy::kGroup, 4}}) {
+  for (auto [strategy, gs] :
+       {std::pair<Strategy, std::optional<int64_t>>{Strategy::kChannel, std::nullopt}, {Strategy::kGroup, 4}}) {
     auto o = make_imatrix(strategy, gs, &kImportance);
     o->observe(w.view());
     EXPECT_TRUE(o->has_statistics());
@@ -775,8 +785,8 @@ TEST(RefCompile, test_observer_torch_compile_R6_6_7) {
 }
 
 double fq_mse(const Tensor& t, const QParams& q, const QuantizationArgs& args) {
-  const Tensor fq = fake_quantize(t.view(), q.scale, &q.zero_point, args, nullptr,
-                                  q.global_scale ? &*q.global_scale : nullptr);
+  const Tensor fq =
+      fake_quantize(t.view(), q.scale, &q.zero_point, args, nullptr, q.global_scale ? &*q.global_scale : nullptr);
   double s = 0;
   for (int64_t i = 0; i < t.numel(); ++i) s += std::pow(fq.get(i) - t.get(i), 2);
   return s / static_cast<double>(t.numel());
@@ -785,9 +795,9 @@ double fq_mse(const Tensor& t, const QParams& q, const QuantizationArgs& args) {
 // test_mse_vs_minmax_on_random_tensor (8 configurations x 3 std); R6.6.
 TEST(RefMseVsMinMax, test_mse_vs_minmax_on_random_tensor_R6_6) {
   const std::tuple<Strategy, bool, int> configs[] = {
-      {Strategy::kTensor, true, 8},      {Strategy::kTensor, false, 8},      {Strategy::kChannel, true, 8},
-      {Strategy::kChannel, false, 8},    {Strategy::kTensorGroup, true, 4}, {Strategy::kTensorGroup, false, 4},
-      {Strategy::kChannel, true, 4},     {Strategy::kChannel, false, 4}};
+      {Strategy::kTensor, true, 8},   {Strategy::kTensor, false, 8},     {Strategy::kChannel, true, 8},
+      {Strategy::kChannel, false, 8}, {Strategy::kTensorGroup, true, 4}, {Strategy::kTensorGroup, false, 4},
+      {Strategy::kChannel, true, 4},  {Strategy::kChannel, false, 4}};
   for (double std : {0.05, 0.2, 1.0}) {
     const Tensor t = f32({128, 256}, randn(128 * 256, 42, std));
     for (const auto& [strategy, symmetric, bits] : configs) {

@@ -81,7 +81,8 @@ inline void write_model(const fs::path& dir, const std::map<std::string, Tensor>
     write_safetensors((dir / (shards == 1 ? "model.safetensors" : fname)).string(), parts[static_cast<std::size_t>(s)]);
   }
   if (shards > 1) std::ofstream(dir / "model.safetensors.index.json") << nlohmann::json{{"weight_map", wm}}.dump();
-  std::ofstream(dir / "config.json") << R"({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 128})";
+  std::ofstream(dir / "config.json")
+      << R"({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 128})";
   std::ofstream(dir / "tokenizer.json") << R"({"dummy": true})";
   fs::create_directories(dir / "extra");
   std::ofstream(dir / "extra" / "notes.txt") << "copied";

@@ -36,7 +36,9 @@ TEST(Compress, EmptyWeightIsRefusedWhilePlanning) {
     const QuantizationScheme s = scheme(name);
     for (const Shape& shape : {Shape{0, int64_t{1} << 62}, Shape{4, 0}, Shape{0, 0}})
       expect_error<InvalidArgument>(
-          [&] { detail::plan_compressed(*s.weights, *s.format, DType::kBF16, shape, "model.layers.0.mlp.up_proj.weight"); },
+          [&] {
+            detail::plan_compressed(*s.weights, *s.format, DType::kBF16, shape, "model.layers.0.mlp.up_proj.weight");
+          },
           {"model.layers.0.mlp.up_proj.weight", shape_str(shape), "no elements"});
   }
 }
@@ -45,7 +47,9 @@ TEST(Compress, HugeColumnCountDoesNotOverflowThePackedShape) {
   // 2^62 columns x 4 bits wrapped to 0 packed columns before.
   const QuantizationScheme s = scheme("W4A16");
   expect_error<InvalidArgument>(
-      [&] { detail::plan_compressed(*s.weights, *s.format, DType::kBF16, {1, int64_t{1} << 62}, "m.weight"); },
+      [&] {
+        detail::plan_compressed(*s.weights, *s.format, DType::kBF16, {1, int64_t{1} << 62}, "m.weight");
+      },
       {"m.weight", "too large to plan", "exceeds the limit"});
   // The largest column count whose product fits still plans, with a rounded-up width.
   const int64_t cols = (std::numeric_limits<int64_t>::max() / 4) / 128 * 128;
@@ -78,10 +82,11 @@ TEST(Compress, ReportSumsMeasuredByRowBlocksEqualTheWholeDequantizedWeight) {
   // and bf16, symmetric and asymmetric zero points.
   std::mt19937 rng(17);
   std::normal_distribution<float> nd(0.0f, 0.05f);
-  for (const std::string name : {"W4A16", "W4A16_ASYM", "W8A16", "W8A8", "NVFP4A16", "FP8_DYNAMIC", "FP8_BLOCK",
-                                 "MXFP4A16"})
+  for (const std::string name :
+       {"W4A16", "W4A16_ASYM", "W8A16", "W8A8", "NVFP4A16", "FP8_DYNAMIC", "FP8_BLOCK", "MXFP4A16"})
     for (DType dt : {DType::kF32, DType::kBF16})
-      for (const Shape& shape : {Shape{5, 256}, Shape{136, 128}, Shape{8200, 128}, Shape{300, 4096}, Shape{6300, 500}}) {
+      for (const Shape& shape :
+           {Shape{5, 256}, Shape{136, 128}, Shape{8200, 128}, Shape{300, 4096}, Shape{6300, 500}}) {
         const QuantizationScheme s = scheme(name);
         const QuantizationArgs& a = *s.weights;
         // 500 columns: rows of a length that is no multiple of 8, for the per-channel schemes

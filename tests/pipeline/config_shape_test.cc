@@ -30,8 +30,8 @@ void write_tiny_llama(const fs::path& dir, const json& cfg, const std::string& e
   const int64_t h = cfg["hidden_size"], im = cfg["intermediate_size"], v = cfg["vocab_size"];
   const int64_t heads = cfg["num_attention_heads"], kv = cfg["num_key_value_heads"];
   const int64_t kvd = h / heads * kv;
-  std::map<std::string, Shape> shapes{{"model.embed_tokens.weight", {v, h}}, {"model.norm.weight", {h}},
-                                      {"lm_head.weight", {v, h}}};
+  std::map<std::string, Shape> shapes{
+      {"model.embed_tokens.weight", {v, h}}, {"model.norm.weight", {h}}, {"lm_head.weight", {v, h}}};
   for (int64_t l = 0; l < cfg["num_hidden_layers"].get<int64_t>(); ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     shapes[p + "self_attn.q_proj.weight"] = {h, h};

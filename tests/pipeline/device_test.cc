@@ -149,8 +149,8 @@ TEST(DevicePlacement, ObserversWithADevicePathRunThereAndTheOthersStay) {
   EXPECT_EQ(mx_where.cpu_modules, 14);
   const std::vector<std::string> mx_notes = mx_where.cpu_notes(mx.plan);
   ASSERT_EQ(mx_notes.size(), 1u);
-  EXPECT_EQ(mx_notes[0].rfind("14 weights stay on the CPU: mxfp6-pack-quantized (the device path packs no FP6 codes)", 0),
-            0u)
+  EXPECT_EQ(
+      mx_notes[0].rfind("14 weights stay on the CPU: mxfp6-pack-quantized (the device path packs no FP6 codes)", 0), 0u)
       << mx_notes[0];
 }
 
@@ -323,8 +323,9 @@ TEST(DeviceEmulation, FallbacksMixWithTheDeviceAndAreLoggedOnce) {
   TempDir dir;
   const std::vector<std::string> log = expect_mixed_run_equals_cpu(dir.path);
   ASSERT_FALSE(log.empty());
-  EXPECT_EQ(log[0], "--device cuda:0: host emulation of CUDA device 0: 4 of 14 weights are calibrated, quantized "
-                    "and packed on the GPU");
+  EXPECT_EQ(log[0],
+            "--device cuda:0: host emulation of CUDA device 0: 4 of 14 weights are calibrated, quantized "
+            "and packed on the GPU");
 }
 
 // MXFP6 with --device cuda: every weight stays on the CPU, said once, and the folder
@@ -333,10 +334,10 @@ TEST(DeviceEmulation, Mxfp6StaysOnTheCpu) {
   EmulatedDevice emulated;
   TempDir dir;
   write_model(dir.path / "in", make_model(DType::kBF16, 128, 1));
-  const RunResult cpu = quantize_into(preset(dir.path / "in", "MXFP6A16", "memoryless_mse"), dir.path / "cpu",
-                                      DeviceSpec{}, 2);
-  const RunResult dev = quantize_into(preset(dir.path / "in", "MXFP6A16", "memoryless_mse"), dir.path / "dev",
-                                      parse_device("cuda"), 3);
+  const RunResult cpu =
+      quantize_into(preset(dir.path / "in", "MXFP6A16", "memoryless_mse"), dir.path / "cpu", DeviceSpec{}, 2);
+  const RunResult dev =
+      quantize_into(preset(dir.path / "in", "MXFP6A16", "memoryless_mse"), dir.path / "dev", parse_device("cuda"), 3);
   EXPECT_TRUE(cpu.files == dev.files);
   expect_same_report(cpu.report, dev.report, "MXFP6A16");
   ASSERT_EQ(dev.log.size(), 2u);
@@ -356,9 +357,10 @@ TEST(DeviceEmulation, Fp6QuantizeEqualsTheCpu) {
   using kernels::cuda::CopyKind;
   using kernels::cuda::DeviceBuffer;
   using kernels::cuda::Stream;
-  for (const char* js :
-       {R"({"num_bits": 6, "type": "float", "symmetric": true, "strategy": "group", "group_size": 32, "scale_dtype": "uint8"})",
-        R"({"num_bits": 6, "type": "float", "symmetric": true, "strategy": "channel"})"})
+  for (
+      const char* js :
+      {R"({"num_bits": 6, "type": "float", "symmetric": true, "strategy": "group", "group_size": 32, "scale_dtype": "uint8"})",
+       R"({"num_bits": 6, "type": "float", "symmetric": true, "strategy": "channel"})"})
     for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
       const QuantizationArgs a = QuantizationArgs::from_json(js);
       std::vector<double> v = testing::fp6_grid_values(8 * 96, 1);

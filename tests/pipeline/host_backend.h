@@ -48,13 +48,11 @@ class HostBackend final : public kernels::cuda::Backend {
   int device_count() const override { return kDevices; }
   int current_device() const override { return current(); }
   void set_device(int device) const override {
-    QOBS_CHECK(device >= 0 && device < kDevices, InvalidArgument, "CUDA device ", device, " does not exist (",
-               kDevices, " devices present)");
+    QOBS_CHECK(device >= 0 && device < kDevices, InvalidArgument, "CUDA device ", device, " does not exist (", kDevices,
+               " devices present)");
     current() = device;
   }
-  std::string describe(int device) const override {
-    return "host emulation of CUDA device " + std::to_string(device);
-  }
+  std::string describe(int device) const override { return "host emulation of CUDA device " + std::to_string(device); }
   int device_of(const void* p) const override {
     const std::lock_guard<std::mutex> lock(mu_);
     const Block* b = block_of(p);
@@ -72,7 +70,7 @@ class HostBackend final : public kernels::cuda::Backend {
     if (kind == CopyKind::kHostToDevice && !is_pinned(src)) {
       // staged: the source may change or go once the call returns
       auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
-                                                                  static_cast<const unsigned char*>(src) + bytes);
+                                                                 static_cast<const unsigned char*>(src) + bytes);
       enqueue(s, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
       return;
     }
@@ -107,7 +105,8 @@ class HostBackend final : public kernels::cuda::Backend {
 
   void minmax(const kernels::cuda::MinmaxArgs& a, Stream s) const override {
     enqueue(s, [a] {
-      for (int64_t t = 0; t < a.x.num_qparams * a.chunks; ++t) kernels::cuda::minmax_chunk(a, t / a.chunks, t % a.chunks);
+      for (int64_t t = 0; t < a.x.num_qparams * a.chunks; ++t)
+        kernels::cuda::minmax_chunk(a, t / a.chunks, t % a.chunks);
       for (int64_t q = 0; q < a.x.num_qparams; ++q) kernels::cuda::minmax_fold(a, q);
     });
   }
@@ -178,7 +177,8 @@ class HostBackend final : public kernels::cuda::Backend {
     enqueue(s, [a] {
       // the scan kernel returns at once unless the batch was flagged (stats_cuda.cu)
       if (a.record->state == 1)
-        for (int64_t i = 0; i < a.scan.n; ++i) kernels::cuda::record_scan_elem(a, i, kernels::cuda::testing::HostMinU64{});
+        for (int64_t i = 0; i < a.scan.n; ++i)
+          kernels::cuda::record_scan_elem(a, i, kernels::cuda::testing::HostMinU64{});
       kernels::cuda::record_finish(a);
     });
   }

@@ -40,7 +40,8 @@ std::map<std::string, Tensor> layer_weights() {
   const std::string p = "model.layers.0.";
   std::map<std::string, Tensor> m;
   uint32_t seed = 10;
-  for (const char* n : {"self_attn.q_proj", "self_attn.o_proj"}) m[p + n + ".weight"] = random_tensor(DType::kBF16, {kHidden, kHidden}, seed++, 0.05);
+  for (const char* n : {"self_attn.q_proj", "self_attn.o_proj"})
+    m[p + n + ".weight"] = random_tensor(DType::kBF16, {kHidden, kHidden}, seed++, 0.05);
   for (const char* n : {"self_attn.k_proj", "self_attn.v_proj"})
     m[p + n + ".weight"] = random_tensor(DType::kBF16, {kHidden / 2, kHidden}, seed++, 0.05);
   for (const char* n : {"mlp.gate_proj", "mlp.up_proj"})
@@ -79,7 +80,8 @@ ImportanceMap collect(const std::map<std::string, Tensor>& weights, int batches 
       obs->accumulate_input(x.view());
     }
     const Statistics s = obs->export_statistics();
-    out[module_of(name)] = ModuleImportance{*s.find("importance_sum"), static_cast<int64_t>(s.find("importance_count")->get(0))};
+    out[module_of(name)] =
+        ModuleImportance{*s.find("importance_sum"), static_cast<int64_t>(s.find("importance_count")->get(0))};
   }
   return out;
 }
@@ -130,8 +132,8 @@ void expect_same_as_observer_api(const fs::path& out, const std::map<std::string
       for (const auto& [local, t] : want.tensors) {
         const auto where = c.find(m + "." + local);
         ASSERT_TRUE(where.has_value()) << m << "." << local;
-        EXPECT_TRUE(c.shards()[where->first].load(m + "." + local).bit_equal(t)) << scheme << " " << observer << " " << m
-                                                                                 << "." << local;
+        EXPECT_TRUE(c.shards()[where->first].load(m + "." + local).bit_equal(t))
+            << scheme << " " << observer << " " << m << "." << local;
       }
       ++checked;
     }
@@ -210,7 +212,8 @@ TEST_P(ImportanceQuantize, QParamsEqualTheObserverApiFedTheSameImportance) {
       detail::compress_weight(weights.at(m + ".weight").view(), uniform->get_qparams(), *s.weights, *s.format, m);
   const Checkpoint c = Checkpoint::open((dir.path / "out").string());
   for (const auto& [local, t] : uc.tensors)
-    if (local == "weight_scale") EXPECT_FALSE(t.bit_equal(c.shards()[0].load(m + ".weight_scale"))) << "importance made no difference";
+    if (local == "weight_scale")
+      EXPECT_FALSE(t.bit_equal(c.shards()[0].load(m + ".weight_scale"))) << "importance made no difference";
 }
 
 INSTANTIATE_TEST_SUITE_P(Observers, ImportanceQuantize,
@@ -248,9 +251,7 @@ TEST(Importance, BadFilesAreRefusedBeforeAnyOutput) {
   const ImportanceMap imp = collect(weights);
   const fs::path f = dir.path / "imp.safetensors";
   const std::string up = "model.layers.0.mlp.up_proj";
-  const auto quantize = [&] {
-    quantize_checkpoint(options(in, dir.path / "out", "W4A16", "imatrix_mse", f));
-  };
+  const auto quantize = [&] { quantize_checkpoint(options(in, dir.path / "out", "W4A16", "imatrix_mse", f)); };
   const auto nothing_written = [&] {
     EXPECT_FALSE(fs::exists(dir.path / "out"));
     for (const auto& e : fs::directory_iterator(dir.path))
@@ -303,9 +304,7 @@ TEST(Importance, BadFilesAreRefusedBeforeAnyOutput) {
   fs::resize_file(f, size - 40);
   expect_error<IoError>(quantize, {f.string()});
   nothing_written();
-  {
-    std::ofstream(f, std::ios::binary | std::ios::trunc) << "not a safetensors file at all";
-  }
+  { std::ofstream(f, std::ios::binary | std::ios::trunc) << "not a safetensors file at all"; }
   expect_error<IoError>(quantize, {f.string()});
   nothing_written();
   write_raw(f, raw_of(imp), {{"format", "pt"}});
@@ -393,14 +392,23 @@ TEST(Importance, MergeIsTheStatisticsSum) {
   // mismatches name the file, the module and the rule; nothing is written
   const fs::path c = dir.path / "c.safetensors", bad = dir.path / "bad.safetensors";
   write_importance(c.string(), {{up, observer_over({5})}, {"model.layers.0.mlp.gate_proj", observer_over({6})}});
-  expect_error<InvalidArgument>([&] { merge_importance({a.string(), c.string()}, bad.string()); },
-                                {c.string(), "model.layers.0.mlp.gate_proj", a.string(), "same modules", "R6.12.4"});
-  expect_error<InvalidArgument>([&] { merge_importance({c.string(), a.string()}, bad.string()); },
-                                {a.string(), "no importance for model.layers.0.mlp.gate_proj", "R6.12.4"});
+  expect_error<InvalidArgument>(
+      [&] {
+        merge_importance({a.string(), c.string()}, bad.string());
+      },
+      {c.string(), "model.layers.0.mlp.gate_proj", a.string(), "same modules", "R6.12.4"});
+  expect_error<InvalidArgument>(
+      [&] {
+        merge_importance({c.string(), a.string()}, bad.string());
+      },
+      {a.string(), "no importance for model.layers.0.mlp.gate_proj", "R6.12.4"});
   ModuleImportance shorter{Tensor(DType::kF32, {kHidden / 2}), 3};
   write_importance(c.string(), {{up, shorter}});
-  expect_error<InvalidArgument>([&] { merge_importance({a.string(), c.string()}, bad.string()); },
-                                {c.string(), up + ".importance_sum has 64 values", "128"});
+  expect_error<InvalidArgument>(
+      [&] {
+        merge_importance({a.string(), c.string()}, bad.string());
+      },
+      {c.string(), up + ".importance_sum has 64 values", "128"});
   EXPECT_FALSE(fs::exists(bad));
 }
 

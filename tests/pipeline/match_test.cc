@@ -127,10 +127,11 @@ TEST(Match, ConfigOutputAsModelFreePtqWritesIt) {
     nlohmann::json q = nlohmann::json::parse(f)["quantization_config"];
     EXPECT_EQ(q["sparsity_config"], nlohmann::json::object());
     q.erase("sparsity_config");
-    EXPECT_EQ(q, c["quantization_config"]) << name << "\nqobs: " << q.dump(1)
-                                           << "\nreference: " << c["quantization_config"].dump(1);
+    EXPECT_EQ(q, c["quantization_config"])
+        << name << "\nqobs: " << q.dump(1) << "\nreference: " << c["quantization_config"].dump(1);
     const std::string summary = inspect_checkpoint((dir.path / "out").string());
-    EXPECT_NE(summary.find(name == "mixed_formats" ? "mixed-precision" : "pack-quantized"), std::string::npos) << summary;
+    EXPECT_NE(summary.find(name == "mixed_formats" ? "mixed-precision" : "pack-quantized"), std::string::npos)
+        << summary;
   }
 }
 
@@ -153,8 +154,9 @@ TEST(Match, ReferenceSyntaxOnTheCommandLineOptions) {
   EXPECT_EQ(p.quantize, (std::vector<std::string>{"model.embed_tokens", "model.layers.1.mlp.gate_proj",
                                                   "model.layers.1.mlp.down_proj"}));
   // re: is anchored at the start (Python re.match): `re:mlp` matches nothing -> refused
-  expect_error<InvalidArgument>([&] { plan_targets(c, {}, {"re:mlp"}); },
-                                {"--ignore pattern 're:mlp' matches no module", "model.layers.0.self_attn.q_proj (Linear)"});
+  expect_error<InvalidArgument>(
+      [&] { plan_targets(c, {}, {"re:mlp"}); },
+      {"--ignore pattern 're:mlp' matches no module", "model.layers.0.self_attn.q_proj (Linear)"});
   // a plain pattern is an exact name or class; the old search spelling gets a hint
   expect_error<InvalidArgument>([&] { plan_targets(c, {"q_proj"}, {}); },
                                 {"--targets pattern 'q_proj' matches no module", "write 're:.*q_proj'"});
@@ -183,15 +185,20 @@ TEST(Match, ConfigDocuments) {
   EXPECT_EQ(c.config_groups[1].second.targets, std::vector<std::string>{"re:.*mlp.*"});
   // a config.json's quantization_config
   c = quantization_config_from_document(R"({"quantization_config": {"config_groups": {"g": {"targets": ["Linear"],
-      "weights": {"num_bits": 8}}}}})", "config.json");
+      "weights": {"num_bits": 8}}}}})",
+                                        "config.json");
   EXPECT_EQ(c.config_groups[0].second.weights->num_bits, 8);
   expect_error<InvalidArgument>(
       [] { quantization_config_from_document(R"({"stage": {"GPTQModifier": {"scheme": "W4A16"}}})", "r.yaml"); },
       {"r.yaml", "QuantizationModifier", "GPTQModifier"});
   expect_error<UnknownName>(
-      [] { quantization_config_from_document(R"({"QuantizationModifier": {"scheme": "W9A9"}})", "r.yaml"); }, {"r.yaml"});
+      [] { quantization_config_from_document(R"({"QuantizationModifier": {"scheme": "W9A9"}})", "r.yaml"); },
+      {"r.yaml"});
   expect_error<InvalidArgument>(
-      [] { quantization_config_from_document(R"({"config_groups": {"g": {"targets": ["Linear"], "weights": {"bogus": 1}}}})", "c.json"); },
+      [] {
+        quantization_config_from_document(
+            R"({"config_groups": {"g": {"targets": ["Linear"], "weights": {"bogus": 1}}}})", "c.json");
+      },
       {"c.json"});
 }
 

@@ -47,7 +47,8 @@ Tensor decode_scale(const Tensor& stored, DType md) {
 }
 
 // For every quantized module: dequantized(written) == fake_quantize(original, stored qparams).
-void expect_round_trip(const fs::path& out, const std::map<std::string, Tensor>& model, const std::string& scheme_name) {
+void expect_round_trip(const fs::path& out, const std::map<std::string, Tensor>& model,
+                       const std::string& scheme_name) {
   QuantizeOptions o;
   o.scheme = scheme_name;
   const QuantizationScheme scheme = resolve_scheme(o);
@@ -59,17 +60,19 @@ void expect_round_trip(const fs::path& out, const std::map<std::string, Tensor>&
     const std::string module = name.substr(0, name.size() - 7);
     if (!c.find(module + ".weight_scale")) continue;
     const DType md = detail::model_dtype_of(w.dtype());
-    const Tensor scale = decode_scale(c.shards()[c.find(module + ".weight_scale")->first].load(module + ".weight_scale"), md);
+    const Tensor scale =
+        decode_scale(c.shards()[c.find(module + ".weight_scale")->first].load(module + ".weight_scale"), md);
     std::optional<Tensor> g;
-    if (auto gi = c.find(module + ".weight_global_scale")) g = c.shards()[gi->first].load(module + ".weight_global_scale");
+    if (auto gi = c.find(module + ".weight_global_scale"))
+      g = c.shards()[gi->first].load(module + ".weight_global_scale");
     Tensor zp(a.zp_dtype ? *a.zp_dtype : a.pytorch_dtype(), scale.shape());  // the module's zeros (R5.7.4)
     if (!a.symmetric) {
       const Tensor z = c.shards()[c.find(module + ".weight_zero_point")->first].load(module + ".weight_zero_point");
       zp = format == "pack-quantized" ? unpack_zero_points(z, a.num_bits, scale.shape()[0]).reshaped(scale.shape()) : z;
     }
     // the MXFP6 compressor quantizes without a zero point, so -0.0 keeps its sign (R8.10.1)
-    Tensor expected = fake_quantize(w.view(), scale, format == "mxfp6-pack-quantized" ? nullptr : &zp, a, nullptr,
-                                    g ? &*g : nullptr);
+    Tensor expected =
+        fake_quantize(w.view(), scale, format == "mxfp6-pack-quantized" ? nullptr : &zp, a, nullptr, g ? &*g : nullptr);
     if (a.type == QuantType::kInt) {
       // Fused QDQ keeps the sign of round(-0.3) = -0.0, but an integer code has no
       // negative zero, so any loader (the reference's included) reads +0.0 there. The
@@ -134,13 +137,12 @@ std::string param_name(const ::testing::TestParamInfo<std::tuple<std::string, DT
   return std::get<0>(info.param) + "_" + std::string(dtype_name(std::get<1>(info.param)));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Schemes, RoundTrip,
-    ::testing::Combine(::testing::Values("W4A16", "W4A16_ASYM", "W8A16", "W3A16", "W8A8", "W4A8", "FP8_DYNAMIC",
-                                         "FP8_BLOCK", "NVFP4A16", "MXFP4A16", "MXFP4", "MXFP8A16", "MXFP4XFP8",
-                                         "MXFP6A16", "MXFP6A8"),
-                       ::testing::Values(DType::kF32, DType::kBF16, DType::kF16)),
-    param_name);
+INSTANTIATE_TEST_SUITE_P(Schemes, RoundTrip,
+                         ::testing::Combine(::testing::Values("W4A16", "W4A16_ASYM", "W8A16", "W3A16", "W8A8", "W4A8",
+                                                              "FP8_DYNAMIC", "FP8_BLOCK", "NVFP4A16", "MXFP4A16",
+                                                              "MXFP4", "MXFP8A16", "MXFP4XFP8", "MXFP6A16", "MXFP6A8"),
+                                            ::testing::Values(DType::kF32, DType::kBF16, DType::kF16)),
+                         param_name);
 
 TEST(Pipeline, R8_9_TensorListingPerFormat) {
   TempDir dir;
@@ -150,8 +152,8 @@ TEST(Pipeline, R8_9_TensorListingPerFormat) {
     run(dir.path / "in", dir.path / scheme, scheme);
     const SafetensorsFile f = SafetensorsFile::open((dir.path / scheme / "model.safetensors").string());
     std::ostringstream os;
-    for (const char* local : {"weight", "weight_packed", "weight_scale", "weight_zero_point", "weight_global_scale",
-                              "weight_shape"})
+    for (const char* local :
+         {"weight", "weight_packed", "weight_scale", "weight_zero_point", "weight_global_scale", "weight_shape"})
       if (const TensorInfo* t = f.find(std::string("model.layers.0.mlp.gate_proj.") + local))
         os << local << ":" << safetensors_dtype_name(t->dtype) << shape_str(t->shape) << " ";
     return os.str();
@@ -177,7 +179,7 @@ TEST(Pipeline, R8_7_ConfigAndCopiedFiles) {
   std::ifstream in(dir.path / "out" / "config.json");
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const nlohmann::json cfg = nlohmann::json::parse(text);
-  EXPECT_EQ(text, cfg.dump(2) + "\n");  // keys sorted, 2-space indent (R8.7.3)
+  EXPECT_EQ(text, cfg.dump(2) + "\n");    // keys sorted, 2-space indent (R8.7.3)
   EXPECT_EQ(cfg["model_type"], "llama");  // original keys kept (R8.8.3)
   const auto& q = cfg["quantization_config"];
   EXPECT_EQ(q["quant_method"], "compressed-tensors");
@@ -529,8 +531,9 @@ TEST(Pipeline, InspectShowsConfigFieldsOfAnyType) {
   const auto set_config = [&](const std::string& qc) {
     std::ofstream(dir.path / "in" / "config.json") << R"({"model_type": "llama", "quantization_config": )" << qc << "}";
   };
-  set_config(R"({"quant_method": 1, "format": null, "config_groups": {"g": [1], "h": {"targets": "x", "weights": )"
-             R"({"type": 4, "num_bits": "four", "strategy": [], "group_size": 1.5, "symmetric": "no"}}}, "ignore": [2]})");
+  set_config(
+      R"({"quant_method": 1, "format": null, "config_groups": {"g": [1], "h": {"targets": "x", "weights": )"
+      R"({"type": 4, "num_bits": "four", "strategy": [], "group_size": 1.5, "symmetric": "no"}}}, "ignore": [2]})");
   std::string s;
   ASSERT_NO_THROW(s = inspect_checkpoint((dir.path / "in").string()));
   EXPECT_NE(s.find("quantization_config: 1, format null"), std::string::npos) << s;

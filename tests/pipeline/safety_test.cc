@@ -49,7 +49,8 @@ std::map<std::string, std::string> tree(const fs::path& root, const std::string&
   return t;
 }
 
-std::vector<std::pair<std::string, Tensor>> small_model(const std::string& linear_module = "model.layers.0.mlp.up_proj") {
+std::vector<std::pair<std::string, Tensor>> small_model(
+    const std::string& linear_module = "model.layers.0.mlp.up_proj") {
   std::vector<double> v(16 * 128);
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.01 * static_cast<double>(static_cast<int>(i % 37) - 18);
   return {{linear_module + ".weight", Tensor::from_values(DType::kF32, {16, 128}, v)},
@@ -236,8 +237,7 @@ TEST(PipelineSafety, CancelFlagStopsAndRemovesTemp) {
   const fs::path in = dir.path / "in";
   fs::create_directories(in);
   std::vector<std::pair<std::string, Tensor>> t;
-  for (int l = 0; l < 6; ++l)
-    t.push_back(small_model("model.layers." + std::to_string(l) + ".mlp.up_proj")[0]);
+  for (int l = 0; l < 6; ++l) t.push_back(small_model("model.layers." + std::to_string(l) + ".mlp.up_proj")[0]);
   write_safetensors((in / "model.safetensors").string(), t);
   fs::create_directories(dir.path / "out");
   std::ofstream(dir.path / "out" / "old.txt") << "old";

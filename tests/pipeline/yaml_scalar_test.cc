@@ -27,7 +27,7 @@ FieldValue big(const char* digits) { return {FieldValue::BigInt{digits}}; }
 ::testing::AssertionResult same(const FieldValue& got, const FieldValue& want) {
   if (got.value.index() == want.value.index() && got.dump() == want.dump()) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "got " << got.dump() << " (alternative " << got.value.index() << "), want "
-                                     << want.dump() << " (alternative " << want.value.index() << ")";
+                                       << want.dump() << " (alternative " << want.value.index() << ")";
 }
 
 double as_double(const FieldValue& v) {
@@ -37,7 +37,8 @@ double as_double(const FieldValue& v) {
 
 TEST(YamlScalar, Booleans) {
   // YAML 1.1: the six words in three spellings each; other spellings are strings.
-  for (const char* t : {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"}) EXPECT_TRUE(same(typed(t), boolean(true))) << t;
+  for (const char* t : {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"})
+    EXPECT_TRUE(same(typed(t), boolean(true))) << t;
   for (const char* f : {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"})
     EXPECT_TRUE(same(typed(f), boolean(false))) << f;
   for (const char* s : {"tRUE", "yEs", "y", "n", "Y", "t", "truee"}) EXPECT_TRUE(same(typed(s), str(s))) << s;
@@ -71,7 +72,8 @@ TEST(YamlScalar, Integers) {
   EXPECT_TRUE(same(typed("-9223372036854775809"), big("-9223372036854775809")));
   EXPECT_TRUE(same(typed("0x10000000000000000"), big("18446744073709551616")));
   // Not integers under YAML 1.1: strings.
-  for (const char* s : {"0o10", "08", "1e3", "0x", "0b", "1:60", "1_000x", "12abc", "+-1"}) EXPECT_TRUE(same(typed(s), str(s))) << s;
+  for (const char* s : {"0o10", "08", "1e3", "0x", "0b", "1:60", "1_000x", "12abc", "+-1"})
+    EXPECT_TRUE(same(typed(s), str(s))) << s;
   testing::expect_error<InvalidArgument>([] { typed("0x_"); }, {"'0x_'", "no digits"});
 }
 
@@ -94,7 +96,8 @@ TEST(YamlScalar, Floats) {
   const double neg_zero = as_double(typed("-0.0"));
   EXPECT_TRUE(neg_zero == 0.0 && std::signbit(neg_zero));
   // YAML 1.1 floats need a '.', and an exponent needs its sign: these stay strings.
-  for (const char* s : {"1e3", "1.0e3", "1E-3", "inf", "nan", ".nan_", "-.nan", "._5", "1.5.2"}) EXPECT_TRUE(same(typed(s), str(s))) << s;
+  for (const char* s : {"1e3", "1.0e3", "1E-3", "inf", "nan", ".nan_", "-.nan", "._5", "1.5.2"})
+    EXPECT_TRUE(same(typed(s), str(s))) << s;
 }
 
 TEST(YamlScalar, EverythingElseIsAString) {

@@ -70,8 +70,7 @@ TEST(GoldenMxfp6, CastPowerOfTwoAndMxScales) {
       const double e = expect.get(i);
       // (the value as x's dtype stores it: exact for every E2M3 value and power of two)
       const double got = round_to_float_dtype(x.dtype(), y);
-      const bool same = std::isnan(e) ? std::isnan(got)
-                                      : testing::double_bits(e) == testing::double_bits(got);
+      const bool same = std::isnan(e) ? std::isnan(got) : testing::double_bits(e) == testing::double_bits(got);
       if (!same && bad++ < 5) ADD_FAILURE() << "x = " << v << ": got " << got << ", reference " << e;
     }
     EXPECT_EQ(bad, 0);
@@ -181,8 +180,8 @@ TEST(GoldenMxfp6, ReferenceErrorsRaise) {
         fake_quantize(g->tensor(in["x"]).view(), g->tensor(in["scale"]), nullptr, a);
       } else if (kind == "compress") {
         const Tensor s = g->tensor(in["scale"]);
-        detail::compress_weight(g->tensor(in["x"]).view(), QParams{s, Tensor(DType::kU8, s.shape()), std::nullopt},
-                                a, "mxfp6-pack-quantized", "w");
+        detail::compress_weight(g->tensor(in["x"]).view(), QParams{s, Tensor(DType::kU8, s.shape()), std::nullopt}, a,
+                                "mxfp6-pack-quantized", "w");
       } else {
         FAIL() << "unhandled error kind " << kind;
       }
@@ -207,7 +206,8 @@ TEST(GoldenMxfp6, NonFiniteInputs) {
     SCOPED_TRACE(c["id"].get<std::string>());
     const std::string op = c.value("op", std::string("qparams"));
     if (op == "qparams") {
-      EXPECT_THROW(calculate_qparams(g->tensor(c["min"]), g->tensor(c["max"]), case_args_from_golden(c)), InvalidArgument);
+      EXPECT_THROW(calculate_qparams(g->tensor(c["min"]), g->tensor(c["max"]), case_args_from_golden(c)),
+                   InvalidArgument);
       ++raised;
     } else if (op == "compress") {
       const Tensor s = g->tensor(c["weight_scale"]);

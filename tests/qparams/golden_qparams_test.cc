@@ -24,7 +24,8 @@ TEST(GoldenQParams, CalculateQParamsR4_1) {
   for (const json& c : g->doc["qparams_cases"]) {
     SCOPED_TRACE(c["id"].get<std::string>());
     const auto gs = g->maybe(c["global_scale"]);
-    const auto r = calculate_qparams(g->tensor(c["min"]), g->tensor(c["max"]), case_args_from_golden(c), gs ? &*gs : nullptr);
+    const auto r =
+        calculate_qparams(g->tensor(c["min"]), g->tensor(c["max"]), case_args_from_golden(c), gs ? &*gs : nullptr);
     EXPECT_EQ(describe_difference(g->tensor(c["expect"]["scale"]), r.scale), "") << "scale";
     EXPECT_EQ(describe_difference(g->tensor(c["expect"]["zero_point"]), r.zero_point), "") << "zero_point";
     ++n;
@@ -56,7 +57,8 @@ TEST(GoldenQParams, ReferenceGarbageIsRejectedOrDefined) {
     SCOPED_TRACE(c["id"].get<std::string>());
     try {
       const auto gs = g->maybe(c["global_scale"]);
-      const auto r = calculate_qparams(g->tensor(c["min"]), g->tensor(c["max"]), case_args_from_golden(c), gs ? &*gs : nullptr);
+      const auto r =
+          calculate_qparams(g->tensor(c["min"]), g->tensor(c["max"]), case_args_from_golden(c), gs ? &*gs : nullptr);
       for (int64_t i = 0; i < r.scale.numel(); ++i) EXPECT_TRUE(std::isfinite(r.scale.get(i)));
       for (int64_t i = 0; i < r.zero_point.numel(); ++i) EXPECT_TRUE(std::isfinite(r.zero_point.get(i)));
     } catch (const InvalidArgument&) {

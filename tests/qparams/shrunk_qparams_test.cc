@@ -21,14 +21,14 @@ using qobs::testing::float_bits;
 
 TEST(ShrunkQParams, EqualsComputeQParamsElemForEveryCandidate) {
   std::mt19937 rng(17);
-  std::vector<std::pair<float, float>> ranges{{0, 0},        {-0.0f, 0.0f}, {-1, 1},          {0, 3},
-                                              {-3, 0},       {2, 5},        {-5, -2},         {-1e-40f, 1e-40f},
-                                              {-1e30f, 1e30f}, {-0x1p-126f, 0x1p-130f}, {-0.0f, 7.5f}, {-8, 7}};
+  std::vector<std::pair<float, float>> ranges{
+      {0, 0},          {-0.0f, 0.0f},           {-1, 1},       {0, 3}, {-3, 0}, {2, 5}, {-5, -2}, {-1e-40f, 1e-40f},
+      {-1e30f, 1e30f}, {-0x1p-126f, 0x1p-130f}, {-0.0f, 7.5f}, {-8, 7}};
   for (int k = 0; k < 2000; ++k) {
     std::uniform_real_distribution<float> u(-1, 1);
     const float scale = std::ldexp(1.0f, static_cast<int>(rng() % 80) - 60);
     float a = u(rng) * scale, b = u(rng) * scale;
-    if (k % 7 == 0) a = std::fabs(a);   // positive-only ranges
+    if (k % 7 == 0) a = std::fabs(a);    // positive-only ranges
     if (k % 11 == 0) b = -std::fabs(b);  // negative-only ranges
     ranges.emplace_back(std::min(a, b), std::max(a, b));
   }
@@ -45,49 +45,49 @@ TEST(ShrunkQParams, EqualsComputeQParamsElemForEveryCandidate) {
   };
   for (const Stats& st : {Stats{DType::kF32, NumericMode::kParity}, Stats{DType::kBF16, NumericMode::kParity},
                           Stats{DType::kF16, NumericMode::kParity}, Stats{DType::kBF16, NumericMode::kWide}})
-  for (int bits : {2, 3, 4, 8, -4})  // -4: FP4 (symmetric, float zero-point dtype)
-    for (bool sym : {true, false})
-      for (bool chunked : {false, true})
-        for (const Extra& extra : {Extra{std::nullopt, false}, Extra{1.0, true}, Extra{2688.0 / 0.37, true},
-                                   Extra{3e6, true}, Extra{17.0, false}}) {
-        if (bits < 0 && !sym) continue;
-        if (st.dt != DType::kF32 && (chunked || (extra.global && *extra.global == 3e6))) continue;  // time
-        if (extra.global && chunked) continue;  // calculate_qparams plans: shrink 1 matters, chunking not
-        QuantizationArgs args;
-        args.num_bits = bits < 0 ? -bits : bits;
-        args.type = bits < 0 ? QuantType::kFloat : QuantType::kInt;
-        args.symmetric = sym;
-        args.strategy = extra.global ? Strategy::kTensorGroup : Strategy::kGroup;
-        args.group_size = 16;
-        if (extra.fp8_scales) args.scale_dtype = DType::kF8E4M3;
-        args = args.validated();
-        const QParamPlan plan = QParamPlan::make(args, st.dt, extra.global, st.mode);
-        const ShrunkQParams sq = ShrunkQParams::make(plan);
-        ASSERT_TRUE(sq.usable);
-        kernels::GridSearchConfig cfg;
-        cfg.chunked = chunked;
-        cfg.maxshrink = 0.95;  // shrinks down to 0.06: more zero-range and tiny cases
-        const std::vector<double> shrink = search_shrink_factors(cfg, st.dt);
-        std::vector<float> shrink_f(shrink.begin(), shrink.end());
-        std::vector<float> sc(shrink.size()), zp(shrink.size());
-        const Arith a{st.dt, st.mode};
-        for (const auto& [m0_raw, M0_raw] : ranges) {
-          // the statistics are values of their dtype
-          const float m0 = static_cast<float>(round_to_float_dtype(st.dt, m0_raw));
-          const float M0 = static_cast<float>(round_to_float_dtype(st.dt, M0_raw));
-          if (!std::isfinite(m0) || !std::isfinite(M0)) continue;  // f16 overflows
-          sq.compute(m0, M0, shrink_f.data(), static_cast<int64_t>(shrink.size()), sc.data(), zp.data());
-          for (std::size_t i = 0; i < shrink.size(); ++i) {
-            const ElemQParams ref = compute_qparams_elem(a.mul(m0, shrink[i]), a.mul(M0, shrink[i]), plan);
-            ASSERT_EQ(float_bits(sc[i]), float_bits(static_cast<float>(ref.scale)))
-                << dtype_name(st.dt) << " bits=" << bits << " sym=" << sym
-                << " global=" << extra.global.value_or(0) << " range [" << m0 << ", " << M0 << "] i=" << i;
-            ASSERT_EQ(float_bits(zp[i]), float_bits(static_cast<float>(ref.zero_point)))
-                << dtype_name(st.dt) << " bits=" << bits << " sym=" << sym
-                << " global=" << extra.global.value_or(0) << " range [" << m0 << ", " << M0 << "] i=" << i;
+    for (int bits : {2, 3, 4, 8, -4})  // -4: FP4 (symmetric, float zero-point dtype)
+      for (bool sym : {true, false})
+        for (bool chunked : {false, true})
+          for (const Extra& extra : {Extra{std::nullopt, false}, Extra{1.0, true}, Extra{2688.0 / 0.37, true},
+                                     Extra{3e6, true}, Extra{17.0, false}}) {
+            if (bits < 0 && !sym) continue;
+            if (st.dt != DType::kF32 && (chunked || (extra.global && *extra.global == 3e6))) continue;  // time
+            if (extra.global && chunked) continue;  // calculate_qparams plans: shrink 1 matters, chunking not
+            QuantizationArgs args;
+            args.num_bits = bits < 0 ? -bits : bits;
+            args.type = bits < 0 ? QuantType::kFloat : QuantType::kInt;
+            args.symmetric = sym;
+            args.strategy = extra.global ? Strategy::kTensorGroup : Strategy::kGroup;
+            args.group_size = 16;
+            if (extra.fp8_scales) args.scale_dtype = DType::kF8E4M3;
+            args = args.validated();
+            const QParamPlan plan = QParamPlan::make(args, st.dt, extra.global, st.mode);
+            const ShrunkQParams sq = ShrunkQParams::make(plan);
+            ASSERT_TRUE(sq.usable);
+            kernels::GridSearchConfig cfg;
+            cfg.chunked = chunked;
+            cfg.maxshrink = 0.95;  // shrinks down to 0.06: more zero-range and tiny cases
+            const std::vector<double> shrink = search_shrink_factors(cfg, st.dt);
+            std::vector<float> shrink_f(shrink.begin(), shrink.end());
+            std::vector<float> sc(shrink.size()), zp(shrink.size());
+            const Arith a{st.dt, st.mode};
+            for (const auto& [m0_raw, M0_raw] : ranges) {
+              // the statistics are values of their dtype
+              const float m0 = static_cast<float>(round_to_float_dtype(st.dt, m0_raw));
+              const float M0 = static_cast<float>(round_to_float_dtype(st.dt, M0_raw));
+              if (!std::isfinite(m0) || !std::isfinite(M0)) continue;  // f16 overflows
+              sq.compute(m0, M0, shrink_f.data(), static_cast<int64_t>(shrink.size()), sc.data(), zp.data());
+              for (std::size_t i = 0; i < shrink.size(); ++i) {
+                const ElemQParams ref = compute_qparams_elem(a.mul(m0, shrink[i]), a.mul(M0, shrink[i]), plan);
+                ASSERT_EQ(float_bits(sc[i]), float_bits(static_cast<float>(ref.scale)))
+                    << dtype_name(st.dt) << " bits=" << bits << " sym=" << sym << " global=" << extra.global.value_or(0)
+                    << " range [" << m0 << ", " << M0 << "] i=" << i;
+                ASSERT_EQ(float_bits(zp[i]), float_bits(static_cast<float>(ref.zero_point)))
+                    << dtype_name(st.dt) << " bits=" << bits << " sym=" << sym << " global=" << extra.global.value_or(0)
+                    << " range [" << m0 << ", " << M0 << "] i=" << i;
+              }
+            }
           }
-        }
-      }
 }
 
 TEST(ShrunkQParams, OnlyTheCommonPlansAreCovered) {

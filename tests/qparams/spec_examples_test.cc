@@ -94,8 +94,8 @@ TEST(SpecExamples, R4_4_Example3WideModeDiffers) {
   ASSERT_TRUE(qp.global_scale.has_value());
   EXPECT_NE(qp.global_scale->get(0), 117.0);
   EXPECT_NEAR(qp.global_scale->get(0), 2688.0 / 23.0, 1e-4);
-  const Tensor fq = fake_quantize(weight.view(), qp.scale, &qp.zero_point, args, nullptr, &*qp.global_scale,
-                                  NumericMode::kWide);
+  const Tensor fq =
+      fake_quantize(weight.view(), qp.scale, &qp.zero_point, args, nullptr, &*qp.global_scale, NumericMode::kWide);
   EXPECT_EQ(fq.get(2 * 6 + 1), 14.8125);
 }
 
@@ -129,7 +129,8 @@ TEST(SpecExamples, R4_1_AsymmetricFp4NotImplemented) {
   a.num_bits = 4;
   a.type = QuantType::kFloat;
   a.symmetric = false;
-  EXPECT_THROW(calculate_qparams(scalar1(DType::kF32, -1), scalar1(DType::kF32, 1), a.validated()), NotImplementedError);
+  EXPECT_THROW(calculate_qparams(scalar1(DType::kF32, -1), scalar1(DType::kF32, 1), a.validated()),
+               NotImplementedError);
 }
 
 TEST(SpecExamples, R4_1_Step7ZeroScaleReplacement) {
@@ -214,12 +215,13 @@ TEST(SpecExamples, R4_3_DynamicScaleShapes) {
   tn.dynamic = Dynamic::kTrue;
   const auto rn = compute_dynamic_scales_and_zp(TensorView(x.data(), DType::kF32, {4, 8}), tn.validated());
   EXPECT_EQ(rn.scale.shape(), (Shape{1}));
-  EXPECT_THROW(compute_dynamic_scales_and_zp(TensorView(x.data(), DType::kF32, {1, 4, 8}), [] {
-                 QuantizationArgs a;
-                 a.group_size = 3;
-                 a.dynamic = Dynamic::kTrue;
-                 return a.validated();
-               }()),
+  EXPECT_THROW(compute_dynamic_scales_and_zp(TensorView(x.data(), DType::kF32, {1, 4, 8}),
+                                             [] {
+                                               QuantizationArgs a;
+                                               a.group_size = 3;
+                                               a.dynamic = Dynamic::kTrue;
+                                               return a.validated();
+                                             }()),
                ShapeError);
 }
 
@@ -246,8 +248,8 @@ TEST(SpecExamples, R4_1_1_SymmetricIntClipsPositiveExtreme) {
   const auto args = int_args(8, true);
   const auto r = calculate_qparams(scalar1(DType::kF32, -1), scalar1(DType::kF32, 1), args);
   std::vector<float> x{-1.0f, 1.0f, 2.0f};
-  const Tensor q = quantize(TensorView(x.data(), DType::kF32, {3}), r.scale, &r.zero_point, args, nullptr, nullptr,
-                            DType::kI8);
+  const Tensor q =
+      quantize(TensorView(x.data(), DType::kF32, {3}), r.scale, &r.zero_point, args, nullptr, nullptr, DType::kI8);
   EXPECT_EQ(q.get(0), -127);
   EXPECT_EQ(q.get(1), 127);
   EXPECT_EQ(q.get(2), 127);  // clamped to q_max

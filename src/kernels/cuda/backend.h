@@ -104,7 +104,9 @@ class DeviceBuffer {
 
   void* get() const { return p_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(p_); }
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
   std::size_t bytes() const { return bytes_; }
   /// Gives up ownership (the caller releases the memory).
   void* release() {

@@ -26,9 +26,12 @@ cudaStream_t st(Stream s) { return s.handle ? static_cast<cudaStream_t>(s.handle
 
 cudaMemcpyKind kind_of(CopyKind k) {
   switch (k) {
-    case CopyKind::kHostToDevice: return cudaMemcpyHostToDevice;
-    case CopyKind::kDeviceToHost: return cudaMemcpyDeviceToHost;
-    case CopyKind::kDeviceToDevice: return cudaMemcpyDeviceToDevice;
+    case CopyKind::kHostToDevice:
+      return cudaMemcpyHostToDevice;
+    case CopyKind::kDeviceToHost:
+      return cudaMemcpyDeviceToHost;
+    case CopyKind::kDeviceToDevice:
+      return cudaMemcpyDeviceToDevice;
   }
   return cudaMemcpyDefault;
 }
@@ -43,8 +46,8 @@ class CudaBackend final : public Backend {
     return d;
   }
   void set_device(int device) const override {
-    QOBS_CHECK(device >= 0 && device < count_, InvalidArgument, "CUDA device ", device, " does not exist (",
-               count_, " device", count_ == 1 ? "" : "s", " present)");
+    QOBS_CHECK(device >= 0 && device < count_, InvalidArgument, "CUDA device ", device, " does not exist (", count_,
+               " device", count_ == 1 ? "" : "s", " present)");
     check(cudaSetDevice(device), "cudaSetDevice");
   }
   std::string describe(int device) const override {
@@ -102,9 +105,7 @@ class CudaBackend final : public Backend {
   void running_minmax(const RunningMinmaxArgs& a, Stream s) const override { launch_running_minmax(a, st(s)); }
   void importance(const ImportanceArgs& a, Stream s) const override { launch_importance(a, st(s)); }
   void flag_non_finite(const FlagNonFiniteArgs& a, Stream s) const override { launch_flag_non_finite(a, st(s)); }
-  void record_non_finite(const RecordNonFiniteArgs& a, Stream s) const override {
-    launch_record_non_finite(a, st(s));
-  }
+  void record_non_finite(const RecordNonFiniteArgs& a, Stream s) const override { launch_record_non_finite(a, st(s)); }
 
  private:
   int count_;

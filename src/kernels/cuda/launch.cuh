@@ -33,6 +33,6 @@ struct AtomicMinU64 {
 }  // namespace qobs::kernels::cuda
 
 /// for (i = this thread's first index; i < n; i += the grid's thread count)
-#define QOBS_CUDA_LOOP(i, n)                                                            \
+#define QOBS_CUDA_LOOP(i, n)                                                             \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)

@@ -62,8 +62,8 @@ bool load_batch(const Plan& P, int64_t q0, int64_t count, bool abs_values, doubl
 /// A finished batch's outputs: the real lanes' base ranges into m0 / M0, their
 /// 32-candidate words (s.lane_improved) into the groups' 64-bit improvement words and
 /// into any.
-void store_lane_bits(const Plan& P, int64_t q0, int64_t count, const Scratch& s, double* m0, double* M0,
-                     uint64_t* bits, int64_t W, uint8_t* any) {
+void store_lane_bits(const Plan& P, int64_t q0, int64_t count, const Scratch& s, double* m0, double* M0, uint64_t* bits,
+                     int64_t W, uint8_t* any) {
   const int64_t L = P.batch.lanes, S = P.S;
   // two 32-candidate words of a lane make one of its 64-bit improvement words
   const int64_t W32 = (S + 31) / 32;

@@ -13,9 +13,9 @@
 #define HWY_TARGET_INCLUDE "kernels/grid_search/block_errors_simd.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
-#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, DH, DD, VF, VD, ...
-#include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round, fp4_round
-#include "kernels/pow/pow-inl.h"  // pow_replay, pow_approx
+#include "kernels/simd/lane_types-inl.h"         // DF, DU, DI, DH, DD, VF, VD, ...
+#include "kernels/simd/grid_round-inl.h"         // narrow_to, fp8_round, fp4_round
+#include "kernels/pow/pow-inl.h"                 // pow_replay, pow_approx
 #include "kernels/grid_search/exact_term-inl.h"  // exact_term
 
 #include <cmath>
@@ -31,7 +31,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Only the AVX2 and AVX-512 passes carry kernels (simd_targets.h); the baseline pass
 // Highway always adds stays empty.
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
-
 
 /// Accumulates an f32 vector of terms into the 8 canonical lane sums.
 struct LaneSums {
@@ -84,8 +83,8 @@ HWY_NOINLINE void BlockErrorsT(const BlockKernelArgs& A) {
   // (exact_diff_of_magnitude) and the terms come from the table's f64 copy
   // (add_table_terms_f64), as in the exact batch kernel
   constexpr bool kCanMagnitude = magnitude_instantiation(kDN, kEN, kG, kNK);
-  const bool magnitude_data = kCanMagnitude && !weighted && !A.has_zp && A.pow_table64 != nullptr &&
-                              codes_exact_in_data_dtype(A, false);
+  const bool magnitude_data =
+      kCanMagnitude && !weighted && !A.has_zp && A.pow_table64 != nullptr && codes_exact_in_data_dtype(A, false);
   // |x| and the clamp's bound on x's side, read by every candidate that takes the
   // magnitude chain; the last vector is padded with zeros, whose term is 0
   alignas(64) float abs_x[kCanMagnitude ? kSumBlock : 1];
@@ -162,12 +161,18 @@ HWY_NOINLINE void BlockErrorsT(const BlockKernelArgs& A) {
 template <int kDN, int kEN, int kG>
 HWY_INLINE void BlockErrorsNorm(const BlockKernelArgs& A) {
   switch (A.norm_kind) {
-    case NormKind::kTwo: return BlockErrorsT<kDN, kEN, kG, static_cast<int>(NormKind::kTwo)>(A);
-    case NormKind::kThree: return BlockErrorsT<kDN, kEN, kG, static_cast<int>(NormKind::kThree)>(A);
-    case NormKind::kPowReplay: return BlockErrorsT<kDN, kEN, kG, static_cast<int>(NormKind::kPowReplay)>(A);
-    case NormKind::kPowApprox: return BlockErrorsT<kDN, kEN, kG, static_cast<int>(NormKind::kPowApprox)>(A);
-    case NormKind::kTable16: return BlockErrorsT<kDN, kEN, kG, static_cast<int>(NormKind::kTable16)>(A);
-    default: return BlockErrorsT<-1, -1, -1, -1>(A);
+    case NormKind::kTwo:
+      return BlockErrorsT<kDN, kEN, kG, static_cast<int>(NormKind::kTwo)>(A);
+    case NormKind::kThree:
+      return BlockErrorsT<kDN, kEN, kG, static_cast<int>(NormKind::kThree)>(A);
+    case NormKind::kPowReplay:
+      return BlockErrorsT<kDN, kEN, kG, static_cast<int>(NormKind::kPowReplay)>(A);
+    case NormKind::kPowApprox:
+      return BlockErrorsT<kDN, kEN, kG, static_cast<int>(NormKind::kPowApprox)>(A);
+    case NormKind::kTable16:
+      return BlockErrorsT<kDN, kEN, kG, static_cast<int>(NormKind::kTable16)>(A);
+    default:
+      return BlockErrorsT<-1, -1, -1, -1>(A);
   }
 }
 
@@ -179,8 +184,10 @@ HWY_INLINE void BlockErrorsGrid(const BlockKernelArgs& A) {
     case qobs::detail::GridKind::kFp8:
       return BlockErrorsNorm<kDN, kEN, static_cast<int>(qobs::detail::GridKind::kFp8)>(A);
     // FP6 (MXFP6) reads the grid at run time: no specialized instantiations for it
-    case qobs::detail::GridKind::kFp6: return BlockErrorsT<-1, -1, -1, -1>(A);
-    default: return BlockErrorsNorm<kDN, kEN, static_cast<int>(qobs::detail::GridKind::kFp4)>(A);
+    case qobs::detail::GridKind::kFp6:
+      return BlockErrorsT<-1, -1, -1, -1>(A);
+    default:
+      return BlockErrorsNorm<kDN, kEN, static_cast<int>(qobs::detail::GridKind::kFp4)>(A);
   }
 }
 

@@ -40,10 +40,10 @@ struct BlockKernelArgs {
   float q_min = 0, q_max = 0;
   NormKind norm_kind = NormKind::kTwo;
   float norm = 2.0f;
-  const PowfTables* tables = nullptr;  ///< kPowReplay only
-  const float* pow_table = nullptr;    ///< kTable16: 32768 terms indexed by the 16-bit pattern of |e|
+  const PowfTables* tables = nullptr;   ///< kPowReplay only
+  const float* pow_table = nullptr;     ///< kTable16: 32768 terms indexed by the 16-bit pattern of |e|
   const double* pow_table64 = nullptr;  ///< bf16 errors: the same terms widened to f64, for both signs
-  double* sums = nullptr;              ///< out: num_candidates canonical block sums
+  double* sums = nullptr;               ///< out: num_candidates canonical block sums
 };
 
 /// Whether every code q, and q - z, that exact_abs_error meets is a value the data dtype

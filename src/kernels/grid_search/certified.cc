@@ -57,8 +57,7 @@ void poly_intervals(const Plan& P, const float* x, double xmax, Scratch& s) {
 
 }  // namespace
 
-void certified_improvements(const Plan& P, const float* x, const float* w, double xmax, Scratch& s,
-                            uint8_t* improved) {
+void certified_improvements(const Plan& P, const float* x, const float* w, double xmax, Scratch& s, uint8_t* improved) {
   const int64_t S = P.S, len = P.len;
   double* errs = s.errs.data();
   s.lo.resize(static_cast<std::size_t>(S));

@@ -15,7 +15,6 @@ namespace qobs::kernels::cpu {
 
 /// improved[i] for all S candidates of one group whose values are x (weights w) and
 /// whose qparams are s.scale / s.zp, as the reference decides them; xmax = max |x|.
-void certified_improvements(const Plan& P, const float* x, const float* w, double xmax, Scratch& s,
-                            uint8_t* improved);
+void certified_improvements(const Plan& P, const float* x, const float* w, double xmax, Scratch& s, uint8_t* improved);
 
 }  // namespace qobs::kernels::cpu

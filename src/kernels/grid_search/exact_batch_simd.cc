@@ -11,11 +11,11 @@
 #define HWY_TARGET_INCLUDE "kernels/grid_search/exact_batch_simd.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
-#include "kernels/simd/lane_types-inl.h"   // DF, DU, DI, DH, DD, VF, VD, ...
-#include "kernels/simd/grid_round-inl.h"   // narrow_to, fp8_round, fp4_round
-#include "kernels/pow/pow-inl.h"          // pow_replay
-#include "kernels/grid_search/exact_term-inl.h"   // exact_term
-#include "kernels/qparams/qparams_lanes-inl.h"  // shrunk_qparams_lanes
+#include "kernels/simd/lane_types-inl.h"         // DF, DU, DI, DH, DD, VF, VD, ...
+#include "kernels/simd/grid_round-inl.h"         // narrow_to, fp8_round, fp4_round
+#include "kernels/pow/pow-inl.h"                 // pow_replay
+#include "kernels/grid_search/exact_term-inl.h"  // exact_term
+#include "kernels/qparams/qparams_lanes-inl.h"   // shrunk_qparams_lanes
 
 #include <cmath>
 #include <type_traits>
@@ -33,7 +33,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Only the AVX2 and AVX-512 passes carry kernels (simd_targets.h); the baseline pass
 // Highway always adds stays empty.
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
-
 
 /// round_to_float_dtype(dt, v) for half a vector of non-negative sums: RNE to the
 /// dtype's significand (kDrop low bits of the f64 mantissa) where v is zero or at least
@@ -83,11 +82,12 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
   // so the guard's max |x| is each lane's own), each candidate below
   constexpr bool kCanSplit = split_instantiation(kDN, kEN);
   // |r - x| without its rounding where exact_diff_ok allows (per candidate, below)
-  constexpr bool kCanExactDiff = kCanSplit && kEN == static_cast<int>(Narrow::kBF16) && kZp == 0 && kQExact &&
-                                 (kG == static_cast<int>(qobs::detail::GridKind::kInt) ||
-                                  kG == static_cast<int>(qobs::detail::GridKind::kFp4));
+  constexpr bool kCanExactDiff =
+      kCanSplit && kEN == static_cast<int>(Narrow::kBF16) && kZp == 0 && kQExact &&
+      (kG == static_cast<int>(qobs::detail::GridKind::kInt) || kG == static_cast<int>(qobs::detail::GridKind::kFp4));
   // unweighted bf16 table terms: from the table's f64 copy (add_table_terms_f64)
-  constexpr bool kTable64 = kEN == static_cast<int>(Narrow::kBF16) && kNK == static_cast<int>(NormKind::kTable16) && kW == 0;
+  constexpr bool kTable64 =
+      kEN == static_cast<int>(Narrow::kBF16) && kNK == static_cast<int>(NormKind::kTable16) && kW == 0;
   // and then on magnitudes (exact_diff_of_magnitude) where the terms come from the
   // table's f64 copy, which holds both signs
   constexpr bool kMagnitude = magnitude_instantiation(kDN, kEN, kG, kNK) && kZp == 0 && kQExact && kW == 0;
@@ -128,8 +128,8 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
     // and the reduction below too, so they stay in registers: one variable index kept
     // the whole array in memory, and GCC stored each sum after each add.
     VD acc[8][2];
-    [&]<size_t... K>(std::index_sequence<K...>) HWY_ATTR { ((acc[K / 2][K % 2] = hn::Zero(dd)), ...); }(
-        std::make_index_sequence<16>{});
+    [&]<size_t... K>(std::index_sequence<K...>) HWY_ATTR { ((acc[K / 2][K % 2] = hn::Zero(dd)), ...); }
+    (std::make_index_sequence<16>{});
     const VF inv_s = hn::Div(one, s);  // quotient_bf16_split's reciprocal
     auto sums = [&]<bool kSplit, bool kExactDiff>(std::bool_constant<kSplit>, std::bool_constant<kExactDiff>) HWY_ATTR {
       // (on magnitudes: r' - |x|, which the table turns into the term of |r - x|)
@@ -140,7 +140,7 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
           return exact_diff_of_magnitude<kG>(T, hn::Load(df, abs_x + j * N), bound, s, inv_s);
         } else
           return exact_abs_error<kDN, kEN, kG, kQExact, kZp, kSplit, kExactDiff>(T, hn::LoadU(df, A.xt + j * N), s,
-                                                                                  inv_s, z);
+                                                                                 inv_s, z);
       };
       auto add_term = [&]<size_t k>(int64_t j, VF e, std::integral_constant<size_t, k>) HWY_ATTR {
         if constexpr (kTable64) {
@@ -159,21 +159,21 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
       // roundings, gather): ~10% on an x86 core whose 512-bit division issues once per
       // ~16 cycles (docs/history/PERFORMANCE-log.md).
       int64_t j = 0;
-      for (; j + 8 <= A.n; j += 8)
-        [&]<size_t... K>(std::index_sequence<K...>) HWY_ATTR {
+      for (; j + 8 <= A.n; j += 8) [&]<size_t... K>(std::index_sequence<K...>) HWY_ATTR {
           VF e[8];
           ((e[K] = abs_error(j + static_cast<int64_t>(K))), ...);
           (add_term(j + static_cast<int64_t>(K), e[K], std::integral_constant<size_t, K>{}), ...);
-        }(std::make_index_sequence<8>{});
+        }
+      (std::make_index_sequence<8>{});
       // then the tail
       const int64_t rem = A.n - j;
       [&]<size_t... K>(std::index_sequence<K...>) HWY_ATTR {
-        ((static_cast<int64_t>(K) < rem
-              ? add_term(j + static_cast<int64_t>(K), abs_error(j + static_cast<int64_t>(K)),
-                         std::integral_constant<size_t, K>{})
-              : void()),
+        ((static_cast<int64_t>(K) < rem ? add_term(j + static_cast<int64_t>(K), abs_error(j + static_cast<int64_t>(K)),
+                                                   std::integral_constant<size_t, K>{})
+                                        : void()),
          ...);
-      }(std::make_index_sequence<7>{});
+      }
+      (std::make_index_sequence<7>{});
     };
     bool split = false, exact_diff = false;
     if constexpr (kCanSplit) split = data_splits && split_candidate_ok(s, g.xmax);
@@ -188,9 +188,15 @@ HWY_NOINLINE bool ExactBatchT(const ExactBatchArgs& A) {
       const VD tot = hn::Add(hn::Zero(dd), blk);
       VD r;
       switch (A.err_dt) {
-        case DType::kBF16: r = round_sums<45>(tot, 0x1p-126, 0x1.FEp127, DType::kBF16); break;
-        case DType::kF16: r = round_sums<42>(tot, 0x1p-14, 65504.0, DType::kF16); break;
-        default: r = tot; break;  // f32: the conversion below rounds it
+        case DType::kBF16:
+          r = round_sums<45>(tot, 0x1p-126, 0x1.FEp127, DType::kBF16);
+          break;
+        case DType::kF16:
+          r = round_sums<42>(tot, 0x1p-14, 65504.0, DType::kF16);
+          break;
+        default:
+          r = tot;
+          break;  // f32: the conversion below rounds it
       }
       err[h] = hn::DemoteTo(dh, r);
     };
@@ -231,7 +237,8 @@ bool ExactBatch(const ExactBatchArgs& A) {
   const bool weighted = A.wt != nullptr;
   if (T.data_narrow == Narrow::kBF16 && T.err_narrow == Narrow::kBF16 && T.norm_kind == NormKind::kTable16 &&
       !weighted) {
-    if (T.grid == qobs::detail::GridKind::kInt && A.q_exact) return ExactBatchZp<kBF16, kBF16, kInt, kTable, true, 0>(A);
+    if (T.grid == qobs::detail::GridKind::kInt && A.q_exact)
+      return ExactBatchZp<kBF16, kBF16, kInt, kTable, true, 0>(A);
     if (T.grid == qobs::detail::GridKind::kFp4 && !T.has_zp && A.q_exact && T.q_min == -T.q_max)
       return ExactBatchT<kBF16, kBF16, kFp4, kTable, true, 0, 0>(A);
   }
@@ -255,8 +262,9 @@ int64_t SplitNarrowingMismatches(uint32_t lo_bits, uint32_t hi_bits) {
     for (uint64_t b = lo_bits; b < hi_bits; b += static_cast<uint64_t>(N)) {
       const auto u = hn::Or(hn::Add(hn::Set(du, static_cast<uint32_t>(b)), iota), hn::Set(du, sign));
       const VF v = hn::BitCast(df, u);
-      const auto in_range = hn::Lt(hn::And(hn::Add(hn::Set(du, static_cast<uint32_t>(b)), iota), hn::Set(du, 0x7FFFFFFFu)),
-                                   hn::Set(du, hi_bits));
+      const auto in_range =
+          hn::Lt(hn::And(hn::Add(hn::Set(du, static_cast<uint32_t>(b)), iota), hn::Set(du, 0x7FFFFFFFu)),
+                 hn::Set(du, hi_bits));
       const auto ne = hn::Ne(hn::BitCast(du, narrow_bf16_split(v)), hn::BitCast(du, narrow_to(Narrow::kBF16, v)));
       bad += static_cast<int64_t>(hn::CountTrue(du, hn::And(ne, in_range)));
     }
@@ -287,8 +295,8 @@ int64_t SplitDivisionMismatches(int x_exp_lo, int x_exp_hi, const int* s_exps, i
           const VF q = hn::Div(x, s);
           const VF fast = rounded ? quotient_bf16_split(x, inv) : hn::Mul(x, inv);
           const VF want = rounded ? narrow_to(Narrow::kBF16, q) : q;
-          const auto in_guard = hn::And(hn::Ge(hn::Abs(q), hn::Set(df, 0x1p-126f)),
-                                        hn::Le(hn::Abs(x), hn::Mul(s, hn::Set(df, 0x1p99f))));
+          const auto in_guard =
+              hn::And(hn::Ge(hn::Abs(q), hn::Set(df, 0x1p-126f)), hn::Le(hn::Abs(x), hn::Mul(s, hn::Set(df, 0x1p99f))));
           const auto counted = hn::And(hn::Lt(pattern, hn::Set(du, hi)), hn::RebindMask(du, in_guard));
           const auto ne = hn::Ne(hn::BitCast(du, fast), hn::BitCast(du, want));
           bad += static_cast<int64_t>(hn::CountTrue(du, hn::And(ne, counted)));
@@ -334,7 +342,8 @@ int64_t ExactDiffMismatches(const BlockKernelArgs& grid_args, int x_exp_lo, int 
                               ? hn::Abs(exact_diff_of_magnitude<-1>(A, hn::Abs(x), top, s, inv))
                               : exact_abs_error<-1, -1, -1, true, 0, true, true>(A, x, s, inv, zero);
           const VF full = exact_abs_error<-1, -1, -1, true, 0, false, false>(A, x, s, inv, zero);
-          const auto within_bound = bounded ? hn::Le(hn::Abs(x), hn::Add(r_top, r_top)) : hn::FirstN(df, static_cast<size_t>(N));
+          const auto within_bound =
+              bounded ? hn::Le(hn::Abs(x), hn::Add(r_top, r_top)) : hn::FirstN(df, static_cast<size_t>(N));
           const auto admitted = hn::And(hn::Le(hn::Abs(x), hn::Mul(s, hn::Set(df, 0x1p99f))), within_bound);
           const auto counted = hn::And(hn::Lt(pattern, hn::Set(du, hi)), hn::RebindMask(du, admitted));
           const auto ne = hn::Ne(hn::BitCast(du, fast), hn::BitCast(du, full));
@@ -345,7 +354,7 @@ int64_t ExactDiffMismatches(const BlockKernelArgs& grid_args, int x_exp_lo, int 
 }
 
 inline constexpr ExactBatchSimd kExactBatchSimd{&ExactBatchLanes, &ExactBatch, &SplitNarrowingMismatches,
-                                               &SplitDivisionMismatches, &ExactDiffMismatches};
+                                                &SplitDivisionMismatches, &ExactDiffMismatches};
 
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 }  // namespace HWY_NAMESPACE

@@ -89,8 +89,8 @@ constexpr bool magnitude_instantiation(int kDN, int kEN, int kG, int kNK) {
 /// of 2^-108 below 2^101: every value the split rounds is 0 or normal below 2^110,
 /// except a quotient that underflows, which rounds to a zero code either way.
 struct SplitGuard {
-  VF xmax;             ///< max |x| so far
-  hn::Mask<DF> tiny;   ///< some nonzero |x| below 2^-100 so far
+  VF xmax;            ///< max |x| so far
+  hn::Mask<DF> tiny;  ///< some nonzero |x| below 2^-100 so far
 };
 /// (a function rather than member initializers: those would lack the target's attributes)
 HWY_INLINE SplitGuard split_guard() { return SplitGuard{hn::Zero(DF()), hn::FirstN(DF(), 0)}; }
@@ -129,20 +129,30 @@ HWY_INLINE VF exact_abs_error(const BlockKernelArgs& A, VF x, VF s, VF inv_s, VF
   const Narrow dn = kDN >= 0 ? static_cast<Narrow>(kDN) : A.data_narrow;
   const Narrow en = kEN >= 0 ? static_cast<Narrow>(kEN) : A.err_narrow;
   const auto grid = kG >= 0 ? static_cast<qobs::detail::GridKind>(kG) : A.grid;
-  auto narrow_data = [&](VF v) HWY_ATTR { return kSplit && dn == Narrow::kBF16 ? narrow_bf16_split(v) : narrow_to(dn, v); };
-  auto narrow_err = [&](VF v) HWY_ATTR { return kSplit && en == Narrow::kBF16 ? narrow_bf16_split(v) : narrow_to(en, v); };
+  auto narrow_data = [&](VF v)
+                         HWY_ATTR { return kSplit && dn == Narrow::kBF16 ? narrow_bf16_split(v) : narrow_to(dn, v); };
+  auto narrow_err = [&](VF v)
+                        HWY_ATTR { return kSplit && en == Narrow::kBF16 ? narrow_bf16_split(v) : narrow_to(en, v); };
   // R5.1.1: y = x / s (+ z), clamp, round to the grid, dequantize, * s
   VF y = kSplit && dn == Narrow::kBF16 ? quotient_bf16_split(x, inv_s) : narrow_to(dn, hn::Div(x, s));
   if (has_zp) y = narrow_data(hn::Add(y, z));
   const VF c = hn::Min(hn::Max(y, hn::Set(df, A.q_min)), hn::Set(df, A.q_max));
   VF q;
   switch (grid) {
-    case qobs::detail::GridKind::kInt: q = hn::Round(c); break;
-    case qobs::detail::GridKind::kFp8: q = fp8_round(c); break;
-    case qobs::detail::GridKind::kFp6: q = fp6_round(c); break;
+    case qobs::detail::GridKind::kInt:
+      q = hn::Round(c);
+      break;
+    case qobs::detail::GridKind::kFp8:
+      q = fp8_round(c);
+      break;
+    case qobs::detail::GridKind::kFp6:
+      q = fp6_round(c);
+      break;
     // fp4_round's table by the five-op rounding of |c| (equal on [0, 6]: c is clamped),
     // the sign put back as fp4_round does
-    default: q = hn::CopySign(fp4_round_nonneg(hn::Abs(c)), c); break;
+    default:
+      q = hn::CopySign(fp4_round_nonneg(hn::Abs(c)), c);
+      break;
   }
   VF d = kQExact ? q : narrow_to(dn, q);
   if (has_zp) d = kQExact ? hn::Sub(d, z) : narrow_to(dn, hn::Sub(d, z));
@@ -209,12 +219,15 @@ HWY_INLINE VF exact_pow(const BlockKernelArgs& A, VF e) {
   const Narrow en = kEN >= 0 ? static_cast<Narrow>(kEN) : A.err_narrow;
   const NormKind norm_kind = kNK >= 0 ? static_cast<NormKind>(kNK) : A.norm_kind;
   switch (norm_kind) {
-    case NormKind::kTwo: return narrow_to(en, hn::Mul(e, e));
+    case NormKind::kTwo:
+      return narrow_to(en, hn::Mul(e, e));
     // Arith::pow_abs: bf16 rounds the intermediate square, f16 and f32 do not
     case NormKind::kThree:
       return narrow_to(en, hn::Mul(en == Narrow::kBF16 ? narrow_to(en, hn::Mul(e, e)) : hn::Mul(e, e), e));
-    case NormKind::kPowReplay: return narrow_to(en, pow_replay(e, A.norm, *A.tables));
-    case NormKind::kPowApprox: return pow_approx(e, A.norm);
+    case NormKind::kPowReplay:
+      return narrow_to(en, pow_replay(e, A.norm, *A.tables));
+    case NormKind::kPowApprox:
+      return pow_approx(e, A.norm);
     case NormKind::kTable16: {
       // e >= 0 holds a bf16 / f16 value: its 16-bit pattern (sign 0) indexes the table
       const DU du;

@@ -39,13 +39,14 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
 
 namespace cuda {
 
-CudaSearchPlan cuda_search_plan(const FlatView& flat, const QuantizationArgs& search_args,
-                                const GridSearchConfig& cfg, const FlatView* weights) {
+CudaSearchPlan cuda_search_plan(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,
+                                const FlatView* weights) {
   CudaSearchPlan p;
   GridSearchArgs& g = p.args;
   const DType dt = flat.dtype;
   if (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF16) {
-    p.unsupported = std::string("observed dtype ") + std::string(dtype_name(dt)) + " (the device path reads f32, bf16, f16)";
+    p.unsupported =
+        std::string("observed dtype ") + std::string(dtype_name(dt)) + " (the device path reads f32, bf16, f16)";
     return p;
   }
   const auto x = flat_map_of(flat);
@@ -82,15 +83,15 @@ CudaSearchPlan cuda_search_plan(const FlatView& flat, const QuantizationArgs& se
     t.pow = DevicePow::kTable16;
     p.pow_table.resize(32768);
     for (uint32_t b = 0; b < 32768; ++b) {
-      const float e = em.elem_dt == DType::kBF16 ? bf16_to_float(static_cast<uint16_t>(b))
-                                                 : f16_to_float(static_cast<uint16_t>(b));
+      const float e =
+          em.elem_dt == DType::kBF16 ? bf16_to_float(static_cast<uint16_t>(b)) : f16_to_float(static_cast<uint16_t>(b));
       p.pow_table[b] = static_cast<float>(ae.pow_abs(e, cfg.norm));
     }
   } else if (em.elem_dt != DType::kF64 && detail::powf_matches(t.y)) {
     t.pow = DevicePow::kReplay;
   } else {
-    p.unsupported = "|e|^" + std::to_string(cfg.norm) +
-                    " with this host's libm powf, which the device cannot replay (libm_powf.h)";
+    p.unsupported =
+        "|e|^" + std::to_string(cfg.norm) + " with this host's libm powf, which the device cannot replay (libm_powf.h)";
   }
   return p;
 }
@@ -122,8 +123,10 @@ void grid_search(const Backend& b, const CudaSearchPlan& plan, void* best_min, v
     g.term.powf = {log2_tab.as<double>(), log2_poly.as<double>(), exp2_tab.as<uint64_t>(), t->exp2_shift,
                    exp2_poly.as<double>()};
   }
-  DeviceBuffer lo(b, static_cast<std::size_t>(nq) * sizeof(float), s), hi(b, static_cast<std::size_t>(nq) * sizeof(float), s);
-  DeviceBuffer m0(b, static_cast<std::size_t>(nq) * sizeof(double), s), M0(b, static_cast<std::size_t>(nq) * sizeof(double), s);
+  DeviceBuffer lo(b, static_cast<std::size_t>(nq) * sizeof(float), s),
+      hi(b, static_cast<std::size_t>(nq) * sizeof(float), s);
+  DeviceBuffer m0(b, static_cast<std::size_t>(nq) * sizeof(double), s),
+      M0(b, static_cast<std::size_t>(nq) * sizeof(double), s);
   DeviceBuffer bits(b, static_cast<std::size_t>(nq * W) * sizeof(uint32_t), s);
   DeviceBuffer any(b, static_cast<std::size_t>(W) * sizeof(uint32_t), s);
   DeviceBuffer evaluated(b, sizeof(int64_t), s);

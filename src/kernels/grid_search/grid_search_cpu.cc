@@ -100,7 +100,8 @@ GridSearchResult grid_search(const FlatView& flat, const QuantizationArgs& searc
   const int64_t W = (S + 63) / 64;  // improvement bits per group
   std::vector<uint64_t> bits(static_cast<std::size_t>(nq * W), 0);
   std::vector<double> m0(static_cast<std::size_t>(nq)), M0(static_cast<std::size_t>(nq));
-  std::vector<std::vector<uint8_t>> any(static_cast<std::size_t>(threads), std::vector<uint8_t>(static_cast<std::size_t>(S), 0));
+  std::vector<std::vector<uint8_t>> any(static_cast<std::size_t>(threads),
+                                        std::vector<uint8_t>(static_cast<std::size_t>(S), 0));
   std::vector<Scratch> scratch(static_cast<std::size_t>(threads));
 
   // Tasks of whole groups (whole batches for the batch kernel); ~8 tasks per thread

@@ -12,9 +12,7 @@ namespace qobs::kernels::cuda {
 
 namespace {
 
-__global__ void range_kernel(GridSearchArgs g) {
-  QOBS_CUDA_LOOP(q, g.x.num_qparams) group_range(g, q);
-}
+__global__ void range_kernel(GridSearchArgs g) { QOBS_CUDA_LOOP(q, g.x.num_qparams) group_range(g, q); }
 
 __global__ void pairs_kernel(GridSearchArgs g) {
   __shared__ double errs[kThreads];
@@ -37,9 +35,7 @@ __global__ void groups_kernel(GridSearchArgs g, double* scratch) {
 
 __global__ void stop_kernel(GridSearchArgs g) { stop_of(g); }
 
-__global__ void choose_kernel(GridSearchArgs g) {
-  QOBS_CUDA_LOOP(q, g.x.num_qparams) choose(g, q);
-}
+__global__ void choose_kernel(GridSearchArgs g) { QOBS_CUDA_LOOP(q, g.x.num_qparams) choose(g, q); }
 
 }  // namespace
 

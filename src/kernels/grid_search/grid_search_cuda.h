@@ -50,8 +50,8 @@ struct ErrorTerm {
   double norm = 2.4;
   bool weighted = false;
   DevicePow pow = DevicePow::kArith;
-  float y = 2.4f;                ///< the exponent as pow_abs passes it: float(cast(norm))
-  const float* table = nullptr;  ///< kTable16: 32768 terms (device)
+  float y = 2.4f;                      ///< the exponent as pow_abs passes it: float(cast(norm))
+  const float* table = nullptr;        ///< kTable16: 32768 terms (device)
   kernels::detail::PowfTables powf{};  ///< kReplay: device copies of libm's tables
 
   QOBS_HD double term(double r, double x, float w) const {
@@ -76,12 +76,12 @@ struct ErrorTerm {
 
 struct GridSearchArgs {
   FlatMap x;
-  FlatMap w;              ///< importance weights flattened like x (weighted only)
+  FlatMap w;  ///< importance weights flattened like x (weighted only)
   bool weighted = false;
-  int64_t S = 0;          ///< candidates
+  int64_t S = 0;                   ///< candidates
   const double* shrink = nullptr;  ///< S shrink factors as the multiplication sees them (device)
   double expand = 1.0;
-  qobs::detail::Arith a;          ///< the observed dtype's arithmetic
+  qobs::detail::Arith a;           ///< the observed dtype's arithmetic
   qobs::detail::QParamPlan qplan;  ///< R6.6.6 steps 1-2 (no global scale)
   qobs::detail::QdqPlan dplan;
   ErrorTerm term;
@@ -91,12 +91,12 @@ struct GridSearchArgs {
   // device buffers
   const float* lo = nullptr;  ///< per group min and max (step 1)
   const float* hi = nullptr;
-  double* m0 = nullptr;       ///< per group base range
+  double* m0 = nullptr;  ///< per group base range
   double* M0 = nullptr;
-  uint32_t* bits = nullptr;   ///< per group words(S) words of improvement bits
-  uint32_t* any = nullptr;    ///< words(S) words, zeroed before step 2
+  uint32_t* bits = nullptr;      ///< per group words(S) words of improvement bits
+  uint32_t* any = nullptr;       ///< words(S) words, zeroed before step 2
   int64_t* evaluated = nullptr;  ///< the candidates the reference evaluates (step 3)
-  void* best_min = nullptr;  ///< per group results, in best_dtype (Tensor::from_floats of the float results)
+  void* best_min = nullptr;      ///< per group results, in best_dtype (Tensor::from_floats of the float results)
   void* best_max = nullptr;
   DType best_dtype = DType::kF32;
 
@@ -144,7 +144,8 @@ QOBS_HD inline void group_improvements(const GridSearchArgs& g, int64_t q, const
 
 /// The reference's tensor-wide stop (select.h stop_point) from the OR-ed words.
 QOBS_HD inline void stop_of(const GridSearchArgs& g) {
-  *g.evaluated = qobs::detail::stop_point(g.stop, [&](int64_t i) { return ((g.any[i / 32] >> (i % 32)) & 1u) != 0; }, g.S);
+  *g.evaluated = qobs::detail::stop_point(
+      g.stop, [&](int64_t i) { return ((g.any[i / 32] >> (i % 32)) & 1u) != 0; }, g.S);
 }
 
 /// Group q's result: its last improving candidate before the stop, else (m0, M0).
@@ -154,8 +155,10 @@ QOBS_HD inline void choose(const GridSearchArgs& g, int64_t q) {
   for (int64_t i = 0; i < T; ++i)
     if ((g.bits[q * W + i / 32] >> (i % 32)) & 1u) chosen = i;
   const double m0 = g.m0[q], M0 = g.M0[q];
-  qobs::detail::store_element(g.best_min, g.best_dtype, q, static_cast<float>(chosen < 0 ? m0 : g.a.mul(m0, g.shrink[chosen])));
-  qobs::detail::store_element(g.best_max, g.best_dtype, q, static_cast<float>(chosen < 0 ? M0 : g.a.mul(M0, g.shrink[chosen])));
+  qobs::detail::store_element(g.best_min, g.best_dtype, q,
+                              static_cast<float>(chosen < 0 ? m0 : g.a.mul(m0, g.shrink[chosen])));
+  qobs::detail::store_element(g.best_max, g.best_dtype, q,
+                              static_cast<float>(chosen < 0 ? M0 : g.a.mul(M0, g.shrink[chosen])));
 }
 
 /// Runs steps 1 (range; the min-max must have filled g.lo / g.hi) to 3 on `stream` (a
@@ -174,7 +177,7 @@ struct CudaSearchPlan {
   std::vector<float> pow_table;
   std::string unsupported;
 };
-CudaSearchPlan cuda_search_plan(const FlatView& flat, const QuantizationArgs& search_args,
-                                const GridSearchConfig& cfg, const FlatView* weights);
+CudaSearchPlan cuda_search_plan(const FlatView& flat, const QuantizationArgs& search_args, const GridSearchConfig& cfg,
+                                const FlatView* weights);
 
 }  // namespace qobs::kernels::cuda

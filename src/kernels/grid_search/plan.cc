@@ -47,8 +47,8 @@ VectorPlan vector_plan(const GridSearchConfig& cfg, DType dt, const qobs::detail
     const Arith ae{em.elem_dt, cfg.mode};
     v.pow_table.resize(32768);
     for (uint32_t b = 0; b < 32768; ++b) {
-      const float e = em.elem_dt == DType::kBF16 ? bf16_to_float(static_cast<uint16_t>(b))
-                                                 : f16_to_float(static_cast<uint16_t>(b));
+      const float e =
+          em.elem_dt == DType::kBF16 ? bf16_to_float(static_cast<uint16_t>(b)) : f16_to_float(static_cast<uint16_t>(b));
       v.pow_table[b] = static_cast<float>(ae.pow_abs(e, cfg.norm));
     }
     // only the exact batch kernel's bf16 instantiations gather from the f64 copy, by

@@ -36,9 +36,9 @@ struct SearchKernels {
 /// The exact vector path (exact.h): whether the block kernel applies and its per-call
 /// constants. simd false: the fused scalar loop runs.
 struct VectorPlan {
-  bool simd = false;               ///< the vector kernel applies to this dtype / error dtype
-  detail::BlockKernelArgs proto;   ///< per-call constants of the block kernel
-  std::vector<float> pow_table;    ///< kTable16: the terms of all 2^15 16-bit |e| (see vector_sums)
+  bool simd = false;              ///< the vector kernel applies to this dtype / error dtype
+  detail::BlockKernelArgs proto;  ///< per-call constants of the block kernel
+  std::vector<float> pow_table;   ///< kTable16: the terms of all 2^15 16-bit |e| (see vector_sums)
   /// bf16 pow_table widened to f64 for both signs (65536 entries, the exact batch
   /// kernel's gathers); empty for f16
   std::vector<double> pow_table64;
@@ -47,18 +47,18 @@ struct VectorPlan {
 /// The certified path (certified.h): approximate sums with a rigorous interval decide
 /// the comparisons they can.
 struct CertifiedPlan {
-  bool approx = false;          ///< decide comparisons with certified approximate sums first
-  double approx_rel = 0.0;      ///< relative bound of the kPowApprox sums
-  bool use_poly = false;        ///< INT or FP4 grid, f32 data: the cheaper terms of pow_poly.h
+  bool approx = false;      ///< decide comparisons with certified approximate sums first
+  double approx_rel = 0.0;  ///< relative bound of the kPowApprox sums
+  bool use_poly = false;    ///< INT or FP4 grid, f32 data: the cheaper terms of pow_poly.h
   detail::PowPoly poly{};
   detail::PolySumBound poly_bound{};  ///< for groups of len elements: the same for every group
-  double q_abs_max = 0.0;       ///< max(|q_min|, |q_max|), for poly_r_error
+  double q_abs_max = 0.0;             ///< max(|q_min|, |q_max|), for poly_r_error
 };
 
 /// The batch kernels (batch.h): one group per vector lane.
 struct BatchPlan {
-  int lanes = 1;       ///< groups per batch; 1 = one group at a time
-  bool exact = false;  ///< the exact batch kernel (exact_batch_simd.h), else the certified polynomial
+  int lanes = 1;                 ///< groups per batch; 1 = one group at a time
+  bool exact = false;            ///< the exact batch kernel (exact_batch_simd.h), else the certified polynomial
   detail::PolySumBound bound{};  ///< the polynomial's only
 };
 

@@ -6,11 +6,11 @@
 #define HWY_TARGET_INCLUDE "kernels/grid_search/poly_batch_simd.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
-#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, DH, DD, VF, VD, ...
-#include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round, fp4_round_nonneg
+#include "kernels/simd/lane_types-inl.h"         // DF, DU, DI, DH, DD, VF, VD, ...
+#include "kernels/simd/grid_round-inl.h"         // narrow_to, fp8_round, fp4_round_nonneg
 #include "kernels/grid_search/poly_terms-inl.h"  // exp_table16, eval_poly, poly_dispatch
-#include "kernels/qparams/qparams_lanes-inl.h"  // shrunk_qparams_lanes
-#include "kernels/simd/transpose8-inl.h"  // D8, V8, transpose8x8
+#include "kernels/qparams/qparams_lanes-inl.h"   // shrunk_qparams_lanes
+#include "kernels/simd/transpose8-inl.h"         // D8, V8, transpose8x8
 
 #include <algorithm>
 #include <cmath>
@@ -26,7 +26,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Only the AVX2 and AVX-512 passes carry kernels (simd_targets.h); the baseline pass
 // Highway always adds stays empty.
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
-
 
 /// The batch kernel (PolyBatchArgs): one group per lane, so a candidate's scale, sum,
 /// interval and decision are lane-wise and nothing is reduced across lanes. The
@@ -115,8 +114,7 @@ HWY_NOINLINE void PolyBatchT(const PolyBatchArgs& A) {
     // is, whichever code a tie takes), so |g(y) - g(y')| <= |y - y'| <= 2^-24 (3 X / s
     // + 2 (X / s + |z|)), and each rounding <= 2^-24 (X / s + |z| + Q):
     // 11 X / s + 8 |z| + 5 Q in all
-    const VF rho =
-        hn::Mul(rho_unit, hn::MulAdd(eleven, hn::Div(xmax, s), hn::MulAdd(eight, hn::Abs(z), five_q)));
+    const VF rho = hn::Mul(rho_unit, hn::MulAdd(eleven, hn::Div(xmax, s), hn::MulAdd(eight, hn::Abs(z), five_q)));
     VF rho_pm1 = one;
     for (int k = 0; k < P.rho_exponent; ++k) rho_pm1 = hn::Mul(rho_pm1, rho);
     rho_pm1 = hn::IfThenElse(hn::Gt(rho, one), hn::Set(df, HUGE_VALF), rho_pm1);
@@ -126,10 +124,9 @@ HWY_NOINLINE void PolyBatchT(const PolyBatchArgs& A) {
     const VF lo_raw = hn::Sub(hn::Mul(Aval, rel_lo), slack), hi_raw = hn::MulAdd(Aval, rel_hi, slack);
     // normal s (poly_r_error, the table), a sum the table covered, A normal (relative
     // roundings), and the reference's error below 2^100 (no f32 overflow near it)
-    const auto known = hn::And(
-        hn::And(hn::And(hn::Ge(s, hn::Set(df, 0x1p-125f)), hn::Le(s, hn::Set(df, 0x1p125f))),
-                hn::RebindMask(df, in_table)),
-        hn::And(hn::Ge(Aval, hn::Set(df, 0x1p-100f)), hn::Lt(hi_raw, lim_s)));
+    const auto known = hn::And(hn::And(hn::And(hn::Ge(s, hn::Set(df, 0x1p-125f)), hn::Le(s, hn::Set(df, 0x1p125f))),
+                                       hn::RebindMask(df, in_table)),
+                               hn::And(hn::Ge(Aval, hn::Set(df, 0x1p-100f)), hn::Lt(hi_raw, lim_s)));
     const VF lo = hn::IfThenElse(known, lo_raw, hn::Set(df, NAN));
     const VF hi = hn::IfThenElse(known, hi_raw, hn::Set(df, NAN));
     const auto imp = hn::Lt(hi, best_lo);

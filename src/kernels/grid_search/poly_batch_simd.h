@@ -31,13 +31,13 @@ struct PolyBatchArgs {
   const float* M0 = nullptr;
   const float* xmax = nullptr;  ///< per lane, max |x| of the group
   int64_t num_candidates = 0;
-  const float* shrink = nullptr;  ///< the host shrink factors as f32
-  qobs::detail::ShrunkQParams qparams;  ///< usable
+  const float* shrink = nullptr;                               ///< the host shrink factors as f32
+  qobs::detail::ShrunkQParams qparams;                         ///< usable
   qobs::detail::GridKind grid = qobs::detail::GridKind::kInt;  ///< kInt, or kFp4 (symmetric, xt = |x|)
   float q_min = 0, q_max = 0;
   const PowPoly* poly = nullptr;
-  PolySumBound bound{};  ///< poly_sum_bound_sequential(*poly, n)
-  double q_abs_max = 0;  ///< max(|q_min|, |q_max|)
+  PolySumBound bound{};     ///< poly_sum_bound_sequential(*poly, n)
+  double q_abs_max = 0;     ///< max(|q_min|, |q_max|)
   double initial_best = 0;  ///< the largest finite f32 (R6.6.4)
   double (*exact)(void* ctx, int lane, float scale, float zp) = nullptr;
   void* ctx = nullptr;

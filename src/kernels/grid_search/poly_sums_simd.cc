@@ -5,8 +5,8 @@
 #define HWY_TARGET_INCLUDE "kernels/grid_search/poly_sums_simd.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
-#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, DH, DD, VF, VD, ...
-#include "kernels/simd/grid_round-inl.h"  // fp4_round
+#include "kernels/simd/lane_types-inl.h"         // DF, DU, DI, DH, DD, VF, VD, ...
+#include "kernels/simd/grid_round-inl.h"         // fp4_round
 #include "kernels/grid_search/poly_terms-inl.h"  // exp_table16, eval_poly, poly_dispatch
 
 #include <cmath>
@@ -22,7 +22,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Only the AVX2 and AVX-512 passes carry kernels (simd_targets.h); the baseline pass
 // Highway always adds stays empty.
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
-
 
 /// kPowPoly sums (pow_poly.h). The quantization steps are the reference's (as in
 /// BlockErrorsT; the division stays: a reciprocal multiply measured no faster), so q is

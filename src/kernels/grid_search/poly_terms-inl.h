@@ -42,11 +42,16 @@ HWY_INLINE VF eval_poly(const VF* c, VF m) {
 template <class K, bool kZp, bool kFp4, class Args>
 void poly_degree_dispatch(const Args& A) {
   switch (A.poly->degree) {
-    case 2: return K::template Run<kZp, kFp4, 2>(A);
-    case 3: return K::template Run<kZp, kFp4, 3>(A);
-    case 4: return K::template Run<kZp, kFp4, 4>(A);
-    case 5: return K::template Run<kZp, kFp4, 5>(A);
-    default: return K::template Run<kZp, kFp4, 6>(A);
+    case 2:
+      return K::template Run<kZp, kFp4, 2>(A);
+    case 3:
+      return K::template Run<kZp, kFp4, 3>(A);
+    case 4:
+      return K::template Run<kZp, kFp4, 4>(A);
+    case 5:
+      return K::template Run<kZp, kFp4, 5>(A);
+    default:
+      return K::template Run<kZp, kFp4, 6>(A);
   }
 }
 

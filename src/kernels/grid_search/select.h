@@ -68,8 +68,8 @@ class ErrorSum {
 /// What one candidate's error is (R6.6.6 step 4, R6.8.6): the per-element term, the
 /// dtype errors are compared in, and the initial best. Summed in ErrorSum's order.
 struct ErrorModel {
-  DType err_dt;      ///< dtype in which errors are compared
-  DType elem_dt;     ///< dtype of the per-element terms
+  DType err_dt;   ///< dtype in which errors are compared
+  DType elem_dt;  ///< dtype of the per-element terms
   double norm;
   bool weighted;
   NumericMode mode;
@@ -143,15 +143,15 @@ QOBS_HD int64_t stop_point(const StopRule& rule, Improved improved, int64_t S) {
   return S;
 }
 inline int64_t stop_point(const kernels::GridSearchConfig& cfg, const std::vector<uint8_t>& any_improved, int64_t S) {
-  return stop_point(StopRule::of(cfg), [&](int64_t i) { return any_improved[static_cast<std::size_t>(i)] != 0; }, S);
+  return stop_point(
+      StopRule::of(cfg), [&](int64_t i) { return any_improved[static_cast<std::size_t>(i)] != 0; }, S);
 }
 
 /// Replays the reference's selection over errs[candidate * nq + q]; writes the chosen
 /// candidate per q (-1 = none improved: keep (m0, M0)) and returns how many candidates
 /// the reference evaluated before stopping.
 inline int64_t select_candidates(const kernels::GridSearchConfig& cfg, const ErrorModel& em,
-                                 const std::vector<double>& errs, int64_t nq, int64_t S,
-                                 std::vector<int64_t>& chosen) {
+                                 const std::vector<double>& errs, int64_t nq, int64_t S, std::vector<int64_t>& chosen) {
   // Pass 1: which candidates improve some element (strict <; NaN never improves).
   std::vector<double> best(static_cast<std::size_t>(nq), em.initial_best());
   std::vector<uint8_t> any_improved(static_cast<std::size_t>(S), 0);

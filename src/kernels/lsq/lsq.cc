@@ -16,8 +16,8 @@ LsqSearchResult lsq_search(const FlatView& flat, const QuantizationArgs& args, c
   return cpu::lsq_search(flat, args, cfg, weights, global_scale, active_simd_level(), cfg.num_threads);
 }
 
-double qdq_group_error(const FlatView& flat, const QuantizationArgs& args, double scale, double zero_point,
-                       int64_t q, const Tensor* global_scale, NumericMode mode, const float* weights) {
+double qdq_group_error(const FlatView& flat, const QuantizationArgs& args, double scale, double zero_point, int64_t q,
+                       const Tensor* global_scale, NumericMode mode, const float* weights) {
   LsqSearchConfig cfg;
   cfg.mode = mode;
   const detail::LsqPlan P = detail::LsqPlan::make(flat.dtype, args, cfg, global_scale);

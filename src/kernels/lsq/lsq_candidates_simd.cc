@@ -7,8 +7,8 @@
 #define HWY_TARGET_INCLUDE "kernels/lsq/lsq_candidates_simd.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
-#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, VF, ...
-#include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round
+#include "kernels/simd/lane_types-inl.h"        // DF, DU, DI, VF, ...
+#include "kernels/simd/grid_round-inl.h"        // narrow_to, fp8_round
 #include "kernels/qparams/qparams_lanes-inl.h"  // shrunk_qparams_lanes
 
 #include "kernels/lsq/lsq_candidates_simd.h"
@@ -20,9 +20,6 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
-
-
-
 
 template <bool kZp>
 void LsqCandidatesT(const qobs::detail::ShrunkQParams& Q, float m0, float M0, const float* shrink, int64_t n,

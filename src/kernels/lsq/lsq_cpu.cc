@@ -140,7 +140,14 @@ struct Group {
   /// Whether the lanes can follow this group's arithmetic at this level.
   bool lanes_ok() const { return simd && P->y_narrow && P->s_narrow; }
   lanes::LsqGroupArgs lanes_args() const {
-    return {x, w, n, !P->symmetric, *P->y_narrow, *P->s_narrow, P->dplan.grid, static_cast<float>(P->dplan.q_min),
+    return {x,
+            w,
+            n,
+            !P->symmetric,
+            *P->y_narrow,
+            *P->s_narrow,
+            P->dplan.grid,
+            static_cast<float>(P->dplan.q_min),
             static_cast<float>(P->dplan.q_max)};
   }
   /// The scalar scorer (the plain reference's): R5.1 element by element, summed in the
@@ -154,7 +161,7 @@ struct Group {
       const lanes::LsqGroupArgs G = lanes_args();
       const Arith ax{P->dplan.x_dt, P->cfg.mode}, as{P->dplan.s_dt, P->cfg.mode};
       float *const sv = grow(scratch->batch_s, count), *const zx = grow(scratch->batch_zx, count),
-                  *const zs = grow(scratch->batch_zs, count);
+                   *const zs = grow(scratch->batch_zs, count);
       for (std::size_t i = 0; i < count; ++i) {
         sv[i] = static_cast<float>(applied(sz[i].first));  // on s_dt's grid (f32 or narrower)
         zx[i] = static_cast<float>(cast_zero_point(ax, sz[i].second));
@@ -226,9 +233,9 @@ void refit(Group& g, double s, double z, double e, Best& best, RefitMemo& memo, 
     double S[lanes::kLsqRefitSums];
     const std::pair<double, double> at{s, z};
     const bool reuse = g.P->cfg.reuse_refit_results;
-    const auto hit = !reuse ? memo.sums.end() : std::find_if(memo.sums.begin(), memo.sums.end(), [&](const auto& m) {
-      return m.first == at;
-    });
+    const auto hit =
+        !reuse ? memo.sums.end()
+               : std::find_if(memo.sums.begin(), memo.sums.end(), [&](const auto& m) { return m.first == at; });
     if (hit != memo.sums.end()) {
       std::copy(hit->second.begin(), hit->second.end(), S);
     } else {
@@ -242,9 +249,9 @@ void refit(Group& g, double s, double z, double e, Best& best, RefitMemo& memo, 
     const double ns = next.first, nz = next.second;
     double ne;
     if (!reuse || !known(next, ne)) {
-      const auto seen = !reuse ? memo.errors.end()
-                               : std::find_if(memo.errors.begin(), memo.errors.end(),
-                                              [&](const auto& m) { return m.first == next; });
+      const auto seen =
+          !reuse ? memo.errors.end()
+                 : std::find_if(memo.errors.begin(), memo.errors.end(), [&](const auto& m) { return m.first == next; });
       if (seen != memo.errors.end()) {
         ne = seen->second;
       } else {
@@ -347,7 +354,7 @@ void ideal_grid_scales(const Group& g, double amax, std::vector<double>& out) {
   const std::size_t n = static_cast<std::size_t>(g.n);
   LsqScratch& sc = *g.scratch;
   float *const ax = grow(sc.ideal_ax, n), *const lim = grow(sc.ideal_lim, n), *const sv = grow(sc.ideal_s, count),
-              *const err = grow(sc.ideal_err, count);
+               *const err = grow(sc.ideal_err, count);
   const float qpos = static_cast<float>(g.P->qplan.q_max), qneg = static_cast<float>(-g.P->qplan.q_min);
   for (std::size_t j = 0; j < n; ++j) {
     ax[j] = std::fabs(g.x[j]);
@@ -390,11 +397,11 @@ void ideal_grid_scales(const Group& g, double amax, std::vector<double>& out) {
       const int64_t c = k % 2 == 0 ? centre + k / 2 : centre - (k + 1) / 2;
       if (c < 0 || c >= chunks) continue;
       const int64_t from = c * kChunk, num = std::min(kChunk, cnt - from);
-      g.simd->ideal_errors(ax, lim, g.w, g.n, sv + from, num, err + from, kept == top.size() ? top.back().first : HUGE_VALF);
+      g.simd->ideal_errors(ax, lim, g.w, g.n, sv + from, num, err + from,
+                           kept == top.size() ? top.back().first : HUGE_VALF);
       select(static_cast<std::size_t>(from), static_cast<std::size_t>(from + num));
     }
-  } else
-  {
+  } else {
     lanes::lsq_ideal_errors_scalar(ax, lim, g.w, g.n, sv, cnt, err);
     select(0, count);
   }
@@ -416,7 +423,8 @@ void ideal_best_asym(const Group& g, std::vector<std::pair<double, double>>& can
   for (const auto& c : cands) (lanes::asym_proxy_takes(c) ? proxied : out).push_back(c);
   if (proxied.size() <= kIdealBest) return;
   const std::size_t count = proxied.size();
-  float *const sv = grow(sc.ideal_s, count), *const zv = grow(sc.ideal_z, count), *const err = grow(sc.ideal_err, count);
+  float *const sv = grow(sc.ideal_s, count), *const zv = grow(sc.ideal_z, count),
+               *const err = grow(sc.ideal_err, count);
   std::vector<std::size_t>& order = sc.ideal_order;
   for (std::size_t i = 0; i < count; ++i) {
     sv[i] = static_cast<float>(proxied[i].first);
@@ -424,10 +432,8 @@ void ideal_best_asym(const Group& g, std::vector<std::pair<double, double>>& can
   }
   const float q_min = static_cast<float>(g.P->qplan.q_min), q_max = static_cast<float>(g.P->qplan.q_max);
   const auto cnt = static_cast<int64_t>(count);
-  if (g.simd)
-    g.simd->ideal_errors_asym(g.x, g.w, g.n, sv, zv, cnt, q_min, q_max, err);
-  else
-    lanes::lsq_ideal_errors_asym_scalar(g.x, g.w, g.n, sv, zv, cnt, q_min, q_max, err);
+  if (g.simd) g.simd->ideal_errors_asym(g.x, g.w, g.n, sv, zv, cnt, q_min, q_max, err);
+  else lanes::lsq_ideal_errors_asym_scalar(g.x, g.w, g.n, sv, zv, cnt, q_min, q_max, err);
   order.resize(count);
   for (std::size_t i = 0; i < count; ++i) order[i] = i;
   // error ascending (a NaN, from a zero weight times an overflowed difference, last),
@@ -447,7 +453,7 @@ void ideal_best_asym(const Group& g, std::vector<std::pair<double, double>>& can
 /// for INT asymmetric candidates, a lower bound of the error from the elements each
 /// must clip, O(1) per candidate (score_int_candidates' pruning, docs/LSQ.md#L4).
 struct GroupExtremes {
-  std::array<double, 2> top{-INFINITY, -INFINITY}, top_w{0, 0};     ///< descending
+  std::array<double, 2> top{-INFINITY, -INFINITY}, top_w{0, 0};      ///< descending
   std::array<double, 2> bottom{INFINITY, INFINITY}, bottom_w{0, 0};  ///< ascending
   /// Stored (s, z): codes q in [q_min, q_max] dequantize to (q - z) s, rounded in the
   /// data dtype by at most 2^-8 relative (bf16), so nothing lies above (q_max - z) s
@@ -515,8 +521,9 @@ class ScoredPairs {
   std::optional<double> error_of(const Pair& sz) const {
     const auto at = std::lower_bound(cands_.begin(), cands_.end(), sz, pair_less);
     if (at != cands_.end() && *at == sz) return errs_[at - cands_.begin()];
-    const auto found = std::find_if(list_.begin() + static_cast<std::ptrdiff_t>(cands_.size()), list_.end(),
-                                    [&](const Scored& t) { return std::get<1>(t) == sz.first && std::get<2>(t) == sz.second; });
+    const auto found =
+        std::find_if(list_.begin() + static_cast<std::ptrdiff_t>(cands_.size()), list_.end(),
+                     [&](const Scored& t) { return std::get<1>(t) == sz.first && std::get<2>(t) == sz.second; });
     if (found == list_.end()) return std::nullopt;
     return std::get<0>(*found);
   }
@@ -565,8 +572,9 @@ class GroupSearch {
   /// bound stays below the best error.
   void walk_outward() {
     if (window_.lo > window_.hi) return;
-    extend_window(g_, ErrorBounds{g_}, window_.lo, window_.hi, window_.min, window_.max,
-                  [&](int i) { return lanes::window_scale(P_, i); }, best_);
+    extend_window(
+        g_, ErrorBounds{g_}, window_.lo, window_.hi, window_.min, window_.max,
+        [&](int i) { return lanes::window_scale(P_, i); }, best_);
   }
   /// Seeds and pruning, integer grids: the kIntSeeds largest candidates scored first,
   /// then the others whose clipping bound does not exceed the kRefits-th least seed
@@ -603,7 +611,7 @@ class GroupSearch {
   double lo_ = INFINITY, hi_ = -INFINITY, amax_ = 0;
   ElemQParams minmax_{};
   lanes::ScaleWindow window_;
-  double* errs_ = nullptr;  ///< the observer candidates' errors (+inf: left out by a bound)
+  double* errs_ = nullptr;             ///< the observer candidates' errors (+inf: left out by a bound)
   std::optional<ScoredPairs> scored_;  ///< integer grids, from score_int_candidates
   Best best_;
 };
@@ -727,10 +735,8 @@ void GroupSearch::collect_observer_candidates() {
   if (P_.fp_scale_codes && !P_.mx) {
     // FP8 E4M3 block-scale codes around q0 = E4M3(amax / q_max x global)
     for (int c = window_.lo; c <= window_.hi; ++c) {
-      if (use_codes)
-        codes.add(c);
-      else
-        cands.emplace_back(P_.code_scale[static_cast<std::size_t>(c)], 0.0);
+      if (use_codes) codes.add(c);
+      else cands.emplace_back(P_.code_scale[static_cast<std::size_t>(c)], 0.0);
     }
   } else if (P_.mx) {
     // E8M0 exponents floor - 1, floor, floor + 1 of log2(amax) - log2(q_max)
@@ -758,7 +764,9 @@ void GroupSearch::score_block_scales() {
       cands.begin());
   // the clipping bound assumes codes symmetric about 0: with a zero point (an
   // asymmetric FP8 plan) every candidate is scored
-  const std::size_t seed_lo = !P_.symmetric ? 0 : mid > kSeedEachSide ? mid - kSeedEachSide : 0,
+  const std::size_t seed_lo = !P_.symmetric         ? 0
+                              : mid > kSeedEachSide ? mid - kSeedEachSide
+                                                    : 0,
                     seed_hi = !P_.symmetric ? cands.size() : std::min(cands.size(), mid + kSeedEachSide);
   auto score = [&](std::size_t from, std::size_t to) {
     if (to > from) g_.errors(cands.data() + from, to - from, errs_ + from);
@@ -799,10 +807,8 @@ void GroupSearch::score_int_candidates() {
       std::size_t kept = 0, above = seed_lo;  // [0, kept) pruned so far, [above, seed_lo) kept
       while (kept < above) {
         const std::size_t mid = kept + (above - kept) / 2;
-        if (bounds.clipped(cands[mid].first) * kBoundSafety > threshold)
-          kept = mid + 1;
-        else
-          above = mid;
+        if (bounds.clipped(cands[mid].first) * kBoundSafety > threshold) kept = mid + 1;
+        else above = mid;
       }
       std::fill(errs_, errs_ + kept, INFINITY);  // pruned: never chosen, never refit
       if (seed_lo > kept) g_.errors(cands.data() + kept, seed_lo - kept, errs_ + kept);
@@ -905,7 +911,7 @@ CpuPlan make_plan(const FlatView& flat, const QuantizationArgs& args, const LsqS
       for (auto& [expand, f] : by_expand)
         P.probe_groups.push_back({expand, lanes::e4m3_probes(std::move(f), P.shrunk.stat_round, ratio)});
       P.probe_floor = lanes::e4m3_probe_floor(P.shrunk.stat_round, P.shrunk.half_range,
-                                             P.shrunk.has_global ? P.shrunk.global_scale : 1.0);
+                                              P.shrunk.has_global ? P.shrunk.global_scale : 1.0);
     }
   }
   if (P.mx && P.symmetric)

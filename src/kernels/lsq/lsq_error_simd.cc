@@ -10,7 +10,7 @@
 #include <hwy/highway.h>
 #include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, VF, ...
 #include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round, fp4_round, fp6_round
-#include "kernels/qdq/qdq_lanes-inl.h"  // quantize_lanes, dequantize_lanes
+#include "kernels/qdq/qdq_lanes-inl.h"    // quantize_lanes, dequantize_lanes
 
 #include <algorithm>
 #include <cmath>
@@ -24,9 +24,6 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
-
-
-
 
 /// The partial sums of the canonical order: kLsqPartials doubles in kAcc vectors
 /// (AVX2: 2 x 4 lanes, AVX-512: 1 x 8). A float vector spans a whole number of
@@ -114,7 +111,8 @@ HWY_INLINE bool LsqErrorsGrid(const LsqGroupArgs& G, const float* s, const float
       return LsqErrorsT<static_cast<int>(qobs::detail::GridKind::kFp8), kWeighted>(G, s, zx, zs, count, err);
     case qobs::detail::GridKind::kFp6:
       return LsqErrorsT<static_cast<int>(qobs::detail::GridKind::kFp6), kWeighted>(G, s, zx, zs, count, err);
-    default: return LsqErrorsT<static_cast<int>(qobs::detail::GridKind::kFp4), kWeighted>(G, s, zx, zs, count, err);
+    default:
+      return LsqErrorsT<static_cast<int>(qobs::detail::GridKind::kFp4), kWeighted>(G, s, zx, zs, count, err);
   }
 }
 
@@ -170,7 +168,8 @@ bool LsqRefitSumsGrid(const LsqGroupArgs& G, float s, float zx, double* sums) {
       return LsqRefitSumsT<static_cast<int>(qobs::detail::GridKind::kFp8), kWeighted, kCodeSums>(G, s, zx, sums);
     case qobs::detail::GridKind::kFp6:
       return LsqRefitSumsT<static_cast<int>(qobs::detail::GridKind::kFp6), kWeighted, kCodeSums>(G, s, zx, sums);
-    default: return LsqRefitSumsT<static_cast<int>(qobs::detail::GridKind::kFp4), kWeighted, kCodeSums>(G, s, zx, sums);
+    default:
+      return LsqRefitSumsT<static_cast<int>(qobs::detail::GridKind::kFp4), kWeighted, kCodeSums>(G, s, zx, sums);
   }
 }
 
@@ -211,8 +210,7 @@ HWY_NOINLINE double LsqBoundT(const float* x, const float* w, int64_t n, double 
 }
 
 double LsqBoundOf(LsqBound kind, const float* x, const float* w, int64_t n, double t) {
-  if (kind == LsqBound::kClipped)
-    return w ? LsqBoundT<true, true>(x, w, n, t) : LsqBoundT<true, false>(x, w, n, t);
+  if (kind == LsqBound::kClipped) return w ? LsqBoundT<true, true>(x, w, n, t) : LsqBoundT<true, false>(x, w, n, t);
   return w ? LsqBoundT<false, true>(x, w, n, t) : LsqBoundT<false, false>(x, w, n, t);
 }
 

@@ -146,8 +146,7 @@ struct LsqSimd {
   /// has_zp). Returns false, with err unspecified, when a
   /// candidate needs the scalar steps: a NaN quotient or a non-finite error, whose NaN
   /// encodings the lanes do not reproduce.
-  bool (*errors)(const LsqGroupArgs& g, const float* s, const float* zx, const float* zs, int64_t count,
-                 double* err);
+  bool (*errors)(const LsqGroupArgs& g, const float* s, const float* zx, const float* zs, int64_t count, double* err);
   /// sums[kSumW .. kSumWQX] for one candidate (scale s on s_dt's grid, zero point zx cast
   /// to x's dtype). Returns false, with sums unspecified, on a NaN quotient.
   /// code_sums_only: just kSumWQQ and kSumWQX (the same bits), the rest NaN -- all that a
@@ -156,8 +155,8 @@ struct LsqSimd {
   double (*bound)(LsqBound kind, const float* x, const float* w, int64_t n, double t);
   void (*ideal_errors)(const float* ax, const float* lim, const float* w, int64_t n, const float* s, int64_t count,
                        float* err, float prune_above);
-  void (*ideal_errors_asym)(const float* x, const float* w, int64_t n, const float* s, const float* z,
-                            int64_t count, float q_min, float q_max, float* err);
+  void (*ideal_errors_asym)(const float* x, const float* w, int64_t n, const float* s, const float* z, int64_t count,
+                            float q_min, float q_max, float* err);
 };
 /// The table for a vector level; nullptr for kScalar.
 const LsqSimd* lsq_simd(SimdLevel level);

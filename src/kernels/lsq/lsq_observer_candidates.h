@@ -89,8 +89,8 @@ inline void sort_unique_runs(std::vector<std::pair<double, double>>& v, SortRuns
 /// factor between them does too: bisecting between factors of different keys finds
 /// every distinct key, and each gets one compute_qparams_elem call.
 template <class Emit>
-void mx_observer_candidates(const std::vector<double>& ps, double m0, double M0,
-                             const qobs::detail::QParamPlan& qp, const qobs::detail::Arith& a, Emit emit) {
+void mx_observer_candidates(const std::vector<double>& ps, double m0, double M0, const qobs::detail::QParamPlan& qp,
+                            const qobs::detail::Arith& a, Emit emit) {
   if (ps.empty()) return;
   const DType rdt = qp.stat_dt == DType::kF64 ? DType::kF64 : qp.stat_dt;
   // compute_qparams_elem's steps up to the power-of-two rounding, exactly
@@ -198,8 +198,7 @@ inline E4m3Probes e4m3_probes(std::vector<float> factors, DType stat_round, doub
   std::vector<float> lone;
   for (std::size_t i = 0; i < factors.size();) {
     std::size_t j = i;
-    while (j + 1 < factors.size() &&
-           static_cast<double>(factors[j + 1]) / factors[j] * margin < min_interval_ratio)
+    while (j + 1 < factors.size() && static_cast<double>(factors[j + 1]) / factors[j] * margin < min_interval_ratio)
       ++j;
     if (j > i) {
       pr.factors.push_back(factors[i]);

@@ -77,8 +77,10 @@ std::vector<LsqPair> ideal_grid_picks(const Search& g, double amax) {
     ax.push_back(std::fabs(g.x[j]));
     lim.push_back(static_cast<float>(g.x[j] >= 0 ? g.P.qplan.q_max : -g.P.qplan.q_min));
   }
-  for (std::size_t i = 0; i < grid.count; ++i) s.push_back(detail::IdealGrid::value(grid.first + static_cast<uint32_t>(i)));
-  detail::lsq_ideal_errors_scalar(ax.data(), lim.data(), g.w, g.n, s.data(), static_cast<int64_t>(grid.count), err.data());
+  for (std::size_t i = 0; i < grid.count; ++i)
+    s.push_back(detail::IdealGrid::value(grid.first + static_cast<uint32_t>(i)));
+  detail::lsq_ideal_errors_scalar(ax.data(), lim.data(), g.w, g.n, s.data(), static_cast<int64_t>(grid.count),
+                                  err.data());
   std::vector<std::size_t> order(grid.count);
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {

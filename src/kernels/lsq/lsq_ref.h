@@ -9,16 +9,15 @@
 namespace qobs::kernels::detail {
 
 enum class LsqRefOmit {
-  kNothing,                  ///< ref::lsq_search itself
+  kNothing,                   ///< ref::lsq_search itself
   kLargestObserverCandidate,  ///< the observer candidate of the largest (scale, zero point)
-  kOutwardWalk,              ///< block scales: the codes / exponents outside the window
-  kIdealGridPicks,           ///< integer grids: the ideal-quantizer proxies' picks
-  kZeroPointNeighbours,      ///< asymmetric integer grids: z - 1 and z + 1 of the best
-  kRefits,                   ///< the least-squares refits
+  kOutwardWalk,               ///< block scales: the codes / exponents outside the window
+  kIdealGridPicks,            ///< integer grids: the ideal-quantizer proxies' picks
+  kZeroPointNeighbours,       ///< asymmetric integer grids: z - 1 and z + 1 of the best
+  kRefits,                    ///< the least-squares refits
 };
 
-LsqSearchResult lsq_search_ref_omitting(const FlatView& flat, const QuantizationArgs& args,
-                                        const LsqSearchConfig& cfg, const FlatView* weights,
-                                        const Tensor* global_scale, LsqRefOmit omit);
+LsqSearchResult lsq_search_ref_omitting(const FlatView& flat, const QuantizationArgs& args, const LsqSearchConfig& cfg,
+                                        const FlatView* weights, const Tensor* global_scale, LsqRefOmit omit);
 
 }  // namespace qobs::kernels::detail

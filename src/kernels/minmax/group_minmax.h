@@ -28,8 +28,8 @@ struct GroupKernels {
 
 /// The len values of qparam element q as floats: in place for contiguous f32, else
 /// widened / gathered into buf (len floats).
-inline const float* load_group_to(const FlatView& f, bool contiguous, int64_t q, int64_t len,
-                                  const GroupKernels& k, float* buf) {
+inline const float* load_group_to(const FlatView& f, bool contiguous, int64_t q, int64_t len, const GroupKernels& k,
+                                  float* buf) {
   if (contiguous) {
     const int64_t off = f.group_offset(q);
     if (f.dtype == DType::kF32) return static_cast<const float*>(f.data) + off;
@@ -49,7 +49,6 @@ inline const float* load_group(const FlatView& f, bool contiguous, int64_t q, in
   return load_group_to(f, contiguous, q, len, k, buf.data());
 }
 
-
 /// A vector min / max of zero does not say which zero: the reference's sequential loop
 /// keeps the later of two equal values, so a zero result takes the last zero's sign.
 inline void settle_zero_signs(const float* x, int64_t n, float* lo, float* hi) {
@@ -60,7 +59,6 @@ inline void settle_zero_signs(const float* x, int64_t n, float* lo, float* hi) {
   if (*lo == 0.0f) *lo = x[j];
   if (*hi == 0.0f) *hi = x[j];
 }
-
 
 /// R6.3.1 min / max of one group, equal to the reference's sequential nan_min /
 /// nan_max loop: NaN wins, and for a zero result the sign of the last zero in index

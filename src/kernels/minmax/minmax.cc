@@ -27,8 +27,8 @@ namespace {
 std::optional<std::pair<double, double>> nan_min_max16(const TensorView& v, const detail::MinmaxSimd& k) {
   const int64_t n = v.numel();
   const int threads = n >= (int64_t{1} << 18) ? resolve_num_threads(0) : 1;
-  const detail::KeyExtremes e = detail::minmax16_threaded(k, static_cast<const uint16_t*>(v.data), n,
-                                                          v.dtype == DType::kBF16, threads == 1 ? 1 : threads * 2, threads);
+  const detail::KeyExtremes e = detail::minmax16_threaded(
+      k, static_cast<const uint16_t*>(v.data), n, v.dtype == DType::kBF16, threads == 1 ? 1 : threads * 2, threads);
   if (e.nan) return std::pair<double, double>{NAN, NAN};
   if (e.zero) return std::nullopt;
   return std::pair<double, double>{e.lo, e.hi};
@@ -111,7 +111,8 @@ void minmax_stats(const Backend& b, const FlatView& flat, DType out_dtype, void*
 void running_minmax(const Backend& b, const void* batch_min, const void* batch_max, DType dtype, int64_t n,
                     RunningOp op, double c, NumericMode mode, void* run_min, void* run_max, const uint32_t* skip,
                     Stream s) {
-  if (n > 0) b.running_minmax(RunningMinmaxArgs{batch_min, batch_max, dtype, n, op, c, mode, run_min, run_max, skip}, s);
+  if (n > 0)
+    b.running_minmax(RunningMinmaxArgs{batch_min, batch_max, dtype, n, op, c, mode, run_min, run_max, skip}, s);
 }
 
 void nan_min_max(const Backend& b, const void* x, DType dtype, int64_t n, float* out, Stream s) {
@@ -139,7 +140,8 @@ void global_scale(const Backend& b, const float* extremes, int members, DType dt
   int flag = 0;
   b.copy(&flag, infinite.get(), sizeof(int), CopyKind::kDeviceToHost, s);
   b.synchronize(s);
-  QOBS_CHECK(flag == 0, InvalidArgument, "generate_gparam: the statistics' range is infinite; the reference would "
+  QOBS_CHECK(flag == 0, InvalidArgument,
+             "generate_gparam: the statistics' range is infinite; the reference would "
              "return a global scale of 0 (R4.2, docs/DEVIATIONS.md)");
 }
 

@@ -86,8 +86,8 @@ void minmax_range(const FlatView& flat, bool contiguous, bool eight_at_once, int
 /// settle_zero_signs does on floats (the last zero of the group). Returns the groups
 /// done: count, with *ranges the StoredKeyRanges of the statistics written; or 0 when the
 /// level or shape has no such pass or a NaN needs the per-group loop.
-int64_t minmax_to16(const FlatView& flat, int64_t q, int64_t count, int64_t len, const detail::MinmaxSimd& k, bool stream,
-                    uint16_t* mins, uint16_t* maxs, StoredKeyRanges* ranges) {
+int64_t minmax_to16(const FlatView& flat, int64_t q, int64_t count, int64_t len, const detail::MinmaxSimd& k,
+                    bool stream, uint16_t* mins, uint16_t* maxs, StoredKeyRanges* ranges) {
   const auto* x = static_cast<const uint16_t*>(flat.data) + flat.group_offset(q);
   bool zero_result = false;
   if (k.groups_to16(x, flat.dtype == DType::kBF16, count, len, mins + q, maxs + q, &zero_result, stream, ranges) != 1)
@@ -121,8 +121,8 @@ struct TaskExtremes {
 
 /// The task's statistics [q, q_end) in out_dt, read while they are in its cache (f32:
 /// the task's whole range once; 16-bit: merged into what the task has).
-void read_back(DType out_dt, const void* out_mins, const void* out_maxs, int64_t q, int64_t q_end, const detail::MinmaxSimd& k,
-               TaskExtremes& t) {
+void read_back(DType out_dt, const void* out_mins, const void* out_maxs, int64_t q, int64_t q_end,
+               const detail::MinmaxSimd& k, TaskExtremes& t) {
   const int64_t n = q_end - q;
   if (n <= 0) return;
   if (out_dt == DType::kF32) {
@@ -152,7 +152,8 @@ StatisticsExtremes combine_extremes(DType out_dt, const std::vector<TaskExtremes
   StoredKeyRanges all;
   for (const TaskExtremes& t : tasks) all.merge(t.keys);
   const bool bf16 = out_dt == DType::kBF16;
-  const KeyExtremes m = key_extremes16(all.mins_lo, all.mins_hi, bf16), x = key_extremes16(all.maxs_lo, all.maxs_hi, bf16);
+  const KeyExtremes m = key_extremes16(all.mins_lo, all.mins_hi, bf16),
+                    x = key_extremes16(all.maxs_lo, all.maxs_hi, bf16);
   if (m.nan || x.nan) return {NAN, NAN};
   return {m.lo, x.hi};
 }
@@ -173,7 +174,8 @@ void minmax_impl(const FlatView& flat, DType out_dt, void* out_mins, void* out_m
     // for the sign of a zero, which group_minmax's rule settles below. bf16 / f16 are
     // widened a cache-sized chunk at a time instead of into one copy of the tensor.
     const std::size_t es = dtype_size(flat.dtype);
-    const auto* base = static_cast<const unsigned char*>(flat.data) + static_cast<std::size_t>(flat.group_offset(0)) * es;
+    const auto* base =
+        static_cast<const unsigned char*>(flat.data) + static_cast<std::size_t>(flat.group_offset(0)) * es;
     const int64_t parts = threads == 1 ? 1 : threads * 4, step = (len + parts - 1) / parts;
     if (flat.dtype != DType::kF32 && k.minmax) {
       // bf16 / f16 in one pass of int16 keys (32 lanes, no widening; an activation batch
@@ -225,8 +227,7 @@ void minmax_impl(const FlatView& flat, DType out_dt, void* out_mins, void* out_m
   // pass (minmax_groups_simd), tasks of whole passes. Read in place, bf16 / f16 widened
   // in registers: one group at a time widened each group into a buffer first (bf16 INT4
   // g128 at ~55% of a plain read; ~80% now).
-  const bool eight_at_once =
-      k.minmax && vec_dtype && len % 8 == 0 && len <= 128 && flat.groups_end_to_end();
+  const bool eight_at_once = k.minmax && vec_dtype && len % 8 == 0 && len <= 128 && flat.groups_end_to_end();
   // tasks of whole 32-group passes: the AVX-512 16-bit kernel takes 32 at a time
   const int64_t unit = eight_at_once ? 32 : 1;
   const int64_t per_task = (std::max<int64_t>(1, (nq + target_tasks - 1) / target_tasks) + unit - 1) / unit * unit;

@@ -12,13 +12,9 @@ __global__ void minmax_chunks_kernel(MinmaxArgs a) {
   QOBS_CUDA_LOOP(t, a.x.num_qparams * a.chunks) minmax_chunk(a, t / a.chunks, t % a.chunks);
 }
 
-__global__ void minmax_fold_kernel(MinmaxArgs a) {
-  QOBS_CUDA_LOOP(q, a.x.num_qparams) minmax_fold(a, q);
-}
+__global__ void minmax_fold_kernel(MinmaxArgs a) { QOBS_CUDA_LOOP(q, a.x.num_qparams) minmax_fold(a, q); }
 
-__global__ void running_minmax_kernel(RunningMinmaxArgs a) {
-  QOBS_CUDA_LOOP(i, a.n) running_minmax_elem(a, i);
-}
+__global__ void running_minmax_kernel(RunningMinmaxArgs a) { QOBS_CUDA_LOOP(i, a.n) running_minmax_elem(a, i); }
 
 }  // namespace
 

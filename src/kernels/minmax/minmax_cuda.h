@@ -25,8 +25,8 @@ namespace qobs::kernels::cuda {
 
 struct MinmaxArgs {
   FlatMap x;
-  int64_t chunk = 0;       ///< values per chunk (> 0)
-  int64_t chunks = 0;      ///< chunks per group: ceil(x.len / chunk)
+  int64_t chunk = 0;          ///< values per chunk (> 0)
+  int64_t chunks = 0;         ///< chunks per group: ceil(x.len / chunk)
   double* part_lo = nullptr;  ///< num_qparams * chunks partial results (device scratch)
   double* part_hi = nullptr;
   DType out_dtype = DType::kF32;  ///< the statistics' dtype (Tensor::from_floats of the float results)

@@ -118,7 +118,8 @@ __m512i make_tree_order_index() {
                             _mm512_shuffle_i64x2(v[2 * i], v[2 * i + 1], 0xDD));
   __m512i r[4], t[2];
   for (int j = 0; j < 4; ++j)
-    r[j] = _mm512_min_epi16(_mm512_unpacklo_epi64(m[2 * j], m[2 * j + 1]), _mm512_unpackhi_epi64(m[2 * j], m[2 * j + 1]));
+    r[j] =
+        _mm512_min_epi16(_mm512_unpacklo_epi64(m[2 * j], m[2 * j + 1]), _mm512_unpackhi_epi64(m[2 * j], m[2 * j + 1]));
   for (int j = 0; j < 2; ++j) {
     const __m512 a = _mm512_castsi512_ps(r[2 * j]), b = _mm512_castsi512_ps(r[2 * j + 1]);
     t[j] = _mm512_min_epi16(_mm512_castps_si512(_mm512_shuffle_ps(a, b, 0x88)),
@@ -173,7 +174,8 @@ HWY_INLINE bool minmax_keys32(const uint16_t* x, int64_t len, int16_t nan_hi, in
   }
   lo = tree_tail<false>(ml, order);
   hi = tree_tail<true>(mh, order);
-  return !_mm512_cmpgt_epi16_mask(hi, _mm512_set1_epi16(nan_hi)) && !_mm512_cmplt_epi16_mask(lo, _mm512_set1_epi16(nan_lo));
+  return !_mm512_cmpgt_epi16_mask(hi, _mm512_set1_epi16(nan_hi)) &&
+         !_mm512_cmplt_epi16_mask(lo, _mm512_set1_epi16(nan_lo));
 }
 
 /// Keys back to values, widened to float (exact).
@@ -278,7 +280,8 @@ HWY_INLINE __m256i tree16_avx2(const __m256i (&k)[16]) {
                              _mm256_permute2x128_si256(k[2 * i], k[2 * i + 1], 0x31));
   // step 2: a half's two qwords are one slot's partials -> two slots per half, 4 each
   for (int j = 0; j < 4; ++j)
-    r[j] = pick16_avx2<kMax>(_mm256_unpacklo_epi64(m[2 * j], m[2 * j + 1]), _mm256_unpackhi_epi64(m[2 * j], m[2 * j + 1]));
+    r[j] =
+        pick16_avx2<kMax>(_mm256_unpacklo_epi64(m[2 * j], m[2 * j + 1]), _mm256_unpackhi_epi64(m[2 * j], m[2 * j + 1]));
   // step 3: each slot's two dwords -> one dword (2 partials) per slot
   for (int j = 0; j < 2; ++j) {
     const __m256 a = _mm256_castsi256_ps(r[2 * j]), b = _mm256_castsi256_ps(r[2 * j + 1]);
@@ -330,8 +333,8 @@ int MinMaxGroupsKeys16(const uint16_t* x, bool bf16, int64_t num_groups, int64_t
       }
     }
     const __m256i lo_key = tree16_avx2<false>(lo), hi_key = tree16_avx2<true>(hi);
-    nan = _mm256_or_si256(nan, _mm256_or_si256(_mm256_cmpgt_epi16(hi_key, pos_inf_key),
-                                               _mm256_cmpgt_epi16(neg_inf_key, lo_key)));
+    nan = _mm256_or_si256(
+        nan, _mm256_or_si256(_mm256_cmpgt_epi16(hi_key, pos_inf_key), _mm256_cmpgt_epi16(neg_inf_key, lo_key)));
     mins_lo = _mm256_min_epi16(mins_lo, lo_key);
     mins_hi = _mm256_max_epi16(mins_hi, lo_key);
     maxs_lo = _mm256_min_epi16(maxs_lo, hi_key);

@@ -6,8 +6,8 @@
 #define HWY_TARGET_INCLUDE "kernels/minmax/minmax_simd.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
-#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, DH, DD, VF, VD, ...
-#include "kernels/simd/transpose8-inl.h"  // D8, V8, load8, transpose8x8
+#include "kernels/simd/lane_types-inl.h"           // DF, DU, DI, DH, DD, VF, VD, ...
+#include "kernels/simd/transpose8-inl.h"           // D8, V8, load8, transpose8x8
 #include "kernels/minmax/minmax_keys16_x86-inl.h"  // KeyPassesTo16, KeyPassesToFloats
 
 #include <algorithm>
@@ -26,7 +26,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Only the AVX2 and AVX-512 passes carry kernels (simd_targets.h); the baseline pass
 // Highway always adds stays empty.
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
-
 
 /// MinMaxGroups: num_groups (a multiple of 8) consecutive groups of len (a multiple of
 /// 8) values; per group min and max, eight groups per pass, reduced by a transpose.
@@ -88,7 +87,6 @@ HWY_INLINE void StorePatterns16(V8 v, bool bf16, uint16_t* out) {
   }
 }
 
-
 void MinMaxKeys16(const uint16_t* x, int64_t n, int16_t* lo_out, int16_t* hi_out);  // below
 
 /// The portable form of MinMaxGroupsTo16: the eight-group passes with their results
@@ -145,10 +143,14 @@ void MinMax(const float* x, int64_t n, float* lo_out, float* hi_out) {
   for (; j + 4 * N <= n; j += 4 * N) {
     const VF a = hn::LoadU(df, x + j), b = hn::LoadU(df, x + j + N), c = hn::LoadU(df, x + j + 2 * N),
              d = hn::LoadU(df, x + j + 3 * N);
-    lo = hn::Min(lo, a); hi = hn::Max(hi, a);
-    lo1 = hn::Min(lo1, b); hi1 = hn::Max(hi1, b);
-    lo2 = hn::Min(lo2, c); hi2 = hn::Max(hi2, c);
-    lo3 = hn::Min(lo3, d); hi3 = hn::Max(hi3, d);
+    lo = hn::Min(lo, a);
+    hi = hn::Max(hi, a);
+    lo1 = hn::Min(lo1, b);
+    hi1 = hn::Max(hi1, b);
+    lo2 = hn::Min(lo2, c);
+    hi2 = hn::Max(hi2, c);
+    lo3 = hn::Min(lo3, d);
+    hi3 = hn::Max(hi3, d);
     nan = hn::Or(nan, hn::Or(hn::Or(hn::IsNaN(a), hn::IsNaN(b)), hn::Or(hn::IsNaN(c), hn::IsNaN(d))));
   }
   for (; j < n; j += N) {
@@ -184,10 +186,14 @@ void MinMaxKeys16(const uint16_t* x, int64_t n, int16_t* lo_out, int16_t* hi_out
   int64_t j = 0;
   for (; j + 4 * N <= n; j += 4 * N) {
     const V a = key(x + j), b = key(x + j + N), c = key(x + j + 2 * N), e = key(x + j + 3 * N);
-    lo0 = hn::Min(lo0, a); hi0 = hn::Max(hi0, a);
-    lo1 = hn::Min(lo1, b); hi1 = hn::Max(hi1, b);
-    lo2 = hn::Min(lo2, c); hi2 = hn::Max(hi2, c);
-    lo3 = hn::Min(lo3, e); hi3 = hn::Max(hi3, e);
+    lo0 = hn::Min(lo0, a);
+    hi0 = hn::Max(hi0, a);
+    lo1 = hn::Min(lo1, b);
+    hi1 = hn::Max(hi1, b);
+    lo2 = hn::Min(lo2, c);
+    hi2 = hn::Max(hi2, c);
+    lo3 = hn::Min(lo3, e);
+    hi3 = hn::Max(hi3, e);
   }
   for (; j + N <= n; j += N) {
     const V a = key(x + j);
@@ -204,8 +210,8 @@ void MinMaxKeys16(const uint16_t* x, int64_t n, int16_t* lo_out, int16_t* hi_out
   *hi_out = hi;
 }
 
-inline constexpr MinmaxSimd kMinmaxSimd{&MinMax,        &MinMaxGroups,  &MinMaxGroupsTo16,
-                                       &MinMaxGroupsTo16Portable, &MinMaxKeys16};
+inline constexpr MinmaxSimd kMinmaxSimd{&MinMax, &MinMaxGroups, &MinMaxGroupsTo16, &MinMaxGroupsTo16Portable,
+                                        &MinMaxKeys16};
 
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 }  // namespace HWY_NAMESPACE

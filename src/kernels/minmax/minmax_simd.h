@@ -49,8 +49,7 @@ struct MinmaxSimd {
   /// The sign of a zero result is unspecified (the caller settles it), and *zero_result
   /// says whether any result is a zero, so that the caller looks only then; false when
   /// some value is NaN.
-  bool (*groups)(const void* x, DType dt, int64_t num_groups, int64_t len, float* mins, float* maxs,
-                 bool* zero_result);
+  bool (*groups)(const void* x, DType dt, int64_t num_groups, int64_t len, float* mins, float* maxs, bool* zero_result);
   /// groups with the results stored as the data's own 16-bit patterns (no float
   /// statistics in between): the x86 key passes (minmax_keys16_x86-inl.h: AVX-512 32
   /// groups per pass, num_groups a multiple of 32 and len 16 or a multiple of 32; AVX2
@@ -59,8 +58,8 @@ struct MinmaxSimd {
   /// pass (the caller takes `groups`). Zero signs as there. On 1, *ranges holds the
   /// StoredKeyRanges of what was stored. `stream`: write the results by streaming
   /// stores where the passes and the alignment allow (stream_store.h); the same bytes.
-  int (*groups_to16)(const uint16_t* x, bool bf16, int64_t num_groups, int64_t len, uint16_t* mins,
-                     uint16_t* maxs, bool* zero_result, bool stream, StoredKeyRanges* ranges);
+  int (*groups_to16)(const uint16_t* x, bool bf16, int64_t num_groups, int64_t len, uint16_t* mins, uint16_t* maxs,
+                     bool* zero_result, bool stream, StoredKeyRanges* ranges);
   /// groups_to16 by the portable eight-group passes alone: the x86 key passes' twin.
   int (*groups_to16_portable)(const uint16_t* x, bool bf16, int64_t num_groups, int64_t len, uint16_t* mins,
                               uint16_t* maxs, bool* zero_result, bool stream, StoredKeyRanges* ranges);

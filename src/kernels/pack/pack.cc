@@ -63,12 +63,18 @@ void pack_row(const int8_t* v, int64_t cols, int bits, uint32_t* words, std::str
   for (int64_t j = 0; j < cols; ++j) over |= static_cast<uint32_t>(v[j] - lo) >> bits;
   if (over != 0) return reference();  // throws the reference's range error
   switch (bits) {
-    case 1: return pack_in_range<1>(v, cols, words);
-    case 2: return pack_in_range<2>(v, cols, words);
-    case 4: return pack_in_range<4>(v, cols, words);
-    case 8: return pack_in_range<8>(v, cols, words);
-    case 16: return pack_in_range<16>(v, cols, words);
-    default: return reference();
+    case 1:
+      return pack_in_range<1>(v, cols, words);
+    case 2:
+      return pack_in_range<2>(v, cols, words);
+    case 4:
+      return pack_in_range<4>(v, cols, words);
+    case 8:
+      return pack_in_range<8>(v, cols, words);
+    case 16:
+      return pack_in_range<16>(v, cols, words);
+    default:
+      return reference();
   }
 }
 
@@ -230,12 +236,14 @@ Tensor pack_fp4(const Tensor& q, std::string_view label, int num_threads) {
     // bf16 / f16 in vector lanes; a block with an element off the E2M1 grid is redone by
     // the table loop below, which names it
     const bool is16 = q.dtype() == DType::kBF16 || q.dtype() == DType::kF16;
-    if (is16 && simd && simd->fp4_16(q.data_as<uint16_t>() + b, e - b, q.dtype() == DType::kBF16, dst + b / 2))
-      return;
+    if (is16 && simd && simd->fp4_16(q.data_as<uint16_t>() + b, e - b, q.dtype() == DType::kBF16, dst + b / 2)) return;
     switch (q.dtype()) {
-      case DType::kF32: return pack_fp4_by_bits<uint32_t>(q, 22, label, dst, b, e);
-      case DType::kBF16: return pack_fp4_by_bits<uint16_t>(q, 6, label, dst, b, e);
-      case DType::kF16: return pack_fp4_by_bits<uint16_t>(q, 9, label, dst, b, e);
+      case DType::kF32:
+        return pack_fp4_by_bits<uint32_t>(q, 22, label, dst, b, e);
+      case DType::kBF16:
+        return pack_fp4_by_bits<uint16_t>(q, 6, label, dst, b, e);
+      case DType::kF16:
+        return pack_fp4_by_bits<uint16_t>(q, 9, label, dst, b, e);
       default:
         for (int64_t i = b; i < e; i += 2) {
           const uint8_t lo = qobs::detail::fp4_pack_code(static_cast<float>(q.get(i)), i, label);
@@ -254,9 +262,12 @@ Tensor unpack_fp4(const Tensor& packed, DType out_dtype, std::string_view label,
   const uint8_t* src = packed.data_as<uint8_t>();
   for_row_blocks(rows, cols, num_threads, [&](int64_t r0, int64_t r1) {
     switch (dtype_size(out_dtype)) {
-      case 8: return unpack_fp4_typed(src, lut, out.data_as<uint64_t>(), r0 * cols, r1 * cols);
-      case 4: return unpack_fp4_typed(src, lut, out.data_as<uint32_t>(), r0 * cols, r1 * cols);
-      default: return unpack_fp4_typed(src, lut, out.data_as<uint16_t>(), r0 * cols, r1 * cols);
+      case 8:
+        return unpack_fp4_typed(src, lut, out.data_as<uint64_t>(), r0 * cols, r1 * cols);
+      case 4:
+        return unpack_fp4_typed(src, lut, out.data_as<uint32_t>(), r0 * cols, r1 * cols);
+      default:
+        return unpack_fp4_typed(src, lut, out.data_as<uint16_t>(), r0 * cols, r1 * cols);
     }
   });
   return out;
@@ -271,9 +282,12 @@ Tensor pack_fp6(const Tensor& q, std::string_view label, int num_threads) {
   for_row_blocks(rows, cols, num_threads, [&](int64_t r0, int64_t r1) {
     const int64_t b = r0 * cols, e = r1 * cols;
     switch (q.dtype()) {
-      case DType::kF32: return pack_fp6_by_bits<uint32_t>(q, 20, label, dst, b, e);
-      case DType::kBF16: return pack_fp6_by_bits<uint16_t>(q, 4, label, dst, b, e);
-      case DType::kF16: return pack_fp6_by_bits<uint16_t>(q, 7, label, dst, b, e);
+      case DType::kF32:
+        return pack_fp6_by_bits<uint32_t>(q, 20, label, dst, b, e);
+      case DType::kBF16:
+        return pack_fp6_by_bits<uint16_t>(q, 4, label, dst, b, e);
+      case DType::kF16:
+        return pack_fp6_by_bits<uint16_t>(q, 7, label, dst, b, e);
       default:
         for (int64_t i = b; i < e; i += 4) {
           uint8_t c[4];
@@ -293,9 +307,12 @@ Tensor unpack_fp6(const Tensor& packed, DType out_dtype, std::string_view label,
   const uint8_t* src = packed.data_as<uint8_t>();
   for_row_blocks(rows, cols, num_threads, [&](int64_t r0, int64_t r1) {
     switch (dtype_size(out_dtype)) {
-      case 8: return unpack_fp6_typed(src, lut, out.data_as<uint64_t>(), r0 * cols, r1 * cols);
-      case 4: return unpack_fp6_typed(src, lut, out.data_as<uint32_t>(), r0 * cols, r1 * cols);
-      default: return unpack_fp6_typed(src, lut, out.data_as<uint16_t>(), r0 * cols, r1 * cols);
+      case 8:
+        return unpack_fp6_typed(src, lut, out.data_as<uint64_t>(), r0 * cols, r1 * cols);
+      case 4:
+        return unpack_fp6_typed(src, lut, out.data_as<uint32_t>(), r0 * cols, r1 * cols);
+      default:
+        return unpack_fp6_typed(src, lut, out.data_as<uint16_t>(), r0 * cols, r1 * cols);
     }
   });
   return out;
@@ -330,8 +347,7 @@ void pack_int_rows(const Backend& b, const int8_t* q, int64_t rows, int64_t cols
                             std::vector<uint32_t>(static_cast<std::size_t>(a.words + 1)).data(), label, r);
 }
 
-void pack_fp4(const Backend& b, const void* q, DType dtype, int64_t n, uint8_t* out, std::string_view label,
-              Stream s) {
+void pack_fp4(const Backend& b, const void* q, DType dtype, int64_t n, uint8_t* out, std::string_view label, Stream s) {
   PackFp4Args a{q, dtype, n, out, nullptr};
   DeviceBuffer bad(b, sizeof(unsigned long long), s);
   b.fill(bad.get(), 0xFF, sizeof(unsigned long long), s);

@@ -11,9 +11,7 @@ __global__ void pack_int_kernel(PackIntArgs a) {
   QOBS_CUDA_LOOP(t, a.rows * a.words) pack_int_word(a, t / a.words, t % a.words, AtomicMinU64{});
 }
 
-__global__ void pack_fp4_kernel(PackFp4Args a) {
-  QOBS_CUDA_LOOP(b, a.n / 2) pack_fp4_byte(a, b, AtomicMinU64{});
-}
+__global__ void pack_fp4_kernel(PackFp4Args a) { QOBS_CUDA_LOOP(b, a.n / 2) pack_fp4_byte(a, b, AtomicMinU64{}); }
 
 }  // namespace
 

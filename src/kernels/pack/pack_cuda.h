@@ -18,10 +18,10 @@
 namespace qobs::kernels::cuda {
 
 struct PackIntArgs {
-  const int8_t* q = nullptr;  ///< rows x cols values (device)
+  const int8_t* q = nullptr;              ///< rows x cols values (device)
   int64_t rows = 0, cols = 0, words = 0;  ///< words per row: packed_words(cols, bits)
   int bits = 4;
-  uint32_t* out = nullptr;    ///< rows x words (device)
+  uint32_t* out = nullptr;                  ///< rows x words (device)
   unsigned long long* first_bad = nullptr;  ///< the least bad flat index, preset to ~0 (device)
 };
 
@@ -49,8 +49,8 @@ QOBS_HD inline void pack_int_word(const PackIntArgs& a, int64_t r, int64_t w, At
 struct PackFp4Args {
   const void* q = nullptr;  ///< n FP4 grid values in a float dtype (device)
   DType dtype = DType::kF32;
-  int64_t n = 0;            ///< even
-  uint8_t* out = nullptr;   ///< n / 2 bytes (device)
+  int64_t n = 0;           ///< even
+  uint8_t* out = nullptr;  ///< n / 2 bytes (device)
   unsigned long long* first_bad = nullptr;
 };
 
@@ -61,15 +61,32 @@ QOBS_HD inline int fp4_code_or_bad(float v) {
   int idx = -1;
   if (k >= 0 && static_cast<float>(k) == twice) {
     switch (k) {
-      case 0: idx = 0; break;
-      case 1: idx = 1; break;
-      case 2: idx = 2; break;
-      case 3: idx = 3; break;
-      case 4: idx = 4; break;
-      case 6: idx = 5; break;
-      case 8: idx = 6; break;
-      case 12: idx = 7; break;
-      default: break;
+      case 0:
+        idx = 0;
+        break;
+      case 1:
+        idx = 1;
+        break;
+      case 2:
+        idx = 2;
+        break;
+      case 3:
+        idx = 3;
+        break;
+      case 4:
+        idx = 4;
+        break;
+      case 6:
+        idx = 5;
+        break;
+      case 8:
+        idx = 6;
+        break;
+      case 12:
+        idx = 7;
+        break;
+      default:
+        break;
     }
   }
   if (idx < 0) return -1;

@@ -38,7 +38,7 @@ bool PackFp4T(const uint16_t* src, int64_t n, uint8_t* dst) {
     const auto m = hn::And(v, hn::Set(d16, 0x7FFF));
     const auto t = hn::Sub(hn::ShiftRight<kShift>(m), hn::Set(d16, kBase));  // wraps below 0.5
     const auto is_zero = hn::Eq(m, zero);
-    const auto off_grid = hn::Or(hn::Gt(t, seven), hn::Eq(t, one));           // unsigned compare
+    const auto off_grid = hn::Or(hn::Gt(t, seven), hn::Eq(t, one));  // unsigned compare
     bad = hn::Or(bad, hn::Or(hn::Ne(hn::And(v, low), zero), hn::AndNot(is_zero, off_grid)));
     const auto mag = hn::IfThenZeroElse(is_zero, hn::Max(t, one));
     const auto code = hn::Or(mag, hn::And(hn::ShiftRight<12>(v), hn::Set(d16, 8)));  // the sign to bit 3

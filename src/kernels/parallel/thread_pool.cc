@@ -44,10 +44,10 @@ struct detail::ParallelBatch {
 
   const std::function<void(int64_t, int)>* body;
   int64_t num_tasks;
-  int workers;                     // worker indices [0, workers); the caller is 0
-  std::atomic<int64_t> next{0};    // the next task to hand out
-  int joined = 1;                  // worker indices handed out (pool mutex)
-  int helping = 0;                 // helpers still inside (pool mutex)
+  int workers;                       // worker indices [0, workers); the caller is 0
+  std::atomic<int64_t> next{0};      // the next task to hand out
+  int joined = 1;                    // worker indices handed out (pool mutex)
+  int helping = 0;                   // helpers still inside (pool mutex)
   std::atomic<int> helpers_left{0};  // helpers not yet done (HelperSet)
   std::mutex err_mu;
   int64_t err_task = -1;
@@ -180,8 +180,8 @@ class HelperSet {
   std::condition_variable done_cv_;  // a helper left a batch
   std::deque<Slot> slots_;
   std::atomic<int> queued_{0};  // slots_.size(), for the spinning threads
-  int parked_ = 0;    // threads waiting for a slot
-  int starting_ = 0;  // threads started that have not yet parked
+  int parked_ = 0;              // threads waiting for a slot
+  int starting_ = 0;            // threads started that have not yet parked
 };
 
 }  // namespace
@@ -194,10 +194,8 @@ void parallel_for(int64_t num_tasks, int num_threads, const std::function<void(i
     return;
   }
   detail::ParallelBatch b(body, num_tasks, workers);
-  if (tls_pool)
-    tls_pool->run_batch(b);
-  else
-    HelperSet::instance().run(b);
+  if (tls_pool) tls_pool->run_batch(b);
+  else HelperSet::instance().run(b);
   if (b.err) std::rethrow_exception(b.err);
 }
 

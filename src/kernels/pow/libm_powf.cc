@@ -14,8 +14,16 @@ namespace qobs::kernels::detail {
 
 namespace {
 
-uint64_t bits64(double d) { uint64_t u; std::memcpy(&u, &d, 8); return u; }
-double from_bits64(uint64_t u) { double d; std::memcpy(&d, &u, 8); return d; }
+uint64_t bits64(double d) {
+  uint64_t u;
+  std::memcpy(&u, &d, 8);
+  return u;
+}
+double from_bits64(uint64_t u) {
+  double d;
+  std::memcpy(&d, &u, 8);
+  return d;
+}
 
 struct Segment {
   const unsigned char* base;
@@ -50,8 +58,8 @@ const uint64_t* find_exp2_table(const std::vector<Segment>& segs) {
       for (int i = 0; i < 32 && ok; ++i) ok = t[i] == expect[i];
       if (!ok) continue;
       const double* c = reinterpret_cast<const double*>(t + 33);
-      if (from_bits64(t[32]) == 0x1.8p+47 && std::fabs(c[2] - ln2) < 1e-6 &&
-          std::fabs(c[1] - ln2 * ln2 / 2) < 1e-3 && std::fabs(c[0] - ln2 * ln2 * ln2 / 6) < 1e-3)
+      if (from_bits64(t[32]) == 0x1.8p+47 && std::fabs(c[2] - ln2) < 1e-6 && std::fabs(c[1] - ln2 * ln2 / 2) < 1e-3 &&
+          std::fabs(c[0] - ln2 * ln2 * ln2 / 6) < 1e-3)
         return t;
     }
   return nullptr;

@@ -29,11 +29,11 @@ namespace qobs::kernels::detail {
 /// Constants of libm's powf: log2 part (16 (invc, logc) pairs + 5 polynomial
 /// coefficients) and exp2 part (32 table words, the rounding shift, 3 coefficients).
 struct PowfTables {
-  const double* log2_tab;   ///< 32 doubles: invc_0, logc_0, invc_1, ...
-  const double* log2_poly;  ///< A[0..4], A[4] ~ 1/ln2
-  const uint64_t* exp2_tab; ///< 32 words
-  double exp2_shift;        ///< 0x1.8p+52 / 32
-  const double* exp2_poly;  ///< C[0..2], C[2] ~ ln2
+  const double* log2_tab;    ///< 32 doubles: invc_0, logc_0, invc_1, ...
+  const double* log2_poly;   ///< A[0..4], A[4] ~ 1/ln2
+  const uint64_t* exp2_tab;  ///< 32 words
+  double exp2_shift;         ///< 0x1.8p+52 / 32
+  const double* exp2_poly;   ///< C[0..2], C[2] ~ ln2
 };
 
 /// libm's powf as found in this process, before any decision to trust it.

@@ -140,8 +140,7 @@ HWY_INLINE VF pow_approx(VF a, float y) {
   // overflow fix-up Highway adds). Lanes with n outside [-125, 126] are garbage here and
   // overwritten below: n > 126 by +inf, n <= -126 (so z <= -125.5) by 0. The results
   // are bit for bit those of the former clamp-and-convert (checked exhaustively).
-  const VF two_n =
-      hn::BitCast(df, hn::ShiftLeft<23>(hn::BitCast(di, hn::Add(n, hn::Set(df, 0x1.8p23f + 127.0f)))));
+  const VF two_n = hn::BitCast(df, hn::ShiftLeft<23>(hn::BitCast(di, hn::Add(n, hn::Set(df, 0x1.8p23f + 127.0f)))));
   VF r = hn::Mul(e, two_n);
   r = hn::IfThenElse(hn::Gt(n, hn::Set(df, 126.0f)), hn::Set(df, HUGE_VALF), r);
   r = hn::IfThenZeroElse(hn::Lt(z, hn::Set(df, -125.0f)), r);

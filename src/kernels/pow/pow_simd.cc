@@ -8,7 +8,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 #include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, DH, DD, VF, VD, ...
-#include "kernels/pow/pow-inl.h"  // pow_replay, pow_approx
+#include "kernels/pow/pow-inl.h"          // pow_replay, pow_approx
 
 #include <cmath>
 
@@ -22,7 +22,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Only the AVX2 and AVX-512 passes carry kernels (simd_targets.h); the baseline pass
 // Highway always adds stays empty.
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
-
 
 void PowApprox(const float* x, int64_t n, float y, float* out) {
   const DF df;

@@ -104,8 +104,8 @@ QdqCall resolve_qdq(QdqOp op, const TensorView& x, const Tensor& scale_in, const
   if (zero_point)
     QOBS_CHECK(zero_point->shape() == scale_in.shape(), ShapeError, "zero_point shape ", shape_str(zero_point->shape()),
                " differs from scale shape ", shape_str(scale_in.shape()), " (R5.1)");
-  QdqCall c = resolve_qdq_layout(op, x, prep.scale.dtype(), prep.scale.shape(), prep.scale_widens, zero_point != nullptr,
-                                 args, g_idx, out_dtype, mode);
+  QdqCall c = resolve_qdq_layout(op, x, prep.scale.dtype(), prep.scale.shape(), prep.scale_widens,
+                                 zero_point != nullptr, args, g_idx, out_dtype, mode);
   c.scale = std::move(prep.scale);
   if (zero_point) c.zero_point = *zero_point;
   return c;

@@ -71,9 +71,12 @@ Tensor run_reference(const QdqCall& c, const TensorView& x);
 /// zero point).
 QOBS_HD inline double qdq_element(QdqOp op, double x, double s, double z, const qobs::detail::QdqPlan& plan) {
   switch (op) {
-    case QdqOp::kFakeQuantize: return qobs::detail::qdq_elem(x, s, z, plan);
-    case QdqOp::kQuantize: return qobs::detail::quantize_elem(x, s, z, plan);
-    case QdqOp::kDequantize: return qobs::detail::dequantize_elem(x, s, z, plan);
+    case QdqOp::kFakeQuantize:
+      return qobs::detail::qdq_elem(x, s, z, plan);
+    case QdqOp::kQuantize:
+      return qobs::detail::quantize_elem(x, s, z, plan);
+    case QdqOp::kDequantize:
+      return qobs::detail::dequantize_elem(x, s, z, plan);
   }
   return 0.0;
 }

@@ -34,11 +34,16 @@ constexpr int64_t kPiece = 8192;
 
 std::optional<QdqStorage> storage_of(DType dt) {
   switch (dt) {
-    case DType::kF32: return QdqStorage::kF32;
-    case DType::kBF16: return QdqStorage::kBF16;
-    case DType::kF16: return QdqStorage::kF16;
-    case DType::kI8: return QdqStorage::kI8;
-    default: return std::nullopt;
+    case DType::kF32:
+      return QdqStorage::kF32;
+    case DType::kBF16:
+      return QdqStorage::kBF16;
+    case DType::kF16:
+      return QdqStorage::kF16;
+    case DType::kI8:
+      return QdqStorage::kI8;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -47,13 +52,16 @@ template <typename F>
 void with_loader(const TensorView& x, F&& f) {
   const void* p = x.data;
   switch (x.dtype) {
-    case DType::kF64: return f([p](int64_t i) { return static_cast<const double*>(p)[i]; });
-    case DType::kF32: return f([p](int64_t i) { return static_cast<double>(static_cast<const float*>(p)[i]); });
+    case DType::kF64:
+      return f([p](int64_t i) { return static_cast<const double*>(p)[i]; });
+    case DType::kF32:
+      return f([p](int64_t i) { return static_cast<double>(static_cast<const float*>(p)[i]); });
     case DType::kBF16:
       return f([p](int64_t i) { return static_cast<double>(bf16_to_float(static_cast<const uint16_t*>(p)[i])); });
     case DType::kF16:
       return f([p](int64_t i) { return static_cast<double>(f16_to_float(static_cast<const uint16_t*>(p)[i])); });
-    case DType::kI8: return f([p](int64_t i) { return static_cast<double>(static_cast<const int8_t*>(p)[i]); });
+    case DType::kI8:
+      return f([p](int64_t i) { return static_cast<double>(static_cast<const int8_t*>(p)[i]); });
     default: {
       const DType dt = x.dtype;
       return f([p, dt](int64_t i) { return qobs::detail::load_element(p, dt, i); });
@@ -66,11 +74,16 @@ template <typename F>
 void with_storer(Tensor& out, F&& f) {
   void* p = out.data();
   switch (out.dtype()) {
-    case DType::kF64: return f([p](int64_t i, double v) { static_cast<double*>(p)[i] = v; });
-    case DType::kF32: return f([p](int64_t i, double v) { static_cast<float*>(p)[i] = static_cast<float>(v); });
-    case DType::kBF16: return f([p](int64_t i, double v) { static_cast<uint16_t*>(p)[i] = double_to_bf16(v); });
-    case DType::kF16: return f([p](int64_t i, double v) { static_cast<uint16_t*>(p)[i] = double_to_f16(v); });
-    default: return f([&out](int64_t i, double v) { out.set(i, v); });
+    case DType::kF64:
+      return f([p](int64_t i, double v) { static_cast<double*>(p)[i] = v; });
+    case DType::kF32:
+      return f([p](int64_t i, double v) { static_cast<float*>(p)[i] = static_cast<float>(v); });
+    case DType::kBF16:
+      return f([p](int64_t i, double v) { static_cast<uint16_t*>(p)[i] = double_to_bf16(v); });
+    case DType::kF16:
+      return f([p](int64_t i, double v) { static_cast<uint16_t*>(p)[i] = double_to_f16(v); });
+    default:
+      return f([&out](int64_t i, double v) { out.set(i, v); });
   }
 }
 
@@ -113,16 +126,21 @@ class FastQdq {
     switch (c_.layout) {
       case QdqCall::Layout::kGroup:
         return c_.rank[static_cast<std::size_t>(col)] / c_.group_size * c_.bs->in_strides.back();
-      case QdqCall::Layout::kBlock: return col / c_.bw;
-      case QdqCall::Layout::kBroadcast: return c_.out_shape.empty() ? 0 : col * c_.bsc->in_strides.back();
+      case QdqCall::Layout::kBlock:
+        return col / c_.bw;
+      case QdqCall::Layout::kBroadcast:
+        return c_.out_shape.empty() ? 0 : col * c_.bsc->in_strides.back();
     }
     return 0;
   }
   int64_t row_offset(int64_t r) const {
     switch (c_.layout) {
-      case QdqCall::Layout::kGroup: return c_.bs->offset(r * c_.ngroups);
-      case QdqCall::Layout::kBlock: return (r / c_.bh) * c_.nbc;
-      case QdqCall::Layout::kBroadcast: return c_.bsc->offset(r * cols_);
+      case QdqCall::Layout::kGroup:
+        return c_.bs->offset(r * c_.ngroups);
+      case QdqCall::Layout::kBlock:
+        return (r / c_.bh) * c_.nbc;
+      case QdqCall::Layout::kBroadcast:
+        return c_.bsc->offset(r * cols_);
     }
     return 0;
   }

@@ -7,9 +7,7 @@ namespace qobs::kernels::cuda {
 
 namespace {
 
-__global__ void qdq_kernel(QdqArgs a) {
-  QOBS_CUDA_LOOP(i, a.n) qdq_elem_cuda(a, i);
-}
+__global__ void qdq_kernel(QdqArgs a) { QOBS_CUDA_LOOP(i, a.n) qdq_elem_cuda(a, i); }
 
 }  // namespace
 

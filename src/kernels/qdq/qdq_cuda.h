@@ -24,18 +24,18 @@ struct QdqArgs {
   QdqOp op = QdqOp::kFakeQuantize;
   QdqCall::Layout layout = QdqCall::Layout::kBroadcast;
   qobs::detail::QdqPlan plan;
-  int64_t n = 0;                 ///< output elements
-  const void* x = nullptr;       ///< device
+  int64_t n = 0;            ///< output elements
+  const void* x = nullptr;  ///< device
   DType x_dtype = DType::kF32;
-  AxisList x_view;               ///< x's shape and strides: flat row-major index -> storage offset
-  const void* scale = nullptr;   ///< device, contiguous, dtype scale_dtype (before step 1)
+  AxisList x_view;              ///< x's shape and strides: flat row-major index -> storage offset
+  const void* scale = nullptr;  ///< device, contiguous, dtype scale_dtype (before step 1)
   DType scale_dtype = DType::kF32;
   const float* global_scale = nullptr;  ///< device, or nullptr
-  DType s_dt = DType::kF32;      ///< the scale's dtype after step 1 (the plan's s_dt)
+  DType s_dt = DType::kF32;             ///< the scale's dtype after step 1 (the plan's s_dt)
   NumericMode mode = NumericMode::kParity;
   const void* zero_point = nullptr;  ///< device, contiguous like scale, or nullptr
   DType zp_dtype = DType::kI8;
-  void* out = nullptr;           ///< device, contiguous
+  void* out = nullptr;  ///< device, contiguous
   DType out_dtype = DType::kF32;
   // kGroup: element (r, c) of the rows x cols view uses scale offset group_scale.offset(r * ngroups + c / group_size)
   int64_t cols = 0, group_size = 0, ngroups = 0;

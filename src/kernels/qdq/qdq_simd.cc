@@ -16,7 +16,7 @@
 #include <hwy/highway.h>
 #include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, VF, ...
 #include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round, fp4_round, fp6_round
-#include "kernels/qdq/qdq_lanes-inl.h"  // quantize_lanes, dequantize_lanes
+#include "kernels/qdq/qdq_lanes-inl.h"    // quantize_lanes, dequantize_lanes
 
 #include <algorithm>
 #include <cstring>
@@ -30,13 +30,11 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
-
-
-
 HWY_INLINE VF load_x(QdqStorage st, const void* p, int64_t j) {
   const DF df;
   switch (st) {
-    case QdqStorage::kF32: return hn::LoadU(df, static_cast<const float*>(p) + j);
+    case QdqStorage::kF32:
+      return hn::LoadU(df, static_cast<const float*>(p) + j);
     case QdqStorage::kBF16: {
       const hn::Rebind<uint16_t, DF> d16;
       const auto raw = hn::LoadU(d16, static_cast<const uint16_t*>(p) + j);
@@ -59,7 +57,9 @@ HWY_INLINE VF load_x(QdqStorage st, const void* p, int64_t j) {
 HWY_INLINE void store_out(QdqStorage st, VF v, void* p, int64_t j) {
   const DF df;
   switch (st) {
-    case QdqStorage::kF32: hn::StoreU(v, df, static_cast<float*>(p) + j); return;
+    case QdqStorage::kF32:
+      hn::StoreU(v, df, static_cast<float*>(p) + j);
+      return;
     case QdqStorage::kBF16: {
       const hn::Rebind<uint16_t, DF> d16;
       const auto hi = hn::ShiftRight<16>(hn::BitCast(DU(), narrow_to(Narrow::kBF16, v)));
@@ -82,9 +82,12 @@ HWY_INLINE void store_out(QdqStorage st, VF v, void* p, int64_t j) {
 
 int64_t storage_size(QdqStorage st) {
   switch (st) {
-    case QdqStorage::kF32: return 4;
-    case QdqStorage::kI8: return 1;
-    default: return 2;
+    case QdqStorage::kF32:
+      return 4;
+    case QdqStorage::kI8:
+      return 1;
+    default:
+      return 2;
   }
 }
 
@@ -159,17 +162,23 @@ HWY_NOINLINE bool QdqRunT(const QdqRunArgs& A) {
 template <int kOp>
 HWY_INLINE bool QdqRunGrid(const QdqRunArgs& A) {
   switch (A.grid) {
-    case qobs::detail::GridKind::kInt: return QdqRunT<kOp, static_cast<int>(qobs::detail::GridKind::kInt)>(A);
-    case qobs::detail::GridKind::kFp8: return QdqRunT<kOp, static_cast<int>(qobs::detail::GridKind::kFp8)>(A);
-    case qobs::detail::GridKind::kFp6: return QdqRunT<kOp, static_cast<int>(qobs::detail::GridKind::kFp6)>(A);
-    default: return QdqRunT<kOp, static_cast<int>(qobs::detail::GridKind::kFp4)>(A);
+    case qobs::detail::GridKind::kInt:
+      return QdqRunT<kOp, static_cast<int>(qobs::detail::GridKind::kInt)>(A);
+    case qobs::detail::GridKind::kFp8:
+      return QdqRunT<kOp, static_cast<int>(qobs::detail::GridKind::kFp8)>(A);
+    case qobs::detail::GridKind::kFp6:
+      return QdqRunT<kOp, static_cast<int>(qobs::detail::GridKind::kFp6)>(A);
+    default:
+      return QdqRunT<kOp, static_cast<int>(qobs::detail::GridKind::kFp4)>(A);
   }
 }
 
 bool QdqRun(const QdqRunArgs& A) {
   switch (A.op) {
-    case QdqOp::kFakeQuantize: return QdqRunGrid<static_cast<int>(QdqOp::kFakeQuantize)>(A);
-    case QdqOp::kQuantize: return QdqRunGrid<static_cast<int>(QdqOp::kQuantize)>(A);
+    case QdqOp::kFakeQuantize:
+      return QdqRunGrid<static_cast<int>(QdqOp::kFakeQuantize)>(A);
+    case QdqOp::kQuantize:
+      return QdqRunGrid<static_cast<int>(QdqOp::kQuantize)>(A);
     default:
       // the grid plays no part in dequantization
       return QdqRunT<static_cast<int>(QdqOp::kDequantize), static_cast<int>(qobs::detail::GridKind::kInt)>(A);

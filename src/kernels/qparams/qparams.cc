@@ -17,8 +17,8 @@ namespace qobs::kernels {
 
 ScaleZeroPoint calculate_qparams(const Tensor& min_vals, const Tensor& max_vals, const QuantizationArgs& args,
                                  const Tensor* global_scale, NumericMode mode, int num_threads) {
-  if (auto lanes = cpu::calculate_qparams_simd(min_vals, max_vals, args, global_scale, mode, active_simd_level(),
-                                               num_threads))
+  if (auto lanes =
+          cpu::calculate_qparams_simd(min_vals, max_vals, args, global_scale, mode, active_simd_level(), num_threads))
     return std::move(*lanes);
   auto job = qobs::detail::QParamsJob::prepare(min_vals, max_vals, args, global_scale, mode);
   const int64_t n = job.size();

@@ -54,9 +54,9 @@ std::optional<ScaleZeroPoint> calculate_qparams_simd(const Tensor& min_vals, con
   const int64_t n = min_vals.numel();
   // every scale is written below; the zero points too, except a symmetric plan's, which
   // are the zero fill
-  ScaleZeroPoint out{Tensor::uninitialized(plan.scale_dt, min_vals.shape()),
-                     zero_zp ? Tensor(plan.zp_dtype, min_vals.shape())
-                             : Tensor::uninitialized(plan.zp_dtype, min_vals.shape())};
+  ScaleZeroPoint out{
+      Tensor::uninitialized(plan.scale_dt, min_vals.shape()),
+      zero_zp ? Tensor(plan.zp_dtype, min_vals.shape()) : Tensor::uninitialized(plan.zp_dtype, min_vals.shape())};
   const detail::ConvertSimd* convert = detail::convert_simd(level);
   constexpr int64_t kChunk = 8192;  // below that a thread costs more than it saves
   const int64_t chunks = (n + kChunk - 1) / kChunk;
@@ -73,7 +73,8 @@ std::optional<ScaleZeroPoint> calculate_qparams_simd(const Tensor& min_vals, con
       const int64_t len = std::min(chunk_end, b + kBlock) - b;
       if (stat_dt != DType::kF32) {
         // bf16 / f16 statistics widened, and 16-bit scales narrowed, in the lanes
-        auto* scale = static_cast<unsigned char*>(out.scale.data()) + b * static_cast<int64_t>(dtype_size(plan.scale_dt));
+        auto* scale =
+            static_cast<unsigned char*>(out.scale.data()) + b * static_cast<int64_t>(dtype_size(plan.scale_dt));
         if (!k->f16(q, min_vals.data_as<uint16_t>() + b, max_vals.data_as<uint16_t>() + b, stat_dt == DType::kBF16, len,
                     plan.scale_dt, scale, wzp)) {
           non_finite.store(true, std::memory_order_relaxed);
@@ -92,11 +93,20 @@ std::optional<ScaleZeroPoint> calculate_qparams_simd(const Tensor& min_vals, con
       }
       if (zero_zp) continue;  // Tensor's zero fill: a symmetric plan's zero points, +0 in every float dtype
       switch (plan.zp_dtype) {
-        case DType::kI8: store_zero_points(wzp, len, out.zero_point.data_as<int8_t>() + b); break;
-        case DType::kU8: store_zero_points(wzp, len, out.zero_point.data_as<uint8_t>() + b); break;
-        case DType::kI16: store_zero_points(wzp, len, out.zero_point.data_as<int16_t>() + b); break;
-        case DType::kI32: store_zero_points(wzp, len, out.zero_point.data_as<int32_t>() + b); break;
-        default: store_zero_points(wzp, len, out.zero_point.data_as<int64_t>() + b);  // kI64
+        case DType::kI8:
+          store_zero_points(wzp, len, out.zero_point.data_as<int8_t>() + b);
+          break;
+        case DType::kU8:
+          store_zero_points(wzp, len, out.zero_point.data_as<uint8_t>() + b);
+          break;
+        case DType::kI16:
+          store_zero_points(wzp, len, out.zero_point.data_as<int16_t>() + b);
+          break;
+        case DType::kI32:
+          store_zero_points(wzp, len, out.zero_point.data_as<int32_t>() + b);
+          break;
+        default:
+          store_zero_points(wzp, len, out.zero_point.data_as<int64_t>() + b);  // kI64
       }
     }
   });

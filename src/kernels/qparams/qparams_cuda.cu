@@ -6,9 +6,7 @@ namespace qobs::kernels::cuda {
 
 namespace {
 
-__global__ void qparams_kernel(QParamsArgs a) {
-  QOBS_CUDA_LOOP(i, a.n) qparams_elem(a, i);
-}
+__global__ void qparams_kernel(QParamsArgs a) { QOBS_CUDA_LOOP(i, a.n) qparams_elem(a, i); }
 
 __global__ void global_scale_kernel(GlobalScaleArgs a) { global_scale_body(a); }
 

@@ -23,7 +23,7 @@ struct QParamsArgs {
   /// One f32 global scale in device memory (R4.1 step 4), or nullptr: the plan's
   /// has_global then says whether plan.global_scale applies.
   const float* global_scale = nullptr;
-  void* scale = nullptr;  ///< n results in plan.scale_dt
+  void* scale = nullptr;       ///< n results in plan.scale_dt
   void* zero_point = nullptr;  ///< n results in plan.zp_dtype
   /// Set to 1 when a statistic is not finite (the CPU path's InvalidArgument, R4.1);
   /// the outputs are then unspecified.
@@ -56,8 +56,8 @@ struct GlobalScaleArgs {
   int members = 0;
   DType dtype = DType::kF32;  ///< the statistics' promoted dtype
   NumericMode mode = NumericMode::kParity;
-  float* out = nullptr;       ///< the global scale (f32)
-  int* infinite = nullptr;    ///< set to 1 for an infinite range (generate_gparam's error)
+  float* out = nullptr;     ///< the global scale (f32)
+  int* infinite = nullptr;  ///< set to 1 for an infinite range (generate_gparam's error)
 };
 
 QOBS_HD inline void global_scale_body(const GlobalScaleArgs& a) {

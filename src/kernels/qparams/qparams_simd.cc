@@ -6,8 +6,8 @@
 #define HWY_TARGET_INCLUDE "kernels/qparams/qparams_simd.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
-#include "kernels/simd/lane_types-inl.h"  // DF, DU, DI, DH, DD, VF, VD, ...
-#include "kernels/simd/grid_round-inl.h"  // narrow_to, fp8_round
+#include "kernels/simd/lane_types-inl.h"        // DF, DU, DI, DH, DD, VF, VD, ...
+#include "kernels/simd/grid_round-inl.h"        // narrow_to, fp8_round
 #include "kernels/qparams/qparams_lanes-inl.h"  // shrunk_qparams_lanes
 
 #include "kernels/simd/narrow.h"
@@ -22,7 +22,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Only the AVX2 and AVX-512 passes carry kernels (simd_targets.h); the baseline pass
 // Highway always adds stays empty.
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
-
 
 template <bool kZp>
 bool ShrunkQParamsT(const qobs::detail::ShrunkQParams& Q, const float* lo, const float* hi, int64_t n, float* scale,
@@ -87,7 +86,8 @@ bool ShrunkQParams16T(const qobs::detail::ShrunkQParams& Q, const uint16_t* lo, 
   for (; j + 2 * N <= n; j += 2 * N) {
     const VF a = load_widen16(lo + j, in_bf16), b = load_widen16(hi + j, in_bf16);
     const VF a2 = load_widen16(lo + j + N, in_bf16), b2 = load_widen16(hi + j + N, in_bf16);
-    finite = hn::And(finite, hn::And(hn::And(hn::IsFinite(a), hn::IsFinite(b)), hn::And(hn::IsFinite(a2), hn::IsFinite(b2))));
+    finite = hn::And(finite,
+                     hn::And(hn::And(hn::IsFinite(a), hn::IsFinite(b)), hn::And(hn::IsFinite(a2), hn::IsFinite(b2))));
     shrunk_qparams_lanes<kZp>(q, a, b, s, z);
     shrunk_qparams_lanes<kZp>(q, a2, b2, s2, z2);
     store(s, j);

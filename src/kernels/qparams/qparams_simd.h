@@ -24,8 +24,8 @@ struct QParamsSimd {
   /// the scales stored in scale_dt (f32, bf16 or f16; narrowed in the lanes as
   /// ConvertSimd::narrow16 narrows the finite or +inf scales of finite statistics): no
   /// widening and narrowing passes through buffers. False when a statistic is NaN / Inf.
-  bool (*f16)(const qobs::detail::ShrunkQParams& q, const uint16_t* lo, const uint16_t* hi, bool in_bf16,
-              int64_t n, DType scale_dt, void* scale, float* zp);
+  bool (*f16)(const qobs::detail::ShrunkQParams& q, const uint16_t* lo, const uint16_t* hi, bool in_bf16, int64_t n,
+              DType scale_dt, void* scale, float* zp);
 };
 /// The table for a vector level; nullptr for kScalar (the scalar twin: QParamsJob::run).
 const QParamsSimd* qparams_simd(SimdLevel level);

@@ -17,10 +17,14 @@ enum class Narrow : uint8_t { kNone, kBF16, kF16 };
 /// follow it (f64 / fp8 arithmetic: the callers' scalar loops).
 inline std::optional<Narrow> narrow_of(DType dt, NumericMode mode) {
   switch (dt) {
-    case DType::kF32: return Narrow::kNone;
-    case DType::kBF16: return mode == NumericMode::kWide ? Narrow::kNone : Narrow::kBF16;
-    case DType::kF16: return mode == NumericMode::kWide ? Narrow::kNone : Narrow::kF16;
-    default: return std::nullopt;
+    case DType::kF32:
+      return Narrow::kNone;
+    case DType::kBF16:
+      return mode == NumericMode::kWide ? Narrow::kNone : Narrow::kBF16;
+    case DType::kF16:
+      return mode == NumericMode::kWide ? Narrow::kNone : Narrow::kF16;
+    default:
+      return std::nullopt;
   }
 }
 

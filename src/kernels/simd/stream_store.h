@@ -20,9 +20,7 @@ namespace qobs::kernels {
 inline std::atomic<int64_t> stream_store_min_bytes{int64_t{2} << 20};
 
 /// Whether an output of `bytes` is written by streaming stores.
-inline bool stream_output(int64_t bytes) {
-  return bytes >= stream_store_min_bytes.load(std::memory_order_relaxed);
-}
+inline bool stream_output(int64_t bytes) { return bytes >= stream_store_min_bytes.load(std::memory_order_relaxed); }
 
 /// RAII override of the threshold (tests). Not thread-safe against concurrent kernel
 /// calls that start while the guard is being constructed / destroyed.

@@ -83,7 +83,7 @@ HWY_INLINE void add_table_terms_f64(VD& lower, VD& upper, VF e, const double* ta
   alignas(32) uint32_t ix[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(ix), _mm512_extracti64x4_epi64(idx, 1));
   upper = hn::Add(upper, VD{_mm512_insertf64x4(_mm512_castpd256_pd512(table_quad_f64(table64, ix)),
-                                                table_quad_f64(table64, ix + 4), 1)});
+                                               table_quad_f64(table64, ix + 4), 1)});
 }
 
 #elif HWY_TARGET == HWY_AVX2

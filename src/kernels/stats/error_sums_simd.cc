@@ -21,7 +21,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
-
 template <typename TX, typename TY>
 int64_t ErrorSumsT(const TX* x, bool x_bf16, const TY* y, bool y_bf16, int64_t n, double* sig, double* err) {
   const int64_t full = n / 8 * 8;
@@ -65,8 +64,9 @@ int64_t ErrorSums(const void* x, DType xdt, const void* y, DType ydt, int64_t n,
   const auto* yf = static_cast<const float*>(y);
   const auto* xh = static_cast<const uint16_t*>(x);
   const auto* yh = static_cast<const uint16_t*>(y);
-  if (xdt == DType::kF32) return ydt == DType::kF32 ? ErrorSumsT(xf, false, yf, false, n, sig, err)
-                                                    : ErrorSumsT(xf, false, yh, yb, n, sig, err);
+  if (xdt == DType::kF32)
+    return ydt == DType::kF32 ? ErrorSumsT(xf, false, yf, false, n, sig, err)
+                              : ErrorSumsT(xf, false, yh, yb, n, sig, err);
   return ydt == DType::kF32 ? ErrorSumsT(xh, xb, yf, false, n, sig, err) : ErrorSumsT(xh, xb, yh, yb, n, sig, err);
 }
 

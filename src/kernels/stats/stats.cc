@@ -44,9 +44,12 @@ int64_t first_non_finite(const TensorView& v, int num_threads) {
   if (!fast_dtype || !v.is_contiguous()) return ref::first_non_finite(v);
   auto scan = [&](int64_t b, int64_t e) -> int64_t {
     switch (v.dtype) {
-      case DType::kF32: return first_all_ones_exponent<uint32_t, 0x7F800000u>(static_cast<const uint32_t*>(v.data), b, e);
-      case DType::kBF16: return first_all_ones_exponent<uint16_t, 0x7F80u>(static_cast<const uint16_t*>(v.data), b, e);
-      default: return first_all_ones_exponent<uint16_t, 0x7C00u>(static_cast<const uint16_t*>(v.data), b, e);
+      case DType::kF32:
+        return first_all_ones_exponent<uint32_t, 0x7F800000u>(static_cast<const uint32_t*>(v.data), b, e);
+      case DType::kBF16:
+        return first_all_ones_exponent<uint16_t, 0x7F80u>(static_cast<const uint16_t*>(v.data), b, e);
+      default:
+        return first_all_ones_exponent<uint16_t, 0x7C00u>(static_cast<const uint16_t*>(v.data), b, e);
     }
   };
   const int threads = resolve_num_threads(num_threads);

@@ -7,17 +7,11 @@ namespace qobs::kernels::cuda {
 
 namespace {
 
-__global__ void column_squares_kernel(ColumnSquaresArgs a) {
-  QOBS_CUDA_LOOP(c, a.cols) column_squares(a, c);
-}
+__global__ void column_squares_kernel(ColumnSquaresArgs a) { QOBS_CUDA_LOOP(c, a.cols) column_squares(a, c); }
 
-__global__ void non_finite_kernel(NonFiniteArgs a) {
-  QOBS_CUDA_LOOP(i, a.n) non_finite_elem(a, i, AtomicMinU64{});
-}
+__global__ void non_finite_kernel(NonFiniteArgs a) { QOBS_CUDA_LOOP(i, a.n) non_finite_elem(a, i, AtomicMinU64{}); }
 
-__global__ void importance_kernel(ImportanceArgs a) {
-  QOBS_CUDA_LOOP(c, a.sums.cols) importance_column(a, c);
-}
+__global__ void importance_kernel(ImportanceArgs a) { QOBS_CUDA_LOOP(c, a.sums.cols) importance_column(a, c); }
 
 __global__ void flag_non_finite_kernel(FlagNonFiniteArgs a) {
   QOBS_CUDA_LOOP(i, a.n) flag_non_finite_elem(a, i, AtomicOrU32{});

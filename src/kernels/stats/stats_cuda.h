@@ -19,7 +19,7 @@ struct ColumnSquaresArgs {
   const void* x = nullptr;  ///< rows x cols, row-major, contiguous (device)
   DType dtype = DType::kF32;
   int64_t rows = 0, cols = 0;
-  double* acc = nullptr;    ///< cols sums, added to (device)
+  double* acc = nullptr;  ///< cols sums, added to (device)
 };
 
 /// Column c: acc[c] += x[r, c]^2 for r in order, each square in f32 (the value widened
@@ -52,15 +52,15 @@ QOBS_HD inline void non_finite_elem(const NonFiniteArgs& a, int64_t i, AtomicMin
 /// accumulate_input_locked): each column's f64 sum of the batch from zero, then added to
 /// the f32 importance_sum once: f32(f64(sum) + f64(f32(batch sum))).
 struct ImportanceArgs {
-  ColumnSquaresArgs sums;      ///< the batch; acc: cols f64 scratch (device)
+  ColumnSquaresArgs sums;       ///< the batch; acc: cols f64 scratch (device)
   float* importance = nullptr;  ///< cols f32 sums, updated (device)
 };
 
 QOBS_HD inline void importance_column(const ImportanceArgs& a, int64_t c) {
   a.sums.acc[c] = 0.0;
   column_squares(a.sums, c);
-  a.importance[c] = static_cast<float>(static_cast<double>(a.importance[c]) +
-                                       static_cast<double>(static_cast<float>(a.sums.acc[c])));
+  a.importance[c] =
+      static_cast<float>(static_cast<double>(a.importance[c]) + static_cast<double>(static_cast<float>(a.sums.acc[c])));
 }
 
 /// An activation batch's non-finite value, found on the device without the host
@@ -70,8 +70,8 @@ QOBS_HD inline void importance_column(const ImportanceArgs& a, int64_t c) {
 /// changing (minmax_cuda.h RunningMinmaxArgs::skip). Device memory, set to
 /// NonFiniteRecord{} before the first batch.
 struct NonFiniteRecord {
-  uint32_t state = 0;  ///< 0: none so far; 1: the current batch holds one; 2: recorded
-  uint32_t ndim = 0;   ///< of the recorded batch
+  uint32_t state = 0;                ///< 0: none so far; 1: the current batch holds one; 2: recorded
+  uint32_t ndim = 0;                 ///< of the recorded batch
   unsigned long long index = ~0ull;  ///< its least non-finite flat index (row-major)
   int64_t batch = -1;                ///< its number (0-based)
   double value = 0.0;                ///< the value at that index
@@ -118,9 +118,9 @@ QOBS_HD inline void record_finish(const RecordNonFiniteArgs& a) {
   r.state = 2;
   r.batch = a.batch;
   // the scan finds the value the statistics revealed; NaN should it not
-  r.value = r.index == ~0ull ? NAN
-                             : qobs::detail::load_element(a.scan.x, a.scan.dtype,
-                                                          a.scan.view.offset(static_cast<int64_t>(r.index)));
+  r.value = r.index == ~0ull
+                ? NAN
+                : qobs::detail::load_element(a.scan.x, a.scan.dtype, a.scan.view.offset(static_cast<int64_t>(r.index)));
   r.ndim = static_cast<uint32_t>(a.scan.view.count);
   for (int d = 0; d < a.scan.view.count; ++d) r.shape[d] = a.scan.view.size[d];
 }

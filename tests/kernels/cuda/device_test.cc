@@ -24,8 +24,8 @@ using cuda::DeviceBuffer;
 using cuda::Stream;
 
 /// The backend, or the test is skipped with the reason.
-#define REQUIRE_DEVICE()                                                  \
-  const Backend* dev_ = cuda::backend();                                  \
+#define REQUIRE_DEVICE()                                                       \
+  const Backend* dev_ = cuda::backend();                                       \
   if (!dev_) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason(); \
   const Backend& b = *dev_
 
@@ -62,8 +62,10 @@ TEST(CudaDevice, MinMaxStatisticsEqualTheCpuPath) {
       const std::size_t nb = static_cast<std::size_t>(want.first.nbytes());
       DeviceBuffer mn(b, nb, Stream{}), mx(b, nb, Stream{});
       cuda::minmax_stats(b, on_device(*f, x.get()), dt, mn.get(), mx.get(), Stream{});
-      EXPECT_EQ(testing::describe_difference(want.first, download(b, mn.get(), dt, want.first.shape())), "") << fmt.name;
-      EXPECT_EQ(testing::describe_difference(want.second, download(b, mx.get(), dt, want.second.shape())), "") << fmt.name;
+      EXPECT_EQ(testing::describe_difference(want.first, download(b, mn.get(), dt, want.first.shape())), "")
+          << fmt.name;
+      EXPECT_EQ(testing::describe_difference(want.second, download(b, mx.get(), dt, want.second.shape())), "")
+          << fmt.name;
     }
 }
 
@@ -84,7 +86,8 @@ TEST(CudaDevice, GridSearchEqualsTheCpuPath) {
         const int64_t nq = f->layout.num_qparams();
         DeviceBuffer mn(b, nq * sizeof(float), Stream{}), mx(b, nq * sizeof(float), Stream{});
         cuda::grid_search(b, plan, mn.get(), mx.get(), DType::kF32, Stream{});
-        const Tensor got_mn = download(b, mn.get(), DType::kF32, {nq}), got_mx = download(b, mx.get(), DType::kF32, {nq});
+        const Tensor got_mn = download(b, mn.get(), DType::kF32, {nq}),
+                     got_mx = download(b, mx.get(), DType::kF32, {nq});
         for (int64_t q = 0; q < nq; ++q) {
           ASSERT_EQ(float_bits(got_mn.data_as<float>()[q]), float_bits(want.best_min[q])) << fmt.name << " q=" << q;
           ASSERT_EQ(float_bits(got_mx.data_as<float>()[q]), float_bits(want.best_max[q])) << fmt.name << " q=" << q;
@@ -105,7 +108,8 @@ TEST(CudaDevice, QParamsQdqAndPackingEqualTheCpuPath) {
   DeviceBuffer ds(b, want.scale.nbytes(), Stream{}), dz(b, want.zero_point.nbytes(), Stream{});
   cuda::calculate_qparams(b, dmn.get(), dmx.get(), mn.dtype(), mn.numel(), plan, nullptr, ds.get(), dz.get(), true,
                           Stream{});
-  EXPECT_EQ(testing::describe_difference(want.scale, download(b, ds.get(), want.scale.dtype(), want.scale.shape())), "");
+  EXPECT_EQ(testing::describe_difference(want.scale, download(b, ds.get(), want.scale.dtype(), want.scale.shape())),
+            "");
   EXPECT_EQ(testing::describe_difference(want.zero_point,
                                          download(b, dz.get(), want.zero_point.dtype(), want.zero_point.shape())),
             "");

@@ -23,8 +23,8 @@ using cuda::testing::HostOrU32;
 /// The device pipeline of cuda::grid_search, step by step on host buffers: the
 /// min-max bodies (chunks of `chunk` values), then the search's. nullopt when the plan
 /// keeps the call on the CPU.
-std::optional<GridSearchResult> emulate(const FlatView& flat, const QuantizationArgs& sargs, const GridSearchConfig& cfg,
-                                        const FlatView* weights, int64_t chunk) {
+std::optional<GridSearchResult> emulate(const FlatView& flat, const QuantizationArgs& sargs,
+                                        const GridSearchConfig& cfg, const FlatView* weights, int64_t chunk) {
   cuda::CudaSearchPlan p = cuda::cuda_search_plan(flat, sargs, cfg, weights);
   if (!p.unsupported.empty()) return std::nullopt;
   cuda::GridSearchArgs& g = p.args;
@@ -130,9 +130,10 @@ TEST(GridSearchCuda, BodiesEqualTheReferenceInEveryModeNormAndVariant) {
 
 TEST(GridSearchCuda, BodiesEqualTheReferenceOnImportanceWeightedSearches) {
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
-    for (const QuantizationArgs& a : {make_args(4, QuantType::kInt, true, Strategy::kGroup, 16),
-                                      make_args(4, QuantType::kInt, false, Strategy::kChannel),
-                                      make_args(4, QuantType::kFloat, true, Strategy::kTensorGroup, 16, DType::kF8E4M3)}) {
+    for (const QuantizationArgs& a :
+         {make_args(4, QuantType::kInt, true, Strategy::kGroup, 16),
+          make_args(4, QuantType::kInt, false, Strategy::kChannel),
+          make_args(4, QuantType::kFloat, true, Strategy::kTensorGroup, 16, DType::kF8E4M3)}) {
       const int64_t rows = 5, cols = 64;
       const Tensor t = Tensor::from_floats(dt, {rows, cols}, make_data(rows * cols, Pattern::kNormal, 31));
       std::vector<float> wv(static_cast<std::size_t>(rows * cols));

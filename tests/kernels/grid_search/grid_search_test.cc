@@ -70,7 +70,8 @@ TEST(GridSearchKernels, EarlyStoppingAndPatienceAcrossGroups) {
   const QuantizationArgs a = make_args(4, QuantType::kInt, true, Strategy::kGroup, 8);
   for (Pattern p : {Pattern::kNormal, Pattern::kZeroGroups, Pattern::kEqualGroups})
     for (int64_t patience : {0, 1, 2, 5}) {
-      const Tensor t = Tensor::from_floats(DType::kF32, {2, 16}, make_data(32, p, 5 + static_cast<uint32_t>(patience), 8));
+      const Tensor t =
+          Tensor::from_floats(DType::kF32, {2, 16}, make_data(32, p, 5 + static_cast<uint32_t>(patience), 8));
       const FlatView flat = flatten_for_calibration(t.view(), "weight", a);
       for (bool chunked : {false, true})
         for (int64_t chunk : {1, 3, 5}) {
@@ -183,8 +184,8 @@ TEST(GridSearchKernels, BatchKernelMatchesReferenceOnManyGroups) {
         const Tensor t = Tensor::from_floats(DType::kF32, {rows, c.cols}, make_data(rows * c.cols, p, seed, c.group));
         const FlatView flat = flatten_for_calibration(t.view(), "weight", c.args);
         const QuantizationArgs sargs = search_args(c.args);
-        const std::string what = c.name + " rows=" + std::to_string(rows) + " pattern=" +
-                                 std::to_string(static_cast<int>(p));
+        const std::string what =
+            c.name + " rows=" + std::to_string(rows) + " pattern=" + std::to_string(static_cast<int>(p));
         for (double norm : {2.4, 1.7}) {
           GridSearchConfig cfg = mse_cfg();
           cfg.norm = norm;
@@ -262,9 +263,10 @@ TEST(GridSearchKernels, ActivationLayoutsWithManyObservations) {
 
 TEST(GridSearchKernels, ImatrixWeighted) {
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
-    for (const QuantizationArgs& a : {make_args(4, QuantType::kInt, true, Strategy::kGroup, 16),
-                                      make_args(4, QuantType::kInt, false, Strategy::kChannel),
-                                      make_args(4, QuantType::kFloat, true, Strategy::kTensorGroup, 16, DType::kF8E4M3)}) {
+    for (const QuantizationArgs& a :
+         {make_args(4, QuantType::kInt, true, Strategy::kGroup, 16),
+          make_args(4, QuantType::kInt, false, Strategy::kChannel),
+          make_args(4, QuantType::kFloat, true, Strategy::kTensorGroup, 16, DType::kF8E4M3)}) {
       const int64_t rows = 5, cols = 64;
       const Tensor t = Tensor::from_floats(dt, {rows, cols}, make_data(rows * cols, Pattern::kNormal, 31));
       std::vector<float> wv(static_cast<std::size_t>(rows * cols));
@@ -335,12 +337,13 @@ TEST(GridSearchKernels, VectorTermsEqualTheReferenceTermsBitForBit) {
               cpu::Scratch sc;
               const float q_top = std::min(P.vec.proto.q_max, -P.vec.proto.q_min);
               std::vector<float> scales = {0.001f, 0.0123f, 0.031f, 0.2f};
-              for (float f : {1.0f, 0.93f, 0.81f, 0.6f}) scales.push_back(bf16_to_float(float_to_bf16(amax * f / q_top)));
+              for (float f : {1.0f, 0.93f, 0.81f, 0.6f})
+                scales.push_back(bf16_to_float(float_to_bf16(amax * f / q_top)));
               for (float scale : scales) {
                 const float zp = c.args.symmetric ? 0.0f : 3.0f;
                 double fast_sum;
                 cpu::vector_sums(P, P.vec.proto.norm_kind, x.data(), weighted ? wv.data() : nullptr, &scale, &zp, 1,
-                                  true, sc, &fast_sum);
+                                 true, sc, &fast_sum);
                 qobs::detail::ErrorSum ref_sum;
                 for (int64_t j = 0; j < n; ++j) {
                   const float xj = x[static_cast<std::size_t>(j)];
@@ -407,7 +410,8 @@ TEST(GridSearchKernels, ExactBatchKernelMatchesReferenceOn16BitData) {
           const Tensor w = Tensor::from_floats(DType::kF32, {rows, c.cols}, wv);
           const FlatView wf = flatten_for_calibration(w.view(), "weight", c.args);
           expect_search_matches(what + " imatrix", flat, sargs, imatrix_cfg(), &wf);
-          if (c.args.is_fp4()) expect_search_matches(what + " expanded imatrix", flat, sargs, expanded_imatrix_cfg(), &wf);
+          if (c.args.is_fp4())
+            expect_search_matches(what + " expanded imatrix", flat, sargs, expanded_imatrix_cfg(), &wf);
           batched += cpu::grid_search(flat, sargs, mse_cfg(), nullptr, best, 2).groups_batched;
         }
   if (best != SimdLevel::kScalar) EXPECT_GT(batched, 0) << "the exact batch kernel never ran";
@@ -421,8 +425,10 @@ TEST(GridSearchKernels, SplitNarrowingEqualsIntegerRneOnEveryNormalFloat) {
   for (SimdLevel level : available_simd_levels()) {
     if (level == SimdLevel::kScalar) continue;
     EXPECT_EQ(detail::exact_batch_simd(level)->split_narrowing_mismatches(0, 1), 0) << "zero, " << to_string(level);
-    EXPECT_EQ(detail::exact_batch_simd(level)->split_narrowing_mismatches(0x00800000u, (127u + 110u) << 23), 0) << to_string(level);
-    EXPECT_GT(detail::exact_batch_simd(level)->split_narrowing_mismatches(1, 0x00800000u), 0) << "subnormals, " << to_string(level);
+    EXPECT_EQ(detail::exact_batch_simd(level)->split_narrowing_mismatches(0x00800000u, (127u + 110u) << 23), 0)
+        << to_string(level);
+    EXPECT_GT(detail::exact_batch_simd(level)->split_narrowing_mismatches(1, 0x00800000u), 0)
+        << "subnormals, " << to_string(level);
   }
 }
 
@@ -440,7 +446,10 @@ TEST(GridSearchKernels, SplitQuotientEqualsRoundedDivisionOnBf16Operands) {
   const std::vector<int> s_exps = {127 - 100, 127 - 40, 127 - 3, 127, 127 + 1, 127 + 7, 127 + 40, 127 + 90};
   for (SimdLevel level : available_simd_levels()) {
     if (level == SimdLevel::kScalar) continue;
-    EXPECT_EQ(detail::exact_batch_simd(level)->split_division_mismatches(127 - 100, 127 + 100, s_exps.data(), static_cast<int>(s_exps.size()), true), 0) << to_string(level);
+    EXPECT_EQ(detail::exact_batch_simd(level)->split_division_mismatches(127 - 100, 127 + 100, s_exps.data(),
+                                                                         static_cast<int>(s_exps.size()), true),
+              0)
+        << to_string(level);
     EXPECT_GT(split_division_one(level, 127 - 3, 127 + 3, 127, false), 0) << to_string(level);
   }
 }
@@ -474,7 +483,7 @@ void for_each_exact_diff_grid(Expect expect) {
 int64_t exact_diff_mismatches(SimdLevel level, const detail::BlockKernelArgs& A, int x_lo, int x_hi,
                               const std::vector<int>& s_exps, detail::ExactDiffChain chain) {
   return detail::exact_batch_simd(level)->exact_diff_mismatches(A, x_lo, x_hi, s_exps.data(),
-                                                                 static_cast<int>(s_exps.size()), chain);
+                                                                static_cast<int>(s_exps.size()), chain);
 }
 
 // s across the split guard's exponent range
@@ -489,11 +498,10 @@ TEST(GridSearchKernels, ExactDiffSkipsOnlyIdentityRoundings) {
   // (clamped elements far above the top code) it does not: the check can fail.
   for_each_exact_diff_grid([](SimdLevel level, const detail::BlockKernelArgs& A, const std::string& what) {
     EXPECT_EQ(exact_diff_mismatches(level, A, 127 - 100, 127 + 100, kExactDiffScaleExps,
-                                            detail::ExactDiffChain::kSkipRounding),
+                                    detail::ExactDiffChain::kSkipRounding),
               0)
         << what;
-    EXPECT_GT(exact_diff_mismatches(level, A, 127 - 3, 127 + 12, {127},
-                                            detail::ExactDiffChain::kSkipRoundingUnbounded),
+    EXPECT_GT(exact_diff_mismatches(level, A, 127 - 3, 127 + 12, {127}, detail::ExactDiffChain::kSkipRoundingUnbounded),
               0)
         << what;
   });
@@ -507,13 +515,12 @@ TEST(GridSearchKernels, MagnitudeChainEqualsExactDiffChain) {
   // across it, on the symmetric INT2 / INT4 / INT8 and FP4 grids. Clamping both signs at
   // q_max (forgetting that INT grids reach one code further below zero) must fail.
   for_each_exact_diff_grid([](SimdLevel level, const detail::BlockKernelArgs& A, const std::string& what) {
-    EXPECT_EQ(exact_diff_mismatches(level, A, 127 - 100, 127 + 100, kExactDiffScaleExps,
-                                            detail::ExactDiffChain::kMagnitudes),
-              0)
+    EXPECT_EQ(
+        exact_diff_mismatches(level, A, 127 - 100, 127 + 100, kExactDiffScaleExps, detail::ExactDiffChain::kMagnitudes),
+        0)
         << what;
     if (A.grid == qobs::detail::GridKind::kInt)
-      EXPECT_GT(exact_diff_mismatches(level, A, 127 - 3, 127 + 12, {127},
-                                              detail::ExactDiffChain::kMagnitudesOneBound),
+      EXPECT_GT(exact_diff_mismatches(level, A, 127 - 3, 127 + 12, {127}, detail::ExactDiffChain::kMagnitudesOneBound),
                 0)
           << what;
   });

@@ -76,7 +76,9 @@ std::vector<float> make(Data d, int64_t n, float s, float z, std::mt19937& rng) 
     float& v = x[static_cast<std::size_t>(j)];
     const float k = static_cast<float>(static_cast<int>(rng() % 15) - 7);
     switch (d) {
-      case Data::kNormal: v = nd(rng) * 3.0f * s; break;
+      case Data::kNormal:
+        v = nd(rng) * 3.0f * s;
+        break;
       case Data::kNearTies: {
         // (k + 1/2 - z) * s moved by a few ulps: x / s lands next to a rounding tie
         v = (k + 0.5f - z) * s;
@@ -86,10 +88,18 @@ std::vector<float> make(Data d, int64_t n, float s, float z, std::mt19937& rng) 
         std::memcpy(&v, &u, 4);
         break;
       }
-      case Data::kOnGrid: v = (k - z) * s; break;  // e = 0 (below the table floor)
-      case Data::kTiny: v = nd(rng) * s * 1e-5f; break;
-      case Data::kClampHeavy: v = nd(rng) * 12.0f * s; break;
-      case Data::kMixed: v = (j % 3 == 0) ? (k - z) * s : nd(rng) * 4.0f * s; break;
+      case Data::kOnGrid:
+        v = (k - z) * s;
+        break;  // e = 0 (below the table floor)
+      case Data::kTiny:
+        v = nd(rng) * s * 1e-5f;
+        break;
+      case Data::kClampHeavy:
+        v = nd(rng) * 12.0f * s;
+        break;
+      case Data::kMixed:
+        v = (j % 3 == 0) ? (k - z) * s : nd(rng) * 4.0f * s;
+        break;
     }
   }
   return x;
@@ -103,80 +113,81 @@ TEST(PolySums, ReferenceErrorLiesInsideTheCertifiedInterval) {
       for (int bits : {2, 3, 4, 8, -4})  // -4: FP4 E2M1 (symmetric only)
         for (bool sym : {true, false})
           for (int k_lo : {-12, -10}) {  // the grid search moves the window up for INT8
-          if (bits < 0 && !sym) continue;
-          PowPoly P;
-          ASSERT_TRUE(detail::make_pow_poly(static_cast<float>(p), k_lo, &P));
-          QuantizationArgs a;
-          a.num_bits = bits < 0 ? -bits : bits;
-          a.type = bits < 0 ? QuantType::kFloat : QuantType::kInt;
-          a.symmetric = sym;
-          a.strategy = Strategy::kTensor;
-          a = a.validated();
-          const qobs::detail::QdqPlan plan = qobs::detail::QdqPlan::make(a, DType::kF32, DType::kF32, true, !sym, NumericMode::kParity);
-          for (Data d : {Data::kNormal, Data::kNearTies, Data::kOnGrid, Data::kTiny, Data::kClampHeavy, Data::kMixed})
-            for (int64_t n : {1, 7, 8, 9, 16, 17, 31, 128, 129, 1000}) {
-              // several candidates per call, scales across many binades
-              std::vector<float> scales, zps;
-              for (int c = 0; c < 5; ++c) {
-                scales.push_back(std::ldexp(1.0f + static_cast<float>(rng() % 1000) / 1000.0f,
-                                            static_cast<int>(rng() % 60) - 30));
-                const float zp = sym ? 0.0f : static_cast<float>(static_cast<int>(rng() % 5) - 2);
-                zps.push_back(zp);
-              }
-              for (int c = 0; c < 5; ++c) {
-                const std::vector<float> x = make(d, n, scales[static_cast<std::size_t>(c)],
-                                                  zps[static_cast<std::size_t>(c)], rng);
-                detail::PolySumArgs k;
-                k.x = x.data();
-                k.n = n;
-                k.num_candidates = 1;
-                k.scale = &scales[static_cast<std::size_t>(c)];
-                k.zp = &zps[static_cast<std::size_t>(c)];
-                k.has_zp = !sym;
-                k.grid = plan.grid;
-                k.q_min = static_cast<float>(plan.q_min);
-                k.q_max = static_cast<float>(plan.q_max);
-                k.poly = &P;
-                double sum = 0;
-                k.sums = &sum;
-                detail::poly_sums_simd(level)->run(k);
-                const std::string what = std::string(to_string(level)) + " p=" + std::to_string(p) +
-                                         " bits=" + std::to_string(bits) + (sym ? " sym" : " asym") +
-                                         " data=" + std::to_string(static_cast<int>(d)) + " n=" + std::to_string(n) +
-                                         " k_lo=" + std::to_string(k_lo);
-                if (!std::isfinite(sum)) {
-                  // only a |r| at or above the table's top (P.limit) may leave: clamped
-                  // elements far outside a narrow grid
-                  double rmax = 0;
-                  for (float v : x)
-                    rmax = std::max(rmax, std::fabs(qobs::detail::qdq_elem(v, scales[static_cast<std::size_t>(c)],
-                                                                           zps[static_cast<std::size_t>(c)], plan) - v) /
-                                              scales[static_cast<std::size_t>(c)]);
-                  EXPECT_GE(rmax, P.limit * 0.999) << what;
-                  continue;
+            if (bits < 0 && !sym) continue;
+            PowPoly P;
+            ASSERT_TRUE(detail::make_pow_poly(static_cast<float>(p), k_lo, &P));
+            QuantizationArgs a;
+            a.num_bits = bits < 0 ? -bits : bits;
+            a.type = bits < 0 ? QuantType::kFloat : QuantType::kInt;
+            a.symmetric = sym;
+            a.strategy = Strategy::kTensor;
+            a = a.validated();
+            const qobs::detail::QdqPlan plan =
+                qobs::detail::QdqPlan::make(a, DType::kF32, DType::kF32, true, !sym, NumericMode::kParity);
+            for (Data d : {Data::kNormal, Data::kNearTies, Data::kOnGrid, Data::kTiny, Data::kClampHeavy, Data::kMixed})
+              for (int64_t n : {1, 7, 8, 9, 16, 17, 31, 128, 129, 1000}) {
+                // several candidates per call, scales across many binades
+                std::vector<float> scales, zps;
+                for (int c = 0; c < 5; ++c) {
+                  scales.push_back(
+                      std::ldexp(1.0f + static_cast<float>(rng() % 1000) / 1000.0f, static_cast<int>(rng() % 60) - 30));
+                  const float zp = sym ? 0.0f : static_cast<float>(static_cast<int>(rng() % 5) - 2);
+                  zps.push_back(zp);
                 }
-                const float s = scales[static_cast<std::size_t>(c)];
-                const double E = reference_error(x, s, zps[static_cast<std::size_t>(c)], plan, static_cast<float>(p));
-                const double sp = P.scale_pow(s);
-                const double A = sum * sp;
-                const detail::PolySumBound b = detail::poly_sum_bound(P, n, detail::kSumBlock);
-                double xmax = 0;
-                for (float v : x) xmax = std::max(xmax, static_cast<double>(std::fabs(v)));
-                const double rho =
-                    detail::poly_r_error(xmax / s, std::fabs(zps[static_cast<std::size_t>(c)]),
-                                         std::max(std::fabs(plan.q_min), std::fabs(plan.q_max)));
-                const double slack = (b.abs_units + detail::poly_r_slack(P, rho, sum, n)) * sp + b.abs;
-                EXPECT_LE(A * (1 - b.rel) - slack, E) << what;
-                EXPECT_GE(A * (1 + b.rel) + slack, E) << what;
-                if (d == Data::kNormal && n >= 128) {
-                  // typical groups: the estimate is close, and the interval narrow enough
-                  // (default norm 2.4, INT4 and narrower) to decide most comparisons
-                  EXPECT_LT(std::fabs(A - E) / E, 0x1p-13) << what;
-                  if (bits <= 4 && p == 2.4) EXPECT_LT((2 * A * b.rel + 2 * slack) / E, 0x1p-11) << what;
+                for (int c = 0; c < 5; ++c) {
+                  const std::vector<float> x =
+                      make(d, n, scales[static_cast<std::size_t>(c)], zps[static_cast<std::size_t>(c)], rng);
+                  detail::PolySumArgs k;
+                  k.x = x.data();
+                  k.n = n;
+                  k.num_candidates = 1;
+                  k.scale = &scales[static_cast<std::size_t>(c)];
+                  k.zp = &zps[static_cast<std::size_t>(c)];
+                  k.has_zp = !sym;
+                  k.grid = plan.grid;
+                  k.q_min = static_cast<float>(plan.q_min);
+                  k.q_max = static_cast<float>(plan.q_max);
+                  k.poly = &P;
+                  double sum = 0;
+                  k.sums = &sum;
+                  detail::poly_sums_simd(level)->run(k);
+                  const std::string what = std::string(to_string(level)) + " p=" + std::to_string(p) +
+                                           " bits=" + std::to_string(bits) + (sym ? " sym" : " asym") +
+                                           " data=" + std::to_string(static_cast<int>(d)) + " n=" + std::to_string(n) +
+                                           " k_lo=" + std::to_string(k_lo);
+                  if (!std::isfinite(sum)) {
+                    // only a |r| at or above the table's top (P.limit) may leave: clamped
+                    // elements far outside a narrow grid
+                    double rmax = 0;
+                    for (float v : x)
+                      rmax = std::max(rmax, std::fabs(qobs::detail::qdq_elem(v, scales[static_cast<std::size_t>(c)],
+                                                                             zps[static_cast<std::size_t>(c)], plan) -
+                                                      v) /
+                                                scales[static_cast<std::size_t>(c)]);
+                    EXPECT_GE(rmax, P.limit * 0.999) << what;
+                    continue;
+                  }
+                  const float s = scales[static_cast<std::size_t>(c)];
+                  const double E = reference_error(x, s, zps[static_cast<std::size_t>(c)], plan, static_cast<float>(p));
+                  const double sp = P.scale_pow(s);
+                  const double A = sum * sp;
+                  const detail::PolySumBound b = detail::poly_sum_bound(P, n, detail::kSumBlock);
+                  double xmax = 0;
+                  for (float v : x) xmax = std::max(xmax, static_cast<double>(std::fabs(v)));
+                  const double rho = detail::poly_r_error(xmax / s, std::fabs(zps[static_cast<std::size_t>(c)]),
+                                                          std::max(std::fabs(plan.q_min), std::fabs(plan.q_max)));
+                  const double slack = (b.abs_units + detail::poly_r_slack(P, rho, sum, n)) * sp + b.abs;
+                  EXPECT_LE(A * (1 - b.rel) - slack, E) << what;
+                  EXPECT_GE(A * (1 + b.rel) + slack, E) << what;
+                  if (d == Data::kNormal && n >= 128) {
+                    // typical groups: the estimate is close, and the interval narrow enough
+                    // (default norm 2.4, INT4 and narrower) to decide most comparisons
+                    EXPECT_LT(std::fabs(A - E) / E, 0x1p-13) << what;
+                    if (bits <= 4 && p == 2.4) EXPECT_LT((2 * A * b.rel + 2 * slack) / E, 0x1p-11) << what;
+                  }
                 }
               }
-            }
-        }
+          }
   }
 }
 
@@ -206,9 +217,29 @@ TEST(PolySums, LeavesTheTableAsInfinity) {
 }
 
 TEST(RoundHalfEven, EqualsNearbyint) {
-  std::vector<double> vs{0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 0.49999999999999994, -0.49999999999999994,
-                         0x1p52, -0x1p52, 0x1p52 - 0.5, -(0x1p52 - 0.5), 0x1p53 + 2, 1e300, -1e300,
-                         INFINITY, -INFINITY, 4503599627370495.5, -4503599627370495.5, 127.5, -128.5};
+  std::vector<double> vs{0.0,
+                         -0.0,
+                         0.5,
+                         -0.5,
+                         1.5,
+                         -1.5,
+                         2.5,
+                         -2.5,
+                         0.49999999999999994,
+                         -0.49999999999999994,
+                         0x1p52,
+                         -0x1p52,
+                         0x1p52 - 0.5,
+                         -(0x1p52 - 0.5),
+                         0x1p53 + 2,
+                         1e300,
+                         -1e300,
+                         INFINITY,
+                         -INFINITY,
+                         4503599627370495.5,
+                         -4503599627370495.5,
+                         127.5,
+                         -128.5};
   std::mt19937_64 rng(5);
   for (int i = 0; i < 200000; ++i) {
     double v;

@@ -45,14 +45,26 @@ std::vector<float> group_values(std::mt19937& rng, int64_t n, Data kind, DType d
   for (int64_t j = 0; j < n; ++j) {
     double x = nd(rng);
     switch (kind) {
-      case Data::kNormal: break;
-      case Data::kZeros: x = j % 3 == 0 ? x : (j % 2 ? -0.0 : 0.0); break;
-      case Data::kEqual: x = -0.3125; break;
-      case Data::kSubnormal: x *= dt == DType::kF16 ? 1e-5 : 1e-37; break;
-      case Data::kOutliers: x *= j % 11 == 5 ? 40.0 : 1.0; break;
-      case Data::kNonFinite: break;  // the search only (groups with NaN / Inf are not scored)
-      case Data::kHuge: break;       // the search only
-      case Data::kFp6Grid: break;    // the search only
+      case Data::kNormal:
+        break;
+      case Data::kZeros:
+        x = j % 3 == 0 ? x : (j % 2 ? -0.0 : 0.0);
+        break;
+      case Data::kEqual:
+        x = -0.3125;
+        break;
+      case Data::kSubnormal:
+        x *= dt == DType::kF16 ? 1e-5 : 1e-37;
+        break;
+      case Data::kOutliers:
+        x *= j % 11 == 5 ? 40.0 : 1.0;
+        break;
+      case Data::kNonFinite:
+        break;  // the search only (groups with NaN / Inf are not scored)
+      case Data::kHuge:
+        break;  // the search only
+      case Data::kFp6Grid:
+        break;  // the search only
     }
     v[static_cast<std::size_t>(j)] = static_cast<float>(round_to_float_dtype(dt, x));
   }
@@ -135,13 +147,14 @@ TEST(LsqKernels, ScorerEqualsScalarStepsBitForBit) {
                   g.n = n;
                   std::vector<double> err(s.size());
                   ASSERT_TRUE(detail::lsq_simd(level)->errors(g, s.data(), zx.data(), zs.data(),
-                                                      static_cast<int64_t>(s.size()), err.data()));
+                                                              static_cast<int64_t>(s.size()), err.data()));
                   for (std::size_t c = 0; c < s.size(); ++c) {
                     double part[detail::kLsqPartials] = {};
                     for (int64_t j = 0; j < n; ++j) {
                       const double d = x[static_cast<std::size_t>(j)] -
                                        qobs::detail::qdq_elem(x[static_cast<std::size_t>(j)], s[c], z[c], plan);
-                      part[j % detail::kLsqPartials] += (weighted ? static_cast<double>(w[static_cast<std::size_t>(j)]) : 1.0) * d * d;
+                      part[j % detail::kLsqPartials] +=
+                          (weighted ? static_cast<double>(w[static_cast<std::size_t>(j)]) : 1.0) * d * d;
                     }
                     // the library's scalar scorer (kernels::ref::lsq_search's) sums in the same order
                     if (s_dt == x_dt && mode == NumericMode::kParity && c == 0) {
@@ -190,8 +203,9 @@ TEST(LsqKernels, ScorerRejectsNonFiniteError) {
   double err = 0;
   for (SimdLevel level : available_simd_levels()) {
     if (level == SimdLevel::kScalar) continue;
-    const detail::LsqGroupArgs g{x.data(), nullptr, 3, false, detail::Narrow::kNone, detail::Narrow::kNone,
-                                 qobs::detail::GridKind::kInt, -8.0f, 7.0f};
+    const detail::LsqGroupArgs g{
+        x.data(), nullptr, 3, false, detail::Narrow::kNone, detail::Narrow::kNone, qobs::detail::GridKind::kInt,
+        -8.0f,    7.0f};
     EXPECT_FALSE(detail::lsq_simd(level)->errors(g, s, z, z, 1, &err)) << to_string(level);
   }
   (void)args;
@@ -207,22 +221,26 @@ TEST(LsqKernels, CandidatesEqualShrunkQParams) {
     if (level == SimdLevel::kScalar) continue;
     for (const char* preset : {"W4A16", "W4A16_ASYM", "W8A16", "NVFP4A16"})
       for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
-        for (auto [m0, M0] : std::vector<std::pair<float, float>>{{-0.5f, 0.75f}, {0.0f, 0.0f}, {0.125f, 3.0f},
-                                                                  {-2.0f, -0.001f}, {-1e-30f, 1e-30f}}) {
+        for (auto [m0, M0] : std::vector<std::pair<float, float>>{
+                 {-0.5f, 0.75f}, {0.0f, 0.0f}, {0.125f, 3.0f}, {-2.0f, -0.001f}, {-1e-30f, 1e-30f}}) {
           const QuantizationArgs args = preset_scheme(preset).weights->validated();
           const std::optional<double> global =
               args.get_strategy() == Strategy::kTensorGroup ? std::optional<double>(448.0 * 6 / 0.3) : std::nullopt;
           const qobs::detail::QParamPlan qp = qobs::detail::QParamPlan::make(args, dt, global, NumericMode::kParity);
           const qobs::detail::ShrunkQParams q = qobs::detail::ShrunkQParams::make(qp);
           ASSERT_TRUE(q.usable) << preset;
-          const float m = static_cast<float>(round_to_float_dtype(dt, m0)), M = static_cast<float>(round_to_float_dtype(dt, M0));
+          const float m = static_cast<float>(round_to_float_dtype(dt, m0)),
+                      M = static_cast<float>(round_to_float_dtype(dt, M0));
           for (std::size_t n : {std::size_t{1}, std::size_t{8}, std::size_t{17}, shrink.size()}) {
             std::vector<float> s1(n), z1(n), s2(n), z2(n);
             q.compute(m, M, shrink.data(), static_cast<int64_t>(n), s1.data(), z1.data());
-            detail::lsq_candidates_simd(level)->run(q, m, M, shrink.data(), static_cast<int64_t>(n), s2.data(), z2.data());
+            detail::lsq_candidates_simd(level)->run(q, m, M, shrink.data(), static_cast<int64_t>(n), s2.data(),
+                                                    z2.data());
             for (std::size_t i = 0; i < n; ++i) {
-              ASSERT_EQ(float_bits(s1[i]), float_bits(s2[i])) << preset << " " << dtype_name(dt) << " " << m << " " << M;
-              ASSERT_EQ(float_bits(z1[i]), float_bits(z2[i])) << preset << " " << dtype_name(dt) << " " << m << " " << M;
+              ASSERT_EQ(float_bits(s1[i]), float_bits(s2[i]))
+                  << preset << " " << dtype_name(dt) << " " << m << " " << M;
+              ASSERT_EQ(float_bits(z1[i]), float_bits(z2[i]))
+                  << preset << " " << dtype_name(dt) << " " << m << " " << M;
               ++checked;
             }
           }
@@ -282,8 +300,8 @@ TEST(LsqKernels, IdealErrorsEqualScalarStepsBitForBit) {
               if (float_bits(p) != float_bits(full)) {
                 ASSERT_TRUE(std::isinf(p) && full > bound)
                     << "pruned " << to_string(level) << " n=" << n << " count=" << count
-                    << " kind=" << static_cast<int>(kind) << " weighted=" << weighted << " candidate " << c << ": "
-                    << p << " for " << full << ", bound " << bound;
+                    << " kind=" << static_cast<int>(kind) << " weighted=" << weighted << " candidate " << c << ": " << p
+                    << " for " << full << ", bound " << bound;
                 ++ideal_pruned;
               }
             }
@@ -292,9 +310,10 @@ TEST(LsqKernels, IdealErrorsEqualScalarStepsBitForBit) {
             std::vector<float> z;
             for (int64_t c = 0; c < count; ++c) z.push_back(static_cast<float>(static_cast<int>(rng() % 24) - 4));
             std::vector<float> want_a(static_cast<std::size_t>(count)), got_a(static_cast<std::size_t>(count), -1.0f);
-            detail::lsq_ideal_errors_asym_scalar(x.data(), wp, n, s.data(), z.data(), count, 0.0f, 15.0f, want_a.data());
+            detail::lsq_ideal_errors_asym_scalar(x.data(), wp, n, s.data(), z.data(), count, 0.0f, 15.0f,
+                                                 want_a.data());
             detail::lsq_simd(level)->ideal_errors_asym(x.data(), wp, n, s.data(), z.data(), count, 0.0f, 15.0f,
-                                               got_a.data());
+                                                       got_a.data());
             for (int64_t c = 0; c < count; ++c)
               ASSERT_EQ(float_bits(got_a[static_cast<std::size_t>(c)]), float_bits(want_a[static_cast<std::size_t>(c)]))
                   << "asym " << to_string(level) << " n=" << n << " count=" << count
@@ -374,7 +393,8 @@ TEST(LsqKernels, IdealErrorsAreTheNearestCodeError) {
     double want = 0;
     for (int j = 0; j < 16; ++j) {
       double best = INFINITY;
-      for (int k = 0; k <= static_cast<int>(lim[j]); ++k) best = std::min(best, std::fabs(ax[j] - k * static_cast<double>(s)));
+      for (int k = 0; k <= static_cast<int>(lim[j]); ++k)
+        best = std::min(best, std::fabs(ax[j] - k * static_cast<double>(s)));
       want += best * best;
     }
     EXPECT_NEAR(got, want, 1e-5 * want + 1e-12) << "trial " << trial;
@@ -651,8 +671,9 @@ Tensor random_tensor(std::mt19937& rng, int64_t rows, int64_t cols, DType dt, Da
     if (kind == Data::kOutliers && i % 13 == 4) v[i] *= 30;
     if (kind == Data::kNonFinite && i % 173 == 9) v[i] = i % 2 ? NAN : (i % 3 ? INFINITY : -INFINITY);
     // near the dtype's largest value: dequantized codes and sums that overflow
-    if (kind == Data::kHuge) v[i] = std::clamp(v[i] * (dt == DType::kF16 ? 1.5e6 : 8e38), -65504.0, 65504.0) /
-                                    (dt == DType::kF16 ? 1.0 : 65504.0) * (dt == DType::kF16 ? 1.0 : 3.4e38);
+    if (kind == Data::kHuge)
+      v[i] = std::clamp(v[i] * (dt == DType::kF16 ? 1.5e6 : 8e38), -65504.0, 65504.0) /
+             (dt == DType::kF16 ? 1.0 : 65504.0) * (dt == DType::kF16 ? 1.0 : 3.4e38);
   }
   // FP6 (R2.8): on the E2M3 grid's ties and saturation for power-of-two scales
   if (kind == Data::kFp6Grid) v = qobs::testing::fp6_grid_values(rows * cols, 0);
@@ -722,8 +743,8 @@ TEST(LsqKernels, SearchAtEveryLevelEqualsScalarReference) {
         QuantizationArgs a = *preset_scheme(sym ? "W4A16" : "W4A16_ASYM").weights;
         a.num_bits = bits;
         a.group_size = gs;
-        cases.push_back({"int" + std::to_string(bits) + (sym ? "_sym_g" : "_asym_g") + std::to_string(gs), a.validated(),
-                         gs == 24 || gs == 40 ? 120 : 128});
+        cases.push_back({"int" + std::to_string(bits) + (sym ? "_sym_g" : "_asym_g") + std::to_string(gs),
+                         a.validated(), gs == 24 || gs == 40 ? 120 : 128});
       }
   cases.push_back({"nvfp4", preset_scheme("NVFP4A16").weights->validated(), 48});
   cases.push_back({"mxfp4", preset_scheme("MXFP4A16").weights->validated(), 96});
@@ -731,9 +752,8 @@ TEST(LsqKernels, SearchAtEveryLevelEqualsScalarReference) {
   const Tensor gs_t = Tensor::from_values(DType::kF32, {1}, {448.0 * 6 / 0.3});
   for (const Case& c : cases)
     for (DType dt : {DType::kBF16, DType::kF16, DType::kF32})
-      for (Data kind :
-           {Data::kNormal, Data::kZeros, Data::kEqual, Data::kSubnormal, Data::kOutliers, Data::kNonFinite,
-            Data::kFp6Grid}) {
+      for (Data kind : {Data::kNormal, Data::kZeros, Data::kEqual, Data::kSubnormal, Data::kOutliers, Data::kNonFinite,
+                        Data::kFp6Grid}) {
         const Tensor w = random_tensor(rng, 6, c.cols, dt, kind);
         std::vector<double> imp(static_cast<std::size_t>(6 * c.cols));
         std::uniform_real_distribution<double> u(0.001, 4.0);
@@ -752,8 +772,8 @@ TEST(LsqKernels, SearchAtEveryLevelEqualsScalarReference) {
             ScopedSimdLevel guard(level);
             const LsqSearchResult got = lsq_search(flat, c.args, cfg, weighted ? &wflat : nullptr, gsp);
             const std::string where = c.name + " " + std::string(dtype_name(dt)) + " kind " +
-                                      std::to_string(static_cast<int>(kind)) + " weighted " +
-                                      std::to_string(weighted) + " " + std::string(to_string(level));
+                                      std::to_string(static_cast<int>(kind)) + " weighted " + std::to_string(weighted) +
+                                      " " + std::string(to_string(level));
             ASSERT_EQ(qparams_mismatch(got, want), std::nullopt) << where;
             ASSERT_EQ(got.candidates_evaluated, want.candidates_evaluated) << where;
           }
@@ -826,8 +846,8 @@ TEST(LsqKernels, FastSearchEqualsReference) {
   const Tensor gs_t = Tensor::from_values(DType::kF32, {1}, {448.0 * 6 / 0.3});
   for (const SearchCase& c : search_cases())
     for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
-      for (Data kind : {Data::kNormal, Data::kZeros, Data::kEqual, Data::kSubnormal, Data::kOutliers,
-                        Data::kNonFinite, Data::kHuge, Data::kFp6Grid}) {
+      for (Data kind : {Data::kNormal, Data::kZeros, Data::kEqual, Data::kSubnormal, Data::kOutliers, Data::kNonFinite,
+                        Data::kHuge, Data::kFp6Grid}) {
         const Tensor w = random_tensor(rng, c.rows, c.cols, dt, kind);
         const FlatView flat = flatten_for_calibration(w.view(), "weight", c.args);
         const Tensor* gsp = c.args.get_strategy() == Strategy::kTensorGroup ? &gs_t : nullptr;
@@ -850,8 +870,8 @@ TEST(LsqKernels, FastSearchEqualsReference) {
 TEST(LsqKernels, ComparisonFailsWithAnyPartOfTheSearchLeftOut) {
   using detail::LsqRefOmit;
   const Tensor gs_t = Tensor::from_values(DType::kF32, {1}, {448.0 * 6 / 0.3});
-  for (LsqRefOmit omit : {LsqRefOmit::kLargestObserverCandidate, LsqRefOmit::kOutwardWalk,
-                          LsqRefOmit::kIdealGridPicks, LsqRefOmit::kZeroPointNeighbours, LsqRefOmit::kRefits}) {
+  for (LsqRefOmit omit : {LsqRefOmit::kLargestObserverCandidate, LsqRefOmit::kOutwardWalk, LsqRefOmit::kIdealGridPicks,
+                          LsqRefOmit::kZeroPointNeighbours, LsqRefOmit::kRefits}) {
     std::mt19937 rng(61);
     std::optional<std::string> found;
     for (const SearchCase& c : search_cases())
@@ -870,8 +890,9 @@ TEST(LsqKernels, ComparisonFailsWithAnyPartOfTheSearchLeftOut) {
           ASSERT_EQ(qparams_mismatch(fast, ref::lsq_search(flat, c.args, cfg, wp, gsp)), std::nullopt) << c.name;
           const std::optional<std::string> m =
               qparams_mismatch(fast, detail::lsq_search_ref_omitting(flat, c.args, cfg, wp, gsp, omit));
-          if (m) found = c.name + " data " + std::to_string(static_cast<int>(kind)) + " weighting " +
-                         std::to_string(weighting) + ", " + *m;
+          if (m)
+            found = c.name + " data " + std::to_string(static_cast<int>(kind)) + " weighting " +
+                    std::to_string(weighting) + ", " + *m;
         }
     EXPECT_TRUE(found.has_value()) << "omission " << static_cast<int>(omit) << " changes no result";
   }

@@ -75,15 +75,14 @@ TEST(MinMaxCuda, BodiesEqualTheReferenceStatistics) {
           const Tensor emax = Tensor::from_floats(dt, flat.layout.qparam_shape, rmax);
           for (int64_t chunk : {int64_t{1}, int64_t{3}, int64_t{16}, int64_t{1} << 20}) {
             const auto [mn, mx] = emulate(flat, chunk);
-            const std::string what = std::string(dtype_name(dt)) + " cols=" + std::to_string(c.cols) + " pattern=" +
-                                     std::to_string(static_cast<int>(p)) + " poison=" + std::to_string(poison) +
-                                     " chunk=" + std::to_string(chunk);
+            const std::string what = std::string(dtype_name(dt)) + " cols=" + std::to_string(c.cols) +
+                                     " pattern=" + std::to_string(static_cast<int>(p)) +
+                                     " poison=" + std::to_string(poison) + " chunk=" + std::to_string(chunk);
             ASSERT_EQ(testing::describe_difference(emin, mn), "") << what;
             ASSERT_EQ(testing::describe_difference(emax, mx), "") << what;
           }
         }
 }
-
 
 /// The activation observers' running statistics, emulated batch by batch (each batch's
 /// statistics by the emulated min-max, then running_minmax_elem over every element), equal
@@ -103,8 +102,8 @@ TEST(MinMaxCuda, RunningBodiesEqualTheActivationObservers) {
   const QuantizationArgs formats[] = {make_args(8, QuantType::kInt, true, Strategy::kTensor),
                                       make_args(8, QuantType::kInt, false, Strategy::kGroup, 16),
                                       make_args(4, QuantType::kInt, true, Strategy::kGroup, 16)};
-  const Pattern patterns[] = {Pattern::kNormal,      Pattern::kSignedZeros, Pattern::kEqualGroups,
-                              Pattern::kZeroGroups,  Pattern::kSubnormal,   Pattern::kHugeRange};
+  const Pattern patterns[] = {Pattern::kNormal,     Pattern::kSignedZeros, Pattern::kEqualGroups,
+                              Pattern::kZeroGroups, Pattern::kSubnormal,   Pattern::kHugeRange};
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
     for (const QuantizationArgs& fmt : formats)
       for (const Obs& o : observers) {

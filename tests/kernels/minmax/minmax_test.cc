@@ -82,9 +82,9 @@ TEST(MinMaxKernels, SmallGroupsEightAtATime) {
             if (poison == 3) v[v.size() / 2] = -NAN;
             if (poison == 4) v[0] = INFINITY;
             const Tensor t = Tensor::from_floats(dt, {rows, c.cols}, v);
-            expect_minmax_matches(flatten_for_calibration(t.view(), "weight", c.args),
-                                  std::string(dtype_name(dt)) + " rows=" + std::to_string(rows) +
-                                      " poison=" + std::to_string(poison));
+            expect_minmax_matches(
+                flatten_for_calibration(t.view(), "weight", c.args),
+                std::string(dtype_name(dt)) + " rows=" + std::to_string(rows) + " poison=" + std::to_string(poison));
           }
 }
 
@@ -114,7 +114,7 @@ TEST(MinMaxKernels, GroupsOfSixteenBitPatternsEqualScalarMinMax) {
             std::fill(x.begin(), x.begin() + len, static_cast<uint16_t>(0x3F80));
             for (int64_t j = 0; j < len; ++j) x[static_cast<std::size_t>(len + j)] = j % 2 ? 0x8000 : 0x0000;
             const std::size_t at = static_cast<std::size_t>(rng() % x.size());
-            if (poison == 1) x[at] = static_cast<uint16_t>(inf | 1);             // +NaN
+            if (poison == 1) x[at] = static_cast<uint16_t>(inf | 1);              // +NaN
             if (poison == 2) x[at] = static_cast<uint16_t>(inf | 0x8000 | 0x40);  // -NaN
             if (poison == 3) x[at] = static_cast<uint16_t>(inf | 0x8000);         // -Inf
             std::vector<float> mins(static_cast<std::size_t>(groups)), maxs(mins.size());
@@ -360,8 +360,8 @@ TEST(MinMaxKernels, Narrow16EqualsTensorStores) {
     if (std::isnan(x) && i % 7 != 0) x = 1.0f;  // mostly numbers, some NaN payloads
     v.push_back(x);
   }
-  for (float x : {0.0f, -0.0f, 1.00390625f, 1.01171875f, 65520.0f, 65519.0f, 3.4e38f, -3.4e38f, 1e-45f, 6e-8f,
-                  3e-8f, INFINITY, -INFINITY, NAN, -NAN, 0x1.fffffep127f})
+  for (float x : {0.0f, -0.0f, 1.00390625f, 1.01171875f, 65520.0f, 65519.0f, 3.4e38f, -3.4e38f, 1e-45f, 6e-8f, 3e-8f,
+                  INFINITY, -INFINITY, NAN, -NAN, 0x1.fffffep127f})
     v.push_back(x);
   for (bool bf16 : {true, false}) {
     const Tensor expect = Tensor::from_floats(bf16 ? DType::kBF16 : DType::kF16, {static_cast<int64_t>(v.size())}, v);
@@ -371,8 +371,8 @@ TEST(MinMaxKernels, Narrow16EqualsTensorStores) {
         std::vector<uint16_t> got(n);
         detail::convert_simd(level)->narrow16(v.data(), static_cast<int64_t>(n), bf16, got.data());
         for (std::size_t i = 0; i < n; ++i)
-          ASSERT_EQ(got[i], expect.data_as<uint16_t>()[i]) << (bf16 ? "bf16" : "f16") << " i=" << i << " x=" << v[i]
-                                                           << " " << to_string(level);
+          ASSERT_EQ(got[i], expect.data_as<uint16_t>()[i])
+              << (bf16 ? "bf16" : "f16") << " i=" << i << " x=" << v[i] << " " << to_string(level);
       }
     }
   }
@@ -456,13 +456,13 @@ TEST(MinMaxKernels, ActivationBatchAsOneGroup) {
   // threads, bf16 / f16 widened chunk by chunk. Sizes around the split threshold
   // (2^16), the 4096-element chunk and the part boundaries; zero signs; NaN / Inf
   // anywhere, including a chunk's last element.
-  for (const QuantizationArgs& a :
-       {make_args(8, QuantType::kInt, true, Strategy::kTensor), make_args(8, QuantType::kFloat, false, Strategy::kTensor)})
+  for (const QuantizationArgs& a : {make_args(8, QuantType::kInt, true, Strategy::kTensor),
+                                    make_args(8, QuantType::kFloat, false, Strategy::kTensor)})
     for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
       for (const Shape& shape :
            {Shape{16, 4096}, Shape{257, 255}, Shape{2, 3, 11001}, Shape{65, 1009}, Shape{64, 512}, Shape{3, 5, 7}})
-        for (Pattern p : {Pattern::kNormal, Pattern::kSignedZeros, Pattern::kZeroGroups, Pattern::kPositive,
-                          Pattern::kEqualGroups})
+        for (Pattern p :
+             {Pattern::kNormal, Pattern::kSignedZeros, Pattern::kZeroGroups, Pattern::kPositive, Pattern::kEqualGroups})
           for (int poison = 0; poison < 4; ++poison) {
             int64_t n = 1;
             for (int64_t d : shape) n *= d;

@@ -42,7 +42,8 @@ TEST(PackCuda, IntRowBodiesEqualTheReference) {
         a.first_bad = &bad;
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t w = 0; w < a.words; ++w) cuda::pack_int_word(a, r, w, HostMinU64{});
-        const std::string what = "bits " + std::to_string(bits) + " " + std::to_string(rows) + "x" + std::to_string(cols);
+        const std::string what =
+            "bits " + std::to_string(bits) + " " + std::to_string(rows) + "x" + std::to_string(cols);
         EXPECT_EQ(bad, ~0ull) << what;
         ASSERT_EQ(describe_difference(want, got), "") << what;
       }

@@ -121,7 +121,8 @@ TEST(PackingKernels, Fp4VectorPackingEqualsTheCodeTableOnEveryPattern) {
     // a row of all 16 codes twice, then 38 more (a tail after 64 lanes)
     constexpr int64_t kLen = 70;
     std::vector<double> base(kLen);
-    for (int64_t i = 0; i < kLen; ++i) base[static_cast<std::size_t>(i)] = ((i * 7) & 8 ? -1.0 : 1.0) * kGrid[(i * 5) & 7];
+    for (int64_t i = 0; i < kLen; ++i)
+      base[static_cast<std::size_t>(i)] = ((i * 7) & 8 ? -1.0 : 1.0) * kGrid[(i * 5) & 7];
     const Tensor row = Tensor::from_values(dt, {kLen}, base);
     int64_t valid = 0;
     for (uint32_t p = 0; p < 65536; ++p)
@@ -137,7 +138,8 @@ TEST(PackingKernels, Fp4VectorPackingEqualsTheCodeTableOnEveryPattern) {
         for (SimdLevel level : levels) {
           std::vector<uint8_t> got(kLen / 2);
           const bool ok = detail::pack_simd(level)->fp4_16(t.data_as<uint16_t>(), kLen, bf16, got.data());
-          ASSERT_EQ(ok, expect.has_value()) << std::string(dtype_name(dt)) << " pattern " << p << " at " << at << " " << to_string(level);
+          ASSERT_EQ(ok, expect.has_value())
+              << std::string(dtype_name(dt)) << " pattern " << p << " at " << at << " " << to_string(level);
           if (ok)
             ASSERT_EQ(0, std::memcmp(got.data(), expect->data(), got.size()))
                 << std::string(dtype_name(dt)) << " pattern " << p << " at " << at << " " << to_string(level);

@@ -23,13 +23,15 @@ TEST(LibmPowf, ReplayMatchesStdPowBitForBit) {
   for (float y : {2.4f, 0.5f, 1.7f, 3.3f, 7.9f}) {
     ASSERT_TRUE(detail::powf_matches(y)) << y;
     for (float x : xs)
-      if (std::isfinite(x)) ASSERT_EQ(float_bits(detail::powf_replay(x, y, *t)), float_bits(std::pow(x, y))) << x << "^" << y;
+      if (std::isfinite(x))
+        ASSERT_EQ(float_bits(detail::powf_replay(x, y, *t)), float_bits(std::pow(x, y))) << x << "^" << y;
     for (SimdLevel level : available_simd_levels()) {
       if (level == SimdLevel::kScalar) continue;
       std::vector<float> out(xs.size());
       detail::pow_simd(level)->replay(xs.data(), static_cast<int64_t>(xs.size()), y, *t, out.data());
       for (std::size_t i = 0; i < xs.size(); ++i)
-        ASSERT_EQ(float_bits(out[i]), float_bits(std::pow(xs[i], y))) << xs[i] << "^" << y << " at " << to_string(level);
+        ASSERT_EQ(float_bits(out[i]), float_bits(std::pow(xs[i], y)))
+            << xs[i] << "^" << y << " at " << to_string(level);
     }
   }
 }

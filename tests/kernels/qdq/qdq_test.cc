@@ -37,13 +37,20 @@ enum class Pattern { kNormal, kNonFinite, kEqual, kHugeRange, kSubnormal, kSigne
 
 const char* pattern_name(Pattern p) {
   switch (p) {
-    case Pattern::kNormal: return "normal";
-    case Pattern::kNonFinite: return "nan_inf";
-    case Pattern::kEqual: return "all_equal";
-    case Pattern::kHugeRange: return "huge";
-    case Pattern::kSubnormal: return "subnormal";
-    case Pattern::kSignedZeros: return "signed_zeros";
-    case Pattern::kTies: return "ties";
+    case Pattern::kNormal:
+      return "normal";
+    case Pattern::kNonFinite:
+      return "nan_inf";
+    case Pattern::kEqual:
+      return "all_equal";
+    case Pattern::kHugeRange:
+      return "huge";
+    case Pattern::kSubnormal:
+      return "subnormal";
+    case Pattern::kSignedZeros:
+      return "signed_zeros";
+    case Pattern::kTies:
+      return "ties";
   }
   return "?";
 }
@@ -55,28 +62,30 @@ std::vector<double> make_values(int64_t n, Pattern p, uint32_t seed) {
   for (int64_t i = 0; i < n; ++i) {
     double x = nd(rng);
     switch (p) {
-      case Pattern::kNormal: break;
-      case Pattern::kNonFinite:
-        if (i % 11 == 3)
-          x = NAN;
-        else if (i % 13 == 5)
-          x = (i % 2) ? INFINITY : -INFINITY;
-        else if (i % 17 == 7)
-          x = -NAN;
+      case Pattern::kNormal:
         break;
-      case Pattern::kEqual: x = 0.375; break;
+      case Pattern::kNonFinite:
+        if (i % 11 == 3) x = NAN;
+        else if (i % 13 == 5) x = (i % 2) ? INFINITY : -INFINITY;
+        else if (i % 17 == 7) x = -NAN;
+        break;
+      case Pattern::kEqual:
+        x = 0.375;
+        break;
       case Pattern::kHugeRange:
         if (i % 7 == 3) x *= 1e30;
         break;
-      case Pattern::kSubnormal: x *= 1e-38; break;
+      case Pattern::kSubnormal:
+        x *= 1e-38;
+        break;
       case Pattern::kSignedZeros:
-        if (i % 3 == 0)
-          x = (i % 2) ? -0.0 : 0.0;
-        else
-          x *= 1e-4;
+        if (i % 3 == 0) x = (i % 2) ? -0.0 : 0.0;
+        else x *= 1e-4;
         break;
       // multiples of 2^-6: against power-of-two scales, x / s lands on .5 ties
-      case Pattern::kTies: x = std::nearbyint(x * 64.0) / 64.0; break;
+      case Pattern::kTies:
+        x = std::nearbyint(x * 64.0) / 64.0;
+        break;
     }
     v[static_cast<std::size_t>(i)] = x;
   }
@@ -121,10 +130,18 @@ Tensor make_scale(const Shape& shape, DType dt, double q_max, ScaleKind kind, ui
   std::vector<double> v(static_cast<std::size_t>(shape_numel(shape)));
   for (std::size_t i = 0; i < v.size(); ++i) {
     switch (kind) {
-      case ScaleKind::kSpread: v[i] = 0.12 / q_max * u(rng); break;
-      case ScaleKind::kPow2: v[i] = std::ldexp(1.0, e(rng)); break;
-      case ScaleKind::kFp8Grid: v[i] = fp8_e4m3_to_float(fp8_e4m3_from_double(u(rng) * 0.02 * 2688.0 / 6.0)); break;
-      case ScaleKind::kZero: v[i] = i % 3 == 1 ? 0.0 : 0.12 / q_max * u(rng); break;
+      case ScaleKind::kSpread:
+        v[i] = 0.12 / q_max * u(rng);
+        break;
+      case ScaleKind::kPow2:
+        v[i] = std::ldexp(1.0, e(rng));
+        break;
+      case ScaleKind::kFp8Grid:
+        v[i] = fp8_e4m3_to_float(fp8_e4m3_from_double(u(rng) * 0.02 * 2688.0 / 6.0));
+        break;
+      case ScaleKind::kZero:
+        v[i] = i % 3 == 1 ? 0.0 : 0.12 / q_max * u(rng);
+        break;
     }
   }
   return Tensor::from_values(dt, shape, v);
@@ -241,10 +258,8 @@ TEST(QdqKernels, GroupStrategiesAllShapesAndPatterns) {
   uint32_t seed = 1;
   for (int64_t gs : {1, 16, 32, 128}) {
     std::vector<int64_t> cols_list;
-    if (gs == 1)
-      cols_list = {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 4097};
-    else
-      cols_list = {gs, 2 * gs, 3 * gs};
+    if (gs == 1) cols_list = {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 4097};
+    else cols_list = {gs, 2 * gs, 3 * gs};
     if (gs == 16) cols_list.push_back(4096 + 16);
     for (const Format& f : group_formats(gs))
       for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})

@@ -37,9 +37,9 @@ TEST(QParamsCuda, BodiesEqualTheReference) {
           std::vector<float> lo(n), hi(n);
           for (int64_t i = 0; i < n; ++i) {
             float a = nd(rng) * (i % 5 == 0 ? 1e-3f : 1.0f), b = nd(rng);
-            if (i % 11 == 0) a = b = 0.0f;          // a zero range
-            if (i % 13 == 0) a = b = -0.75f;        // an all-equal group
-            if (i % 17 == 0) b = a = 1e-39f;        // subnormal statistics
+            if (i % 11 == 0) a = b = 0.0f;    // a zero range
+            if (i % 13 == 0) a = b = -0.75f;  // an all-equal group
+            if (i % 17 == 0) b = a = 1e-39f;  // subnormal statistics
             lo[static_cast<std::size_t>(i)] = std::min(a, b);
             hi[static_cast<std::size_t>(i)] = std::max(a, b);
           }
@@ -61,8 +61,9 @@ TEST(QParamsCuda, BodiesEqualTheReference) {
           a.zero_point = zp.data();
           a.non_finite = &non_finite;
           for (int64_t i = 0; i < n; ++i) cuda::qparams_elem(a, i);
-          const std::string what = std::string(to_string(args.get_strategy())) + " bits=" + std::to_string(args.num_bits) +
-                                   " " + std::string(dtype_name(dt)) + (global ? " global" : "");
+          const std::string what = std::string(to_string(args.get_strategy())) +
+                                   " bits=" + std::to_string(args.num_bits) + " " + std::string(dtype_name(dt)) +
+                                   (global ? " global" : "");
           EXPECT_EQ(non_finite, 0) << what;
           EXPECT_EQ(testing::describe_difference(want.scale, scale), "") << what;
           EXPECT_EQ(testing::describe_difference(want.zero_point, zp), "") << what;

@@ -72,12 +72,23 @@ TEST(QParamsKernels, EqualScalarR41BitForBitAtEveryLevel) {
     for (int64_t i = 0; i < n; ++i) {
       float a = nd(rng), b = nd(rng);
       switch (i % 11) {
-        case 0: a = b = 0.0f; break;                                   // zero range
-        case 1: a = std::fabs(a), b = std::fabs(b); break;             // positive only
-        case 2: a = -std::fabs(a), b = -std::fabs(b); break;           // negative only
-        case 3: a = special[i % 9], b = special[(i / 9) % 9]; break;   // the edges
-        case 4: b = a; break;                                          // min == max
-        default: break;
+        case 0:
+          a = b = 0.0f;
+          break;  // zero range
+        case 1:
+          a = std::fabs(a), b = std::fabs(b);
+          break;  // positive only
+        case 2:
+          a = -std::fabs(a), b = -std::fabs(b);
+          break;  // negative only
+        case 3:
+          a = special[i % 9], b = special[(i / 9) % 9];
+          break;  // the edges
+        case 4:
+          b = a;
+          break;  // min == max
+        default:
+          break;
       }
       lo[static_cast<std::size_t>(i)] = std::min(a, b);
       hi[static_cast<std::size_t>(i)] = std::max(a, b);
@@ -113,27 +124,27 @@ TEST(QParamsKernels, EqualScalarR41BitForBitAtEveryLevel) {
   int64_t fast_runs = 0;
   for (const Stats& st : {Stats{DType::kF32, NumericMode::kParity}, Stats{DType::kBF16, NumericMode::kParity},
                           Stats{DType::kF16, NumericMode::kParity}, Stats{DType::kBF16, NumericMode::kWide}})
-  for (int64_t n : {1, 7, 8, 9, 17, 8192 + 13})
-    for (const Plan& p : plans) {
-      stats(n, lo, hi);
-      for (std::size_t i = 0; i < lo.size(); ++i)  // keep f16 statistics finite
-        if (st.dt == DType::kF16) lo[i] = std::clamp(lo[i], -6e4f, 6e4f), hi[i] = std::clamp(hi[i], -6e4f, 6e4f);
-      const Tensor mn = Tensor::from_floats(st.dt, {n}, lo), mx = Tensor::from_floats(st.dt, {n}, hi);
-      const ScaleZeroPoint ref = qobs::calculate_qparams(mn, mx, p.args, p.g, st.mode);
-      for (SimdLevel level : available_simd_levels())
-        for (int threads : {1, 2}) {
-          const auto got = cpu::calculate_qparams_simd(mn, mx, p.args, p.g, st.mode, level, threads);
-          if (!got) continue;  // a plan or level the vector path leaves to the scalar one
-          ++fast_runs;
-          ASSERT_EQ(got->scale.shape(), ref.scale.shape()) << p.name;
-          ASSERT_EQ(got->scale.dtype(), ref.scale.dtype()) << p.name;
-          ASSERT_EQ(got->zero_point.dtype(), ref.zero_point.dtype()) << p.name;
-          EXPECT_EQ(0, std::memcmp(got->scale.data(), ref.scale.data(), ref.scale.nbytes()))
-              << p.name << " " << dtype_name(st.dt) << " n=" << n << " " << to_string(level);
-          EXPECT_EQ(0, std::memcmp(got->zero_point.data(), ref.zero_point.data(), ref.zero_point.nbytes()))
-              << p.name << " " << dtype_name(st.dt) << " n=" << n << " " << to_string(level);
-        }
-    }
+    for (int64_t n : {1, 7, 8, 9, 17, 8192 + 13})
+      for (const Plan& p : plans) {
+        stats(n, lo, hi);
+        for (std::size_t i = 0; i < lo.size(); ++i)  // keep f16 statistics finite
+          if (st.dt == DType::kF16) lo[i] = std::clamp(lo[i], -6e4f, 6e4f), hi[i] = std::clamp(hi[i], -6e4f, 6e4f);
+        const Tensor mn = Tensor::from_floats(st.dt, {n}, lo), mx = Tensor::from_floats(st.dt, {n}, hi);
+        const ScaleZeroPoint ref = qobs::calculate_qparams(mn, mx, p.args, p.g, st.mode);
+        for (SimdLevel level : available_simd_levels())
+          for (int threads : {1, 2}) {
+            const auto got = cpu::calculate_qparams_simd(mn, mx, p.args, p.g, st.mode, level, threads);
+            if (!got) continue;  // a plan or level the vector path leaves to the scalar one
+            ++fast_runs;
+            ASSERT_EQ(got->scale.shape(), ref.scale.shape()) << p.name;
+            ASSERT_EQ(got->scale.dtype(), ref.scale.dtype()) << p.name;
+            ASSERT_EQ(got->zero_point.dtype(), ref.zero_point.dtype()) << p.name;
+            EXPECT_EQ(0, std::memcmp(got->scale.data(), ref.scale.data(), ref.scale.nbytes()))
+                << p.name << " " << dtype_name(st.dt) << " n=" << n << " " << to_string(level);
+            EXPECT_EQ(0, std::memcmp(got->zero_point.data(), ref.zero_point.data(), ref.zero_point.nbytes()))
+                << p.name << " " << dtype_name(st.dt) << " n=" << n << " " << to_string(level);
+          }
+      }
   if (available_simd_levels().back() != SimdLevel::kScalar) EXPECT_GT(fast_runs, 0);
   // non-finite statistics stay the scalar path's error (R4.1)
   lo.assign(9, 0.0f);
@@ -141,7 +152,8 @@ TEST(QParamsKernels, EqualScalarR41BitForBitAtEveryLevel) {
   hi[5] = INFINITY;
   const Tensor mn = Tensor::from_floats(DType::kF32, {9}, lo), mx = Tensor::from_floats(DType::kF32, {9}, hi);
   const QuantizationArgs a = make_args(4, QuantType::kInt, true, Strategy::kChannel);
-  EXPECT_FALSE(cpu::calculate_qparams_simd(mn, mx, a, nullptr, NumericMode::kParity, available_simd_levels().back(), 1));
+  EXPECT_FALSE(
+      cpu::calculate_qparams_simd(mn, mx, a, nullptr, NumericMode::kParity, available_simd_levels().back(), 1));
   EXPECT_THROW(calculate_qparams(mn, mx, a, nullptr, NumericMode::kParity, 1), InvalidArgument);
 }
 

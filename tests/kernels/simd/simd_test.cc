@@ -27,7 +27,6 @@ TEST(SimdLevel, ScopedOverrideAndPublicEntryPoint) {
   }
 }
 
-
 TEST(TableLookups, X86LookupsEqualPortableGathers) {
   // The x86 forms of the search kernels' table lookups (table_lookups_x86-inl.h: the
   // 16-entry permute lookup, and the f64 terms by scalar loads / a gather split) against
@@ -37,7 +36,8 @@ TEST(TableLookups, X86LookupsEqualPortableGathers) {
   alignas(64) float table[16];
   for (int i = 0; i < 16; ++i) table[i] = std::ldexp(1.0f + 0.0625f * static_cast<float>(i), i - 7);
   std::vector<double> table64(65536);
-  for (std::size_t i = 0; i < table64.size(); ++i) table64[i] = static_cast<double>(i) * 0.5 + 1.0 / (1.0 + static_cast<double>(i));
+  for (std::size_t i = 0; i < table64.size(); ++i)
+    table64[i] = static_cast<double>(i) * 0.5 + 1.0 / (1.0 + static_cast<double>(i));
   int levels = 0;
   for (SimdLevel level : available_simd_levels()) {
     if (level == SimdLevel::kScalar) continue;

@@ -67,7 +67,6 @@ TEST(StatsCuda, NonFiniteBodiesFindTheFirstIndex) {
   }
 }
 
-
 /// importance_column over every column, batch after batch, gives the imatrix observer's
 /// importance_sum bit for bit (f64 column sums rounded once per batch into f32).
 TEST(StatsCuda, ImportanceBodiesEqualTheImatrixObserver) {

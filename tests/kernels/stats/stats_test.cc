@@ -46,8 +46,8 @@ TEST(ColumnSquares, MatchesReferenceLoopEverywhere) {
             v[static_cast<std::size_t>(rows * cols - 1)] = INFINITY;
           }
           const Tensor t = Tensor::from_floats(dt, {rows, cols}, v);
-          expect_column_sums_match(t.view(), cols,
-                                   std::string(dtype_name(dt)) + " " + std::to_string(rows) + "x" + std::to_string(cols));
+          expect_column_sums_match(
+              t.view(), cols, std::string(dtype_name(dt)) + " " + std::to_string(rows) + "x" + std::to_string(cols));
         }
 }
 
@@ -94,9 +94,9 @@ TEST(ErrorSums, MatchesReferenceLoopEverywhere) {
             u[static_cast<std::size_t>(n - 1)] = INFINITY;
           }
           const Tensor x = Tensor::from_floats(xt, {n}, v), y = Tensor::from_floats(yt, {n}, u);
-          expect_error_sums_match(x.view(), y.view(),
-                                  std::string(dtype_name(xt)) + "/" + std::string(dtype_name(yt)) + " n=" +
-                                      std::to_string(n));
+          expect_error_sums_match(
+              x.view(), y.view(),
+              std::string(dtype_name(xt)) + "/" + std::string(dtype_name(yt)) + " n=" + std::to_string(n));
         }
 }
 
@@ -122,7 +122,6 @@ TEST(ErrorSums, ExactOnIntegersAndStridedViews) {
   EXPECT_EQ(strided.signal, error_sums(ac.view(), ac.view()).signal);
 }
 
-
 TEST(FirstNonFinite, FindsTheFirstInfOrNanInEveryFloatDtype) {
   // f32 / bf16 / f16 bit patterns: finite maxima and the largest exponent's neighbours
   // must not trigger, +-inf and NaNs must, at the lowest index, on 1 and 2 threads.
@@ -131,14 +130,18 @@ TEST(FirstNonFinite, FindsTheFirstInfOrNanInEveryFloatDtype) {
     std::vector<uint32_t> finite, bad;
   };
   const std::vector<Case> cases{
-      {DType::kF32, {0x7F7FFFFFu, 0xFF7FFFFFu, 0x00000001u, 0x80000000u, 0x3F800000u}, {0x7F800000u, 0xFF800000u, 0x7FC00000u, 0xFFFFFFFFu, 0x7F800001u}},
+      {DType::kF32,
+       {0x7F7FFFFFu, 0xFF7FFFFFu, 0x00000001u, 0x80000000u, 0x3F800000u},
+       {0x7F800000u, 0xFF800000u, 0x7FC00000u, 0xFFFFFFFFu, 0x7F800001u}},
       {DType::kBF16, {0x7F7Fu, 0xFF7Fu, 0x0001u, 0x8000u}, {0x7F80u, 0xFF80u, 0x7FC0u, 0xFFFFu}},
       {DType::kF16, {0x7BFFu, 0xFBFFu, 0x0001u, 0x8000u}, {0x7C00u, 0xFC00u, 0x7E00u, 0xFFFFu}}};
   for (const Case& c : cases)
     for (int64_t n : {int64_t{1}, int64_t{300}, int64_t{1} << 19}) {
       const std::size_t es = dtype_size(c.dt);
       std::vector<unsigned char> buf(static_cast<std::size_t>(n) * es);
-      auto put = [&](int64_t i, uint32_t bits) { std::memcpy(buf.data() + static_cast<std::size_t>(i) * es, &bits, es); };
+      auto put = [&](int64_t i, uint32_t bits) {
+        std::memcpy(buf.data() + static_cast<std::size_t>(i) * es, &bits, es);
+      };
       for (int64_t i = 0; i < n; ++i) put(i, c.finite[static_cast<std::size_t>(i) % c.finite.size()]);
       const TensorView v(buf.data(), c.dt, {n});
       for (int threads : {1, 2}) EXPECT_EQ(first_non_finite(v, threads), -1) << dtype_name(c.dt) << " n=" << n;

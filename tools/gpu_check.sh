@@ -12,7 +12,8 @@
 #                     would not see its torch), no index, no dependency resolution; then
 #                     the imports and the version / requirement report
 #   cpp-tests         every carried GoogleTest binary with QOBS_GPU_TEST_FILTER
-#                     (default *Cuda*:*CUDA*), and the CLI's --version
+#                     (default *Cuda*:*CUDA*:*Device*-*Emulation*: the device tests, not their
+#                     host-emulation twins, which CI runs), and the CLI's --version
 #   py-cuda           python/tests/test_cuda.py (but its oneshot cases) on the installed
 #                     package: qobs.cuda and the llm-compressor plugin on CUDA weights and
 #                     activation batches against the host observers (skipped when the
@@ -46,7 +47,7 @@ export QOBS_OUT=${OUT:-/tmp/qobs-gpu-check}
 export QOBS_DRY=${QOBS_GPU_CHECK_DRYRUN:-0}
 export QOBS_PY=${QOBS_GPU_PYTHON:-python3}
 export QOBS_SITE=/tmp/qobs-gpu-site
-export QOBS_TEST_FILTER=${QOBS_GPU_TEST_FILTER:-*Cuda*:*CUDA*}
+export QOBS_TEST_FILTER=${QOBS_GPU_TEST_FILTER:-*Cuda*:*CUDA*:*Device*-*Emulation*}
 export QOBS_SANITIZE_FILTER=${QOBS_GPU_SANITIZE_FILTER:-$QOBS_TEST_FILTER}
 export QOBS_ONESHOT_DIR=/tmp/qobs-gpu-oneshot
 budget=${QOBS_GPU_CHECK_BUDGET_S:-470}

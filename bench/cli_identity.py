@@ -14,9 +14,9 @@ random N(0, 0.02) weights with a few outliers per row, fixed seed), runs both bi
 on it for every (scheme, observer) pair the first binary accepts (the
 importance-weighted observers with a synthetic importance file), and compares every
 file of the two outputs byte for byte, except the run's report (qobs-report.*, which
-holds timings). A pair the first binary refuses (an observer that does not take the
-scheme's format) is listed as skipped; a pair the second refuses while the first took it
-is a difference. Prints one line per pair and exits 1 on any difference.
+holds timings) and the names given to --skip. A pair the first binary refuses (an
+observer that does not take the scheme's format) is listed as skipped; a pair the second
+refuses while the first took it is a difference. Prints one line per pair and exits 1 on any difference.
 """
 import argparse
 import os
@@ -65,19 +65,19 @@ def run(binary, extra, model, out, scheme, observer, threads, importance):
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
-def outputs(folder):
+def outputs(folder, skip=()):
     files = {}
     for root, _, names in os.walk(folder):
         for n in names:
-            if n.startswith("qobs-report."):
+            if n.startswith("qobs-report.") or n in skip:
                 continue
             full = os.path.join(root, n)
             files[os.path.relpath(full, folder)] = full
     return files
 
 
-def compare(a_dir, b_dir):
-    fa, fb = outputs(a_dir), outputs(b_dir)
+def compare(a_dir, b_dir, skip=()):
+    fa, fb = outputs(a_dir, skip), outputs(b_dir, skip)
     problems = [f"only in A: {k}" for k in sorted(set(fa) - set(fb))]
     problems += [f"only in B: {k}" for k in sorted(set(fb) - set(fa))]
     for k in sorted(set(fa) & set(fb)):
@@ -103,6 +103,9 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", help="keep the checkpoint and outputs here (default: a temporary folder)")
+    p.add_argument("--skip", nargs="*", default=[],
+                   help="file names left out of the comparison, for a change that alters them on purpose "
+                        "(e.g. config.json across a new compressed-tensors config shape)")
     a = p.parse_args()
     work = a.workdir or tempfile.mkdtemp(prefix="qobs-cli-identity-")
     model = os.path.join(work, "model")
@@ -126,14 +129,15 @@ def main():
                 print(f"{scheme:10} {observer:22} DIFFERENT: B failed: {rb.stderr.strip()}")
                 differences += 1
                 continue
-            problems, n = compare(out_a, out_b)
+            problems, n = compare(out_a, out_b, set(a.skip))
             compared += 1
             if problems:
                 differences += 1
                 print(f"{scheme:10} {observer:22} DIFFERENT ({len(problems)} of {n} files): " + "; ".join(problems[:5]))
             else:
                 print(f"{scheme:10} {observer:22} identical ({n} files)")
-    print(f"{compared} pairs compared, {differences} with differences")
+    skipped = f" (not compared: {', '.join(a.skip)})" if a.skip else ""
+    print(f"{compared} pairs compared, {differences} with differences{skipped}")
     return 1 if differences else 0
 
 

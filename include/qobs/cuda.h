@@ -1,5 +1,6 @@
 // qobs on CUDA devices (docs/RULES.md A6): weights in device memory calibrated by
-// the data-free weight observers, with the same bytes as the CPU path.
+// the data-free and importance-weighted weight observers, with the same bytes as the CPU
+// path.
 //
 // Two phases, as Observer's (R6.1.2, R6.1.4): observe_weight makes an observer's
 // statistics of a weight on the device, qparams_from_statistics turns them into the
@@ -9,9 +10,13 @@
 // device's answer (the input's non-finite scan, and the rare errors it finds).
 //
 // Weight observers with a device path: memoryless_minmax, memoryless_mse (the weights'
-// mse, R6.9.1), nvfp4_expanded_mse and its alias fouroversix. device_unsupported says
-// why another call must stay on the CPU (an observer without a device path, a layout
-// that needs a copy, a norm whose power the device cannot reproduce bit for bit).
+// mse, R6.9.1), nvfp4_expanded_mse and its alias fouroversix, and the importance-weighted
+// imatrix_mse and nvfp4_expanded_imatrix (R6.8, R6.12: the importance is the observer's
+// own statistic, validated and turned into column weights on the host as the CPU
+// observer does, then uploaded; imatrix_lsq, which searches in phase 2, has none).
+// device_unsupported says why another call must stay on the CPU (an observer without a
+// device path, a layout that needs a copy, a norm whose power the device cannot
+// reproduce bit for bit).
 //
 // Activations: ActivationStatistics runs memoryless_minmax, static_minmax and minmax
 // over batches in device memory, and DeviceImportance the imatrix observers'
@@ -87,9 +92,13 @@ std::string device_unsupported(const Observer& observer, const TensorView& weigh
 std::string path_unsupported(const Observer& observer, const TensorView& weight);
 
 /// Phase 1 on the device: the statistics observer.observe(weight) makes on the CPU, bit
-/// for bit. Non-finite input: InvalidArgument naming the tensor, as on the CPU. The
-/// observer itself is not changed. Runs on the weight's device (made current for the
-/// calling thread in qobs's own CUDA runtime); `stream` must belong to that device.
+/// for bit. Non-finite input: InvalidArgument naming the tensor, as on the CPU; an
+/// imatrix observer's importance raises as on the CPU (none reached the attached
+/// module, or strict=true and no usable importance), else without usable importance it
+/// searches uniformly (Q8). The observer's statistics are not changed (an imatrix
+/// observer records its search path, imatrix_search_path, as observe does). Runs on the
+/// weight's device (made current for the calling thread in qobs's own CUDA runtime);
+/// `stream` must belong to that device.
 DeviceStatistics observe_weight(const Observer& observer, const TensorView& weight, StreamHandle stream = nullptr);
 
 /// Shapes and dtypes of phase 2's results for these statistics.

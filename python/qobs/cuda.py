@@ -9,7 +9,9 @@ activation statistics accumulated where the activations are.
 same dtypes and shapes, as torch tensors on the weight's device; the observer's
 configuration is used, its statistics are not touched. The observers with a device path
 are the data-free weight observers (memoryless_minmax, memoryless_mse,
-nvfp4_expanded_mse, fouroversix), on float32 / bfloat16 / float16 weights of any
+nvfp4_expanded_mse, fouroversix) and the importance-weighted imatrix_mse and
+nvfp4_expanded_imatrix (their importance is the observer's own, as its forward-pre hook
+or ``Importance.store_into`` left it), on float32 / bfloat16 / float16 weights of any
 strides; ``device_unsupported`` says why another call must stay on the host.
 
 Streams: the work is enqueued on torch's current stream of the weight's device, so it
@@ -42,6 +44,7 @@ import sys
 from typing import Any, Dict, List, Optional, Sequence
 
 from . import _qobs
+from .observer import IMATRIX_OBSERVERS, _warn_imatrix_fallback
 
 __all__ = ["available", "unavailable_reason", "device_count", "describe_device", "calibrate_weight",
            "device_unsupported", "ActivationStatistics", "Importance"]
@@ -162,6 +165,9 @@ def observe_weight(observer: Any, weight: Any) -> WeightStatistics:
     # holds the block back until the work enqueued on `stream` so far is done (on the
     # allocation stream itself it is a no-op).
     weight.record_stream(stream)
+    core = _core(observer)
+    if core.name in IMATRIX_OBSERVERS:
+        _warn_imatrix_fallback(core)  # Q8, as the host observer warns
     return WeightStatistics(stats, stream, weight.device)
 
 

@@ -265,6 +265,9 @@ class QobsObserver(_LcObserver):
             self._note_host(why)
             return False
         self._device = observed.device
+        # the importance accumulated on the device reaches the core, whose search reads
+        # it, and an attached module that no input reached raises, as on the host (_feed)
+        _require_importance([self] + [o for o, _ in pending])
         self._dev_stats = _cuda.observe_weight(self._qobs, observed)
         # R6.1.2-5: the fused partners lacking statistics observe their weights now
         self._observe_partners(pending)
@@ -333,6 +336,7 @@ class QobsObserver(_LcObserver):
         return observers, pending, ""
 
     def _observe_partners(self, pending) -> None:
+        _require_importance([o for o, _ in pending])
         for o, weight in pending:
             o._device = weight.device
             o._dev_stats = _cuda.observe_weight(o._qobs, weight)

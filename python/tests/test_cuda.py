@@ -161,6 +161,10 @@ class _HostStandIn:
     def observe_weight(self, observer, weight):
         assert observer.name not in self.unsupported
         o = self._fresh(observer)
+        imp = [i for i in observer.export_statistics().items if i[0].startswith("importance_")]
+        if imp:  # an imatrix observer searches with its own importance, as qobs.cuda does
+            o._core.attach(int({n: t for n, t, _ in imp}["importance_sum"].shape[0]))
+            o.import_statistics(qobs.Statistics(observer.name, imp, 1))
         o(weight.detach())
         self.observed.append(observer.name)
         return qobs.cuda.WeightStatistics(o.export_statistics(), None, weight.device)
@@ -424,6 +428,31 @@ def test_calibrate_weight_equals_the_host_observer(torch, name, fmt, dtype):
         assert got[k] is None or got[k].device == dev, k
         assert _same_bytes(torch, got[k], want[k]), k
     assert not obs.has_statistics  # the observer's configuration only
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("fmt", ["int4_g128_asym", "nvfp4"])
+@pytest.mark.parametrize("name", ["imatrix_mse", "nvfp4_expanded_imatrix"])
+def test_calibrate_weight_imatrix_equals_the_host_observer(torch, name, fmt, dtype):
+    dev = _device(torch)
+    w = _weight(torch, 96, 256, 9, dtype)
+    args = qobs.QuantizationArgs(**FORMATS[fmt])
+    host = qobs.Observer.load_from_registry(name, base_name="weight", args=args)
+    obs = qobs.Observer.load_from_registry(name, base_name="weight", args=args)
+    for o in (host, obs):  # the same importance, as the forward-pre hook leaves it
+        o._core.attach(256)
+        for x in _batches(torch, (3, 256), 2, dtype):
+            o._core.accumulate_input(x)
+    why = qobs.cuda.device_unsupported(obs, w.to(dev))
+    if "libm powf" in why:
+        pytest.skip(why)
+    assert why == "", why
+    want = host(w).get_qparams()
+    got = qobs.cuda.calibrate_weight(obs, w.to(dev))
+    for k in ("scale", "zero_point", "global_scale"):
+        assert _same_bytes(torch, got[k], want[k]), k
+    assert obs._core.imatrix_search_path() == "importance"
+    assert not obs.has_statistics
 
 
 @pytest.mark.parametrize("view", ["transposed", "every other column", "offset"])
@@ -746,7 +775,7 @@ def test_plugin_imatrix_hook_accumulates_on_the_device(lc, torch, monkeypatch):
     xs = _batches(torch, (2, 7, 64), 4)
     ref, ref_lin = _imatrix_run(lc, torch, xs)
     want = ref(ref_lin.weight).get_qparams()
-    dev = _HostStandIn(torch, unsupported={"imatrix_mse"})  # its weight has no device path
+    dev = _HostStandIn(torch, unsupported={"imatrix_mse"})  # its weight stays on the host here
     monkeypatch.setattr(qlc, "_cuda", dev)
     ours, lin = _imatrix_run(lc, torch, xs)
     assert dev.observed == ["accumulate imatrix_mse"] * 4
@@ -755,6 +784,28 @@ def test_plugin_imatrix_hook_accumulates_on_the_device(lc, torch, monkeypatch):
     assert ours._dev_importance.empty
     for k in ("scale", "zero_point"):
         assert _same_bytes(torch, got[k], want[k]), k
+
+
+def test_plugin_imatrix_weight_on_the_device_searches_with_the_hook_importance(lc, torch, monkeypatch):
+    qlc = lc[0]
+    xs = _batches(torch, (2, 7, 64), 4)
+    ref, ref_lin = _imatrix_run(lc, torch, xs)
+    want = ref(ref_lin.weight).get_qparams()
+    dev = _HostStandIn(torch)
+    monkeypatch.setattr(qlc, "_cuda", dev)
+    ours, lin = _imatrix_run(lc, torch, xs)
+    got = ours(lin.weight).get_qparams()
+    # the importance accumulated on the device reached the core before the weight's search
+    assert dev.observed == ["accumulate imatrix_mse"] * 4 + ["imatrix_mse"]
+    assert ours._dev_importance.empty
+    for k in ("scale", "zero_point"):
+        assert _same_bytes(torch, got[k], want[k]), k
+    # attached, but no input reached the module: the plugin's error, before the device observes
+    dev.observed.clear()
+    idle, idle_lin = _imatrix_run(lc, torch, [])
+    with pytest.raises(ValueError, match="no importance data for module"):
+        idle(idle_lin.weight)
+    assert dev.observed == []
 
 
 def test_plugin_activations_and_imatrix_inputs_honour_qobs_cuda_0(lc, torch, monkeypatch, caplog):

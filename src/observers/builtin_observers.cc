@@ -1,6 +1,7 @@
 // The observers of the reference registry (RULES §6.4-6.8, §6.12).
 #include "observers/builtin_observers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -347,22 +348,47 @@ std::optional<std::vector<float>> ImatrixMseObserver::validated_importance(const
   return imp;
 }
 
-FlatView ImatrixMseObserver::importance_weights(const std::vector<float>& imp, const FlatView& flat) const {
+namespace {
+
+/// R6.8.5: imp / (mean(imp) + 2^-126), the mean summed in f64 and rounded to f32 once.
+std::vector<float> weights_of_importance(const std::vector<float>& imp) {
   double mean_acc = 0;
   for (float v : imp) mean_acc += v;
   const float mean = static_cast<float>(mean_acc) / static_cast<float>(imp.size());
   const float denom = mean + std::ldexp(1.0f, -126);
-  const int64_t cols = static_cast<int64_t>(imp.size());
-  const int64_t rows = flat.layout.num_qparams() * flat.layout.group_len() / cols;
-  // One row of weights viewed with row stride 0: the search reads the same columns
-  // for every row, so no rows x cols tensor is materialized (64 MB at 4096^2).
-  auto wt = std::make_shared<Tensor>(DType::kF32, Shape{cols});
-  float* wp = wt->data_as<float>();
-  for (int64_t c = 0; c < cols; ++c) wp[c] = imp[static_cast<std::size_t>(c)] / denom;
-  const TensorView broadcast(wt->data(), DType::kF32, Shape{rows, cols}, Shape{0, 1});
-  FlatView w = flatten_for_calibration(broadcast, "weight", args_);
-  w.owned = wt;
+  std::vector<float> w(imp.size());
+  for (std::size_t c = 0; c < imp.size(); ++c) w[c] = imp[c] / denom;
   return w;
+}
+
+}  // namespace
+
+std::optional<std::vector<float>> ImatrixMseObserver::column_weights(const FlatView& flat) const {
+  const Lock held = lock();
+  const auto imp = validated_importance(flat);
+  if (!imp) return std::nullopt;
+  return weights_of_importance(*imp);
+}
+
+FlatView ImatrixMseObserver::column_weights_view(const void* data, int64_t cols, const FlatView& flat) const {
+  const int64_t rows = flat.layout.num_qparams() * flat.layout.group_len() / cols;
+  const TensorView broadcast(data, DType::kF32, Shape{rows, cols}, Shape{0, 1});
+  // the strategies R6.8.4 searches with importance (channel, group, tensor_group)
+  // flatten a weight without a copy
+  auto w = flatten_in_place(broadcast, "weight", args_);
+  QOBS_CHECK(w.has_value(), PreconditionError, name(), ": the importance weights of strategy ",
+             to_string(args_.get_strategy()), " need a copy to flatten (R6.8.5)");
+  return *w;
+}
+
+FlatView ImatrixMseObserver::importance_weights(const std::vector<float>& imp, const FlatView& flat) const {
+  const std::vector<float> w = weights_of_importance(imp);
+  const int64_t cols = static_cast<int64_t>(w.size());
+  auto wt = std::make_shared<Tensor>(DType::kF32, Shape{cols});
+  std::copy(w.begin(), w.end(), wt->data_as<float>());
+  FlatView view = column_weights_view(wt->data(), cols, flat);
+  view.owned = wt;
+  return view;
 }
 
 void ImatrixMseObserver::update_state(std::map<std::string, Tensor>& st, const FlatView& flat) const {

@@ -101,6 +101,16 @@ class ImatrixMseObserver : public Observer {
     const Lock held = lock();
     return last_path_;
   }
+  /// R6.8.4 / R6.8.5 for the search of `flat` (the weight flattened for this observer):
+  /// each column's weight imp / (mean(imp) + 2^-126) in f32, or nullopt for the uniform
+  /// search of the Q8 fallback. Raises where update_state raises and records last_path()
+  /// as it does; the device path (qobs/cuda.h) computes its weights here.
+  std::optional<std::vector<float>> column_weights(const FlatView& flat) const;
+  /// Column weights at `data` (one f32 per column, host or device memory: nothing is
+  /// read) as the search of `flat` reads them: broadcast over the rows with row stride
+  /// 0, so that no rows x cols tensor is materialized (64 MB at 4096^2), and flattened
+  /// like the weight.
+  FlatView column_weights_view(const void* data, int64_t cols, const FlatView& flat) const;
 
  protected:
   void attach_locked(int64_t in_features) override;
@@ -111,7 +121,8 @@ class ImatrixMseObserver : public Observer {
   ImatrixMseObserver(std::string_view obs_name, std::string base, QuantizationArgs args, ObserverOptions opt);
   /// R6.8.4: the validated per-column importance, or nullopt for the uniform fallback.
   std::optional<std::vector<float>> validated_importance(const FlatView& flat) const;
-  /// R6.8.5: w = imp / (mean(imp) + 2^-126) broadcast over rows, flattened like `flat`.
+  /// R6.8.5: w = imp / (mean(imp) + 2^-126) broadcast over rows, flattened like `flat`
+  /// (column_weights_view of host memory it owns).
   FlatView importance_weights(const std::vector<float>& imp, const FlatView& flat) const;
 
  private:

@@ -1,11 +1,13 @@
-// qobs/cuda.h: the data-free weight observers, the min-max activation observers, the
-// imatrix hook, and quantize / dequantize / packing on a CUDA device, composed from the
-// kernel drivers of kernels_cuda.h in the order the CPU functions run them
-// (builtin_observers.cc, observer.cc get_global_scale / get_qparams, qdq_call.cc).
+// qobs/cuda.h: the data-free and importance-weighted weight observers, the min-max
+// activation observers, the imatrix hook, and quantize / dequantize / packing on a CUDA
+// device, composed from the kernel drivers of kernels_cuda.h in the order the CPU
+// functions run them (builtin_observers.cc, observer.cc get_global_scale / get_qparams,
+// qdq_call.cc).
 #include "qobs/cuda.h"
 
 #include <algorithm>
 #include <optional>
+#include <typeinfo>
 #include <vector>
 
 #include "core/check.h"
@@ -70,20 +72,29 @@ std::pair<Tensor, Tensor> DeviceStatistics::to_host(StreamHandle stream) const {
 
 namespace {
 
-/// What the device runs for an observer: min-max, or a grid search with its config.
+/// What the device runs for an observer: min-max, or a grid search with its config,
+/// weighted by an imatrix observer's importance.
 struct Recipe {
-  const detail::MseObserver* mse = nullptr;  ///< null: min-max
+  const kernels::GridSearchConfig* search = nullptr;    ///< null: min-max
+  const detail::ImatrixMseObserver* imatrix = nullptr;  ///< the importance-weighted search (R6.8)
 };
 
 /// The recipe, or why there is none.
 std::pair<std::optional<Recipe>, std::string> recipe_of(const Observer& o) {
+  const std::string none = "observer " + std::string(o.name()) + " has no device path";
   if (!o.is_weight_observer()) return {std::nullopt, "the device path calibrates weights, not " + o.base_name()};
   if (dynamic_cast<const detail::MemorylessMinMaxObserver*>(&o)) return {Recipe{}, ""};
   if (const auto* m = dynamic_cast<const detail::MseObserver*>(&o)) {
     if (m->name() == "mse") return {std::nullopt, "a moving-average mse observer (weights use memoryless_mse, R6.9.1)"};
-    return {Recipe{m}, ""};
+    return {Recipe{&m->search_config()}, ""};
   }
-  return {std::nullopt, "observer " + std::string(o.name()) + " has no device path"};
+  if (const auto* m = dynamic_cast<const detail::ImatrixMseObserver*>(&o)) {
+    // imatrix_mse and nvfp4_expanded_imatrix only: a subclass (imatrix_lsq) searches
+    // otherwise, in phase 2 (docs/LSQ.md)
+    if (typeid(o) != typeid(detail::ImatrixMseObserver)) return {std::nullopt, none};
+    return {Recipe{&m->search_config(), m}, ""};
+  }
+  return {std::nullopt, none};
 }
 
 QuantizationArgs search_args_of(const QuantizationArgs& args) {
@@ -107,9 +118,10 @@ std::string path_unsupported(const Observer& observer, const TensorView& weight)
   const auto flat = flatten_in_place(weight, "weight", observer.args(), observer.options().label);
   if (!flat) return "a layout whose flattening needs a copy (block padding)";
   if (!kernels::cuda::flat_map_of(*flat)) return "a layout with more axes than the device view holds";
-  if (recipe->mse) {
-    const auto plan =
-        kernels::cuda::cuda_search_plan(*flat, search_args_of(observer.args()), recipe->mse->search_config(), nullptr);
+  if (recipe->search) {
+    // an imatrix search's weights (two axes, rows broadcast) always fit the device view:
+    // the plan without them says the same
+    const auto plan = kernels::cuda::cuda_search_plan(*flat, search_args_of(observer.args()), *recipe->search, nullptr);
     if (!plan.unsupported.empty()) return plan.unsupported;
   }
   return "";
@@ -127,8 +139,15 @@ DeviceStatistics observe_weight(const Observer& observer, const TensorView& weig
   QOBS_CHECK(device >= 0, InvalidArgument, observer.options().label, ": the weight is not in CUDA device memory");
   b.set_device(device);
   const std::string label = observer.options().label.empty() ? std::string("weight") : observer.options().label;
-  // the CPU observer's input check (check_observable): finite values only
   QOBS_CHECK(weight.numel() > 0, ShapeError, label, ": empty weight of shape ", shape_str(weight.shape), " (R6.1.2)");
+  const FlatView flat = *flatten_in_place(weight, "weight", observer.args(), observer.options().label);
+  const Recipe recipe = *recipe_of(observer).first;
+  // R6.8.4 / R6.8.5 on the host, before the finiteness check as on the CPU (which runs
+  // it after the search): the importance's errors and the column weights, uploaded for
+  // the search to read
+  std::optional<std::vector<float>> columns;
+  if (recipe.imatrix) columns = recipe.imatrix->column_weights(flat);
+  // the CPU observer's input check (check_observable): finite values only
   if (const int64_t i = kernels::cuda::first_non_finite(b, weight, s); i >= 0) {
     Tensor one = Tensor::uninitialized(weight.dtype, {1});
     b.copy(one.data(), static_cast<const unsigned char*>(weight.data) + weight.offset_of(i) * dtype_size(weight.dtype),
@@ -138,7 +157,6 @@ DeviceStatistics observe_weight(const Observer& observer, const TensorView& weig
                shape_str(weight.shape),
                " (observed tensors must be finite: the reference would produce a NaN/Inf scale; docs/DEVIATIONS.md)");
   }
-  const FlatView flat = *flatten_in_place(weight, "weight", observer.args(), observer.options().label);
   auto impl = std::make_unique<DeviceStatistics::Impl>();
   impl->device = device;
   impl->shape = flat.layout.qparam_shape;
@@ -146,10 +164,18 @@ DeviceStatistics observe_weight(const Observer& observer, const TensorView& weig
   const std::size_t bytes = static_cast<std::size_t>(flat.layout.num_qparams()) * dtype_size(flat.dtype);
   impl->mins = DeviceBuffer(b, bytes, s);
   impl->maxs = DeviceBuffer(b, bytes, s);
-  const Recipe recipe = *recipe_of(observer).first;
-  if (recipe.mse) {
-    const auto plan =
-        kernels::cuda::cuda_search_plan(flat, search_args_of(observer.args()), recipe.mse->search_config(), nullptr);
+  if (recipe.search) {
+    DeviceBuffer column_buffer;  // released on the stream, after the search has read it
+    std::optional<FlatView> weights;
+    if (columns) {
+      const int64_t cols = static_cast<int64_t>(columns->size());
+      column_buffer = DeviceBuffer(b, columns->size() * sizeof(float), s);
+      b.copy(column_buffer.get(), columns->data(), columns->size() * sizeof(float),
+             kernels::cuda::CopyKind::kHostToDevice, s);
+      weights = recipe.imatrix->column_weights_view(column_buffer.get(), cols, flat);
+    }
+    const auto plan = kernels::cuda::cuda_search_plan(flat, search_args_of(observer.args()), *recipe.search,
+                                                      weights ? &*weights : nullptr);
     kernels::cuda::grid_search(b, plan, impl->mins.get(), impl->maxs.get(), flat.dtype, s);
   } else {
     kernels::cuda::minmax_stats(b, flat, flat.dtype, impl->mins.get(), impl->maxs.get(), s);

@@ -259,10 +259,12 @@ struct MemberQParams {
 };
 
 /// Phase 1 and 2 of `observer` for the members on the device (run.cc's calibrate: one
-/// observer per member, fused members sharing the global scale, R6.10).
+/// observer per member, given its module's importance (null for none) before any member
+/// observes, fused members sharing the global scale, R6.10).
 std::vector<MemberQParams> calibrate_on_device(DeviceRunner::Worker& w, const std::vector<TensorView>& weights,
                                                const std::vector<std::string>& labels, const QuantizationArgs& args,
-                                               const std::string& observer) {
+                                               const std::string& observer,
+                                               const std::vector<const ModuleImportance*>& importance) {
   const Backend& b = w.b;
   const std::size_t n = weights.size();
   std::vector<std::shared_ptr<Observer>> obs;
@@ -271,8 +273,9 @@ std::vector<MemberQParams> calibrate_on_device(DeviceRunner::Worker& w, const st
     ObserverOptions opt;
     opt.label = labels[k];
     obs.push_back(load_observer(observer, "weight", args, {}, opt));
-    stats.push_back(cuda::observe_weight(*obs[k], weights[k], w.stream.handle));
+    if (const ModuleImportance* imp = importance.empty() ? nullptr : importance[k]) give_importance(*obs[k], *imp);
   }
+  for (std::size_t k = 0; k < n; ++k) stats.push_back(cuda::observe_weight(*obs[k], weights[k], w.stream.handle));
   // fuse_observers fuses tensor_group members only; get_global_scale takes the observer
   // first, then its partners in the group's order
   const bool fused = n > 1 && args.get_strategy() == Strategy::kTensorGroup;
@@ -382,6 +385,7 @@ JobResult DeviceRunner::calibrate(const Checkpoint& ckpt, const QuantizePlan& pl
     unsigned char* dev = w->weights.get(total);
     std::vector<TensorView> host_views, views;
     std::vector<std::string> labels;
+    std::vector<const ModuleImportance*> importance;
     for (std::size_t k = 0; k < n; ++k) {
       const PlannedModule& m = plan.modules[job.members[k]];
       const std::span<const uint8_t> bytes = ckpt.shards()[m.shard].bytes(*m.weight);
@@ -390,10 +394,11 @@ JobResult DeviceRunner::calibrate(const Checkpoint& ckpt, const QuantizePlan& pl
       host_views.emplace_back(host + offset[k], m.weight->dtype, m.weight->shape);
       views.emplace_back(dev + offset[k], m.weight->dtype, m.weight->shape);
       labels.push_back(m.module + ".weight");
+      importance.push_back(m.importance ? &*m.importance : nullptr);
     }
     // 2. Calibrate, quantize and pack each member.
     const auto start = Clock::now();
-    const std::vector<MemberQParams> qp = calibrate_on_device(*w, views, labels, wargs, group.observer);
+    const std::vector<MemberQParams> qp = calibrate_on_device(*w, views, labels, wargs, group.observer, importance);
     std::vector<Compressed> outputs;
     std::vector<QParams> host_qp;
     for (std::size_t k = 0; k < n; ++k) {
@@ -408,7 +413,7 @@ JobResult DeviceRunner::calibrate(const Checkpoint& ckpt, const QuantizePlan& pl
     const double secs = std::chrono::duration<double>(Clock::now() - start).count();
     JobResult r = finish_job(plan, j, std::move(outputs), host_qp, secs, baseline, [&] {
       const std::vector<MemberQParams> bq =
-          calibrate_on_device(*w, views, labels, wargs, std::string(kBaselineObserver));
+          calibrate_on_device(*w, views, labels, wargs, std::string(kBaselineObserver), {});
       std::vector<kernels::ErrorSums> errors;
       for (std::size_t k = 0; k < n; ++k) {
         const CompressSetup setup =

@@ -47,6 +47,11 @@ Statistics importance_statistics(const ModuleImportance& m) {
   count.data_as<int64_t>()[0] = m.count;
   return Statistics{"", {{"importance_sum", m.sum, ReduceOp::kSum}, {"importance_count", count, ReduceOp::kSum}}, 1};
 }
+
+void give_importance(Observer& observer, const ModuleImportance& m) {
+  observer.attach(m.sum.numel());
+  observer.import_statistics(importance_statistics(m));
+}
 }  // namespace detail
 
 void write_importance(const std::string& path, const ImportanceMap& importance) {

@@ -78,5 +78,9 @@ QuantizePlan plan_quantize(const Checkpoint& ckpt, const QuantizeOptions& option
 /// importance_sum and importance_count, SUM-reduced): what attach + accumulate_input
 /// would have left, for import_statistics and reduce_statistics (importance.cc).
 Statistics importance_statistics(const ModuleImportance& m);
+/// `m` as an imatrix observer's importance: attach(in_features), then its statistics
+/// imported, before the observer observes (R6.12.4). Both calibration paths (run.cc,
+/// device.cc) give it so.
+void give_importance(Observer& observer, const ModuleImportance& m);
 
 }  // namespace qobs::detail

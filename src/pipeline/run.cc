@@ -45,10 +45,7 @@ std::vector<QParams> calibrate(const std::vector<TensorView>& views, const std::
     ObserverOptions opt;
     opt.label = labels[i];
     obs.push_back(load_observer(observer, "weight", args, {}, opt));
-    if (const ModuleImportance* imp = importance.empty() ? nullptr : importance[i]) {
-      obs.back()->attach(imp->sum.numel());
-      obs.back()->import_statistics(importance_statistics(*imp));
-    }
+    if (const ModuleImportance* imp = importance.empty() ? nullptr : importance[i]) give_importance(*obs.back(), *imp);
     obs.back()->bind_weight(views[i]);
   }
   if (obs.size() > 1) fuse_observers(obs);

@@ -1,18 +1,24 @@
 // qobs/cuda.h on a real CUDA device against the CPU observers: observe_weight then
 // qparams_from_statistics must give get_qparams' bytes for every data-free weight
 // observer with a device path, INT4 sym / asym g128, INT8 channel, FP8, NVFP4 (with
-// fused members sharing a global scale) and MXFP4, in f32, bf16 and f16. Skipped, with
-// the runtime's reason, where there is no device, and run again on the host emulation of
-// the backend everywhere; what needs no device (the reasons a call stays on the CPU, the
-// argument checks) runs everywhere. The activation observers
-// (ActivationStatistics) and the imatrix hook (DeviceImportance) batch after batch
-// against the CPU observers: statistics and qparams, tails, signed zeros, subnormals,
-// all-equal and all-zero batches, and NaN / Inf batches.
+// fused members sharing a global scale) and MXFP4, in f32, bf16 and f16; and for the
+// importance-weighted imatrix_mse and nvfp4_expanded_imatrix, with importance holding
+// zeros and huge values, on weights with tails and all-zero / all-equal groups, their
+// errors and uniform fallbacks included. Skipped, with the runtime's reason, where there
+// is no device, and run again on the host emulation of the backend everywhere; what needs
+// no device (the reasons a call stays on the CPU, the argument checks) runs everywhere.
+// The activation observers (ActivationStatistics) and the imatrix hook
+// (DeviceImportance) batch after batch against the CPU observers: statistics and
+// qparams, tails, signed zeros, subnormals, all-equal and all-zero batches, and NaN / Inf
+// batches.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
+#include <typeinfo>
 
 #include "kernels/kernels_cuda.h"
 #include "pipeline/host_backend.h"
@@ -63,6 +69,58 @@ TEST(CudaObserve, UnsupportedCallsSayWhy) {
   const Tensor t = Tensor::from_floats(DType::kF32, {4, 32}, weights(128, 1));
   EXPECT_NE(cuda::device_unsupported(*lsq, t.view()), "");
   if (!cuda::available()) EXPECT_EQ(cuda::device_unsupported(*lsq, t.view()), cuda::unavailable_reason());
+  EXPECT_EQ(cuda::path_unsupported(*lsq, t.view()), "observer lsq_mse has no device path");
+  // imatrix_lsq shares imatrix_mse's importance but searches in phase 2: no device path
+  auto imatrix_lsq = load_observer("imatrix_lsq", "weight", a);
+  EXPECT_EQ(cuda::path_unsupported(*imatrix_lsq, t.view()), "observer imatrix_lsq has no device path");
+  EXPECT_NE(cuda::device_unsupported(*imatrix_lsq, t.view()), "");
+  // the importance-weighted searches have one, importance or not (the uniform fallback, Q8)
+  for (const char* name : {"imatrix_mse", "nvfp4_expanded_imatrix"})
+    EXPECT_EQ(cuda::path_unsupported(*load_observer(name, "weight", a), t.view()), "") << name;
+  EXPECT_EQ(cuda::path_unsupported(*load_observer("imatrix_mse", "input", a), t.view()),
+            "the device path calibrates weights, not input");
+}
+
+struct DeviceBatch {
+  DeviceBuffer buf;
+  TensorView view;
+};
+
+DeviceBatch to_device(const kernels::cuda::Backend& b, const Tensor& t) {
+  DeviceBatch d{DeviceBuffer(b, t.nbytes(), Stream{}), {}};
+  b.copy(d.buf.get(), t.data(), t.nbytes(), CopyKind::kHostToDevice, Stream{});
+  d.view = TensorView(d.buf.get(), t.dtype(), t.shape());
+  return d;
+}
+
+/// Phase 2 on the device for statistics `st` (fused: the group's statistics, these
+/// first; empty when alone), copied back to the host.
+QParams device_qparams(const Observer& dev, const cuda::DeviceStatistics& st,
+                       const std::vector<const cuda::DeviceStatistics*>& fused = {}) {
+  const auto& b = kernels::cuda::require_backend();
+  const cuda::QParamsLayout l = cuda::qparams_layout(dev, st);
+  DeviceBuffer s(b, shape_numel(l.scale_shape) * dtype_size(l.scale_dtype), Stream{});
+  DeviceBuffer z(b, shape_numel(l.zero_point_shape) * dtype_size(l.zero_point_dtype), Stream{});
+  DeviceBuffer g(b, sizeof(float), Stream{});
+  cuda::qparams_from_statistics(dev, st, fused, s.get(), z.get(), l.has_global_scale ? g.get() : nullptr);
+  QParams out;
+  out.scale = Tensor::uninitialized(l.scale_dtype, l.scale_shape);
+  out.zero_point = Tensor::uninitialized(l.zero_point_dtype, l.zero_point_shape);
+  b.copy(out.scale.data(), s.get(), out.scale.nbytes(), CopyKind::kDeviceToHost, Stream{});
+  b.copy(out.zero_point.data(), z.get(), out.zero_point.nbytes(), CopyKind::kDeviceToHost, Stream{});
+  if (l.has_global_scale) {
+    out.global_scale = Tensor::uninitialized(DType::kF32, {1});
+    b.copy(out.global_scale->data(), g.get(), 4, CopyKind::kDeviceToHost, Stream{});
+  }
+  b.synchronize(Stream{});
+  return out;
+}
+
+void expect_same_qparams(const QParams& want, const QParams& got, const std::string& what) {
+  EXPECT_EQ(testing::describe_difference(want.scale, got.scale), "") << what;
+  EXPECT_EQ(testing::describe_difference(want.zero_point, got.zero_point), "") << what;
+  ASSERT_EQ(want.global_scale.has_value(), got.global_scale.has_value()) << what;
+  if (want.global_scale) EXPECT_EQ(testing::describe_difference(*want.global_scale, *got.global_scale), "") << what;
 }
 
 TEST_P(CudaObserveOn, WeightObserversEqualTheCpuObservers) {
@@ -96,22 +154,8 @@ TEST_P(CudaObserveOn, WeightObserversEqualTheCpuObservers) {
         cpu->observe(w.view());
         const QParams want = cpu->get_qparams();
         const cuda::DeviceStatistics st = cuda::observe_weight(*dev, dv);
-        const cuda::QParamsLayout l = cuda::qparams_layout(*dev, st);
-        DeviceBuffer s(b, shape_numel(l.scale_shape) * dtype_size(l.scale_dtype), Stream{});
-        DeviceBuffer z(b, shape_numel(l.zero_point_shape) * dtype_size(l.zero_point_dtype), Stream{});
-        DeviceBuffer g(b, sizeof(float), Stream{});
-        cuda::qparams_from_statistics(*dev, st, {}, s.get(), z.get(), l.has_global_scale ? g.get() : nullptr);
-        Tensor gs = Tensor::uninitialized(l.scale_dtype, l.scale_shape);
-        Tensor gz = Tensor::uninitialized(l.zero_point_dtype, l.zero_point_shape);
-        b.copy(gs.data(), s.get(), gs.nbytes(), CopyKind::kDeviceToHost, Stream{});
-        b.copy(gz.data(), z.get(), gz.nbytes(), CopyKind::kDeviceToHost, Stream{});
-        Tensor gg = Tensor::uninitialized(DType::kF32, {1});
-        if (l.has_global_scale) b.copy(gg.data(), g.get(), 4, CopyKind::kDeviceToHost, Stream{});
-        b.synchronize(Stream{});
-        const std::string what = std::string(obs) + " " + js + " " + std::string(dtype_name(dt));
-        EXPECT_EQ(testing::describe_difference(want.scale, gs), "") << what;
-        EXPECT_EQ(testing::describe_difference(want.zero_point, gz), "") << what;
-        if (l.has_global_scale) EXPECT_EQ(testing::describe_difference(*want.global_scale, gg), "") << what;
+        expect_same_qparams(want, device_qparams(*dev, st),
+                            std::string(obs) + " " + js + " " + std::string(dtype_name(dt)));
       }
 }
 
@@ -178,6 +222,194 @@ TEST_P(CudaObserveOn, NonFiniteWeightsAreRejectedAsOnTheCpu) {
         cuda::observe_weight(*o, TensorView(dw.get(), DType::kF32, {2, 32}));
       },
       {"non-finite", "flat index 37"});
+}
+
+// ---- importance-weighted weights -----------------------------------------------------
+
+/// An imatrix observer's importance after `count` input rows over `cols` features:
+/// squares of a skewed scale, no importance in every seventh column; `huge`: two
+/// columns of 1e28 and 3e30, which leave the others' weights near 2^-100.
+Statistics importance_of(int64_t cols, uint32_t seed, bool huge, int64_t count = 96) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::vector<float> sum(static_cast<std::size_t>(cols));
+  for (int64_t c = 0; c < cols; ++c) {
+    const float v = u(rng) * (c % 16 < 4 ? 30.0f : 1.0f);
+    sum[static_cast<std::size_t>(c)] = c % 7 == 3 ? 0.0f : v * v * static_cast<float>(count);
+  }
+  if (huge) {
+    sum[1] = 3e30f;
+    sum[static_cast<std::size_t>(cols - 2)] = 1e28f;
+  }
+  Tensor n(DType::kI64, {});
+  n.set(0, static_cast<double>(count));
+  return Statistics{"",
+                    {{"importance_sum", Tensor::from_floats(DType::kF32, {cols}, sum), ReduceOp::kSum},
+                     {"importance_count", std::move(n), ReduceOp::kSum}},
+                    1};
+}
+
+/// The observer's importance as its forward-pre hook would have left it.
+void give_importance(Observer& o, const Statistics& st) {
+  o.attach(st.find("importance_sum")->numel());
+  o.import_statistics(st);
+}
+
+/// A weight with tails (an odd number of rows), a row of zeros and a row of equal values
+/// (all-zero and all-equal groups in every strategy).
+Tensor imatrix_weight(DType dt, int64_t rows, int64_t cols, uint32_t seed) {
+  std::vector<float> v = weights(rows * cols, seed);
+  for (int64_t c = 0; c < cols; ++c) {
+    v[static_cast<std::size_t>(2 * cols + c)] = 0.0f;
+    v[static_cast<std::size_t>(4 * cols + c)] = -0.8125f;
+  }
+  return Tensor::from_floats(dt, {rows, cols}, v);
+}
+
+const char* const kImatrixFormats[] = {
+    R"({"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group", "group_size": 128})",
+    R"({"num_bits": 4, "type": "int", "symmetric": false, "strategy": "group", "group_size": 128})",
+    R"({"num_bits": 8, "type": "int", "symmetric": true, "strategy": "channel"})",
+    R"({"num_bits": 4, "type": "float", "symmetric": true, "strategy": "tensor_group", "group_size": 16, "scale_dtype": "float8_e4m3fn"})",
+};
+
+TEST_P(CudaObserveOn, ImatrixObserversEqualTheCpuObservers) {
+  const auto& b = kernels::cuda::require_backend();
+  int compared = 0, weighted = 0;
+  for (const char* js : kImatrixFormats)
+    for (const char* obs : {"imatrix_mse", "nvfp4_expanded_imatrix"})
+      for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+        for (bool huge : {false, true}) {
+          const QuantizationArgs a = args_of(js);
+          // channel: columns that are no multiple of a vector's width
+          const int64_t rows = 37, cols = a.get_strategy() == Strategy::kChannel ? 200 : 256;
+          const Tensor w = imatrix_weight(dt, rows, cols, 11);
+          const Statistics imp = importance_of(cols, 5, huge);
+          auto cpu = load_observer(obs, "weight", a);
+          auto dev = load_observer(obs, "weight", a);
+          auto uniform = load_observer(obs, "weight", a);  // no importance: the Q8 fallback
+          give_importance(*cpu, imp);
+          give_importance(*dev, imp);
+          const std::string what =
+              std::string(obs) + " " + js + " " + std::string(dtype_name(dt)) + (huge ? " huge importance" : "");
+          DeviceBatch d = to_device(b, w);
+          const std::string why = cuda::device_unsupported(*dev, d.view);
+          if (why.find("libm powf") != std::string::npos) continue;  // norm 2.4 in f32 on a host whose powf differs
+          ASSERT_EQ(why, "") << what;
+          cpu->observe(w.view());
+          const QParams want = cpu->get_qparams();
+          const cuda::DeviceStatistics st = cuda::observe_weight(*dev, d.view);
+          EXPECT_FALSE(dev->has_statistics()) << what;  // the device keeps them
+          EXPECT_EQ(imatrix_search_path(*dev), "importance") << what;
+          expect_same_qparams(want, device_qparams(*dev, st), what);
+          ++compared;
+          // the importance changes the result: a device path that ignored it would fail above
+          uniform->observe(w.view());
+          if (!uniform->get_qparams().scale.bit_equal(want.scale)) ++weighted;
+        }
+  EXPECT_GE(compared, 36);
+  EXPECT_GE(weighted, compared * 3 / 4) << weighted << " of " << compared;
+}
+
+// NVFP4's global scale shared by fused members (R6.10) from nvfp4_expanded_imatrix
+// statistics: each member searches with its own importance.
+TEST_P(CudaObserveOn, FusedImatrixMembersEqualTheCpuObservers) {
+  const auto& b = kernels::cuda::require_backend();
+  const QuantizationArgs a = args_of(kImatrixFormats[3]);
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    std::vector<Tensor> ws;
+    std::vector<std::shared_ptr<Observer>> cpu, dev;
+    std::vector<DeviceBatch> dws;
+    std::vector<cuda::DeviceStatistics> stats;
+    for (int m = 0; m < 3; ++m) {
+      ws.push_back(imatrix_weight(dt, m == 0 ? 67 : 33, 128, 40 + m));
+      const Statistics imp = importance_of(128, 50 + m, m == 2);
+      cpu.push_back(load_observer("nvfp4_expanded_imatrix", "weight", a));
+      dev.push_back(load_observer("nvfp4_expanded_imatrix", "weight", a));
+      give_importance(*cpu.back(), imp);
+      give_importance(*dev.back(), imp);
+      dws.push_back(to_device(b, ws.back()));
+      stats.push_back(cuda::observe_weight(*dev.back(), dws.back().view));
+    }
+    fuse_observers(cpu);
+    for (int m = 0; m < 3; ++m) cpu[m]->bind_weight(ws[m].view());
+    for (int m = 0; m < 3; ++m) {
+      cpu[m]->observe(ws[m].view());
+      const QParams want = cpu[m]->get_qparams();
+      std::vector<const cuda::DeviceStatistics*> fused{&stats[m]};
+      for (int i = 0; i < 3; ++i)
+        if (i != m) fused.push_back(&stats[i]);
+      expect_same_qparams(want, device_qparams(*dev[m], stats[m], fused),
+                          "member " + std::to_string(m) + " " + std::string(dtype_name(dt)));
+    }
+  }
+}
+
+// Without usable importance the device does what the CPU observer does: raise its error
+// (no input reached an attached module, R6.12.3; strict=true, R6.8.4) with its message,
+// or search uniformly (Q8) and say so in imatrix_search_path.
+TEST_P(CudaObserveOn, ImatrixWithoutImportanceRaisesOrFallsBackAsOnTheCpu) {
+  const auto& b = kernels::cuda::require_backend();
+  const QuantizationArgs group = args_of(kImatrixFormats[0]);
+  const QuantizationArgs tensor = args_of(R"({"num_bits": 8, "type": "int", "symmetric": true, "strategy": "tensor"})");
+  const Tensor w = imatrix_weight(DType::kBF16, 9, 256, 3);
+  DeviceBatch d = to_device(b, w);
+  const ObserverOptions opt{.label = "model.layers.0.mlp.up_proj.weight"};
+  Statistics zeros = importance_of(256, 1, false);
+  zeros.items[0].value = Tensor(DType::kF32, {256});
+  struct Case {
+    const char* what;
+    const QuantizationArgs* args;
+    bool strict;
+    std::function<void(Observer&)> give;
+  };
+  const Case cases[] = {
+      {"attached, no input", &group, false, [](Observer& o) { o.attach(256); }},
+      {"attached, no input, strict", &group, true, [](Observer& o) { o.attach(256); }},
+      {"not attached", &group, false, [](Observer&) {}},
+      {"not attached, strict", &group, true, [](Observer&) {}},
+      {"all zeros", &group, false, [&](Observer& o) { give_importance(o, zeros); }},
+      {"all zeros, strict", &group, true, [&](Observer& o) { give_importance(o, zeros); }},
+      {"another size", &group, false, [](Observer& o) { give_importance(o, importance_of(384, 2, false)); }},
+      {"tensor strategy", &tensor, false, [](Observer& o) { give_importance(o, importance_of(256, 2, false)); }},
+      {"tensor strategy, strict", &tensor, true, [](Observer& o) { give_importance(o, importance_of(256, 2, false)); }},
+  };
+  int raised = 0, fell_back = 0;
+  for (const char* name : {"imatrix_mse", "nvfp4_expanded_imatrix"})
+    for (const Case& c : cases) {
+      const std::string what = std::string(name) + ", " + c.what;
+      auto cpu = load_observer(name, "weight", *c.args, {{"strict", c.strict}}, opt);
+      auto dev = load_observer(name, "weight", *c.args, {{"strict", c.strict}}, opt);
+      c.give(*cpu);
+      c.give(*dev);
+      ASSERT_EQ(cuda::device_unsupported(*dev, d.view), "") << what;
+      std::string cpu_error, dev_error;
+      QParams want;
+      try {
+        cpu->observe(w.view());
+        want = cpu->get_qparams();
+      } catch (const std::exception& e) {
+        cpu_error = std::string(typeid(e).name()) + ": " + e.what();
+      }
+      std::optional<cuda::DeviceStatistics> st;
+      try {
+        st = cuda::observe_weight(*dev, d.view);
+      } catch (const std::exception& e) {
+        dev_error = std::string(typeid(e).name()) + ": " + e.what();
+      }
+      EXPECT_EQ(dev_error, cpu_error) << what;
+      if (!cpu_error.empty()) {
+        ++raised;
+        continue;
+      }
+      ASSERT_TRUE(st.has_value()) << what;
+      EXPECT_EQ(imatrix_search_path(*dev), imatrix_search_path(*cpu)) << what;
+      EXPECT_EQ(imatrix_search_path(*dev).rfind("uniform fallback: ", 0), 0u) << what;
+      expect_same_qparams(want, device_qparams(*dev, *st), what);
+      ++fell_back;
+    }
+  EXPECT_EQ(raised, 2 * 5);
+  EXPECT_EQ(fell_back, 2 * 4);
 }
 
 // ---- activations --------------------------------------------------------------------
@@ -268,18 +500,6 @@ TEST(CudaObserve, ActivationCallsSayWhyTheyStayOnTheCpu) {
   const Statistics st = im->export_statistics();
   ASSERT_NE(st.find("importance_count"), nullptr);
   EXPECT_EQ(st.find("importance_count")->get(0), 0.0);
-}
-
-struct DeviceBatch {
-  DeviceBuffer buf;
-  TensorView view;
-};
-
-DeviceBatch to_device(const kernels::cuda::Backend& b, const Tensor& t) {
-  DeviceBatch d{DeviceBuffer(b, t.nbytes(), Stream{}), {}};
-  b.copy(d.buf.get(), t.data(), t.nbytes(), CopyKind::kHostToDevice, Stream{});
-  d.view = TensorView(d.buf.get(), t.dtype(), t.shape());
-  return d;
 }
 
 void expect_same_statistics(const Observer& want, const Observer& got, const std::string& what) {

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -254,6 +255,24 @@ void expect_same_report(const QuantizeReport& want, const QuantizeReport& got, c
   EXPECT_EQ(want.output_bytes, got.output_bytes) << what;
 }
 
+// Quantized in `dir` with --device `device`, options `o` give the CPU run's folder and
+// report, every weight (7 of make_model's one layer) on the device.
+void expect_device_run_equals_cpu(const QuantizeOptions& o, const fs::path& dir, const DeviceSpec& device,
+                                  const std::string& what) {
+  const RunResult cpu = quantize_into(o, dir / "cpu", DeviceSpec{}, 2);
+  const RunResult dev = quantize_into(o, dir / "dev", device, 3);
+  EXPECT_TRUE(cpu.files == dev.files) << what << ": the output folders differ";
+  expect_same_report(cpu.report, dev.report, what);
+  // the device and every weight on it
+  if (dev.log.empty()) {
+    ADD_FAILURE() << what << ": nothing logged";
+    return;
+  }
+  EXPECT_NE(dev.log[0].find("7 of 7 weights are calibrated, quantized and packed on the GPU"), std::string::npos)
+      << dev.log[0];
+  EXPECT_EQ(dev.log.size(), 1u) << what;
+}
+
 // The schemes and observers of the device path's promise: each (scheme, observer) pair,
 // quantized with --device `device`, gives the CPU run's folder and report, every weight
 // on the device. Returns the pairs compared.
@@ -264,19 +283,8 @@ int expect_device_runs_equal_cpu(const fs::path& dir, DType dt, const std::vecto
   for (const std::string& scheme : schemes)
     for (const std::string observer : {"memoryless_minmax", "memoryless_mse", "nvfp4_expanded_mse"}) {
       const std::string what = scheme + " " + observer + " " + std::string(dtype_name(dt)) + " " + device.str();
-      const RunResult cpu = quantize_into(preset(dir / "in", scheme, observer), dir / "cpu", DeviceSpec{}, 2);
-      const RunResult dev = quantize_into(preset(dir / "in", scheme, observer), dir / "dev", device, 3);
+      expect_device_run_equals_cpu(preset(dir / "in", scheme, observer), dir, device, what);
       ++compared;
-      EXPECT_TRUE(cpu.files == dev.files) << what << ": the output folders differ";
-      expect_same_report(cpu.report, dev.report, what);
-      // the device and every weight on it
-      if (dev.log.empty()) {
-        ADD_FAILURE() << what << ": nothing logged";
-        continue;
-      }
-      EXPECT_NE(dev.log[0].find("7 of 7 weights are calibrated, quantized and packed on the GPU"), std::string::npos)
-          << dev.log[0];
-      EXPECT_EQ(dev.log.size(), 1u) << what;
     }
   return compared;
 }
@@ -296,6 +304,51 @@ TEST(DeviceEmulation, OtherWeightDtypes) {
     TempDir dir;
     EXPECT_EQ(expect_device_runs_equal_cpu(dir.path, dt, {"W4A16_ASYM", "NVFP4A16"}, parse_device("cuda")), 6);
   }
+}
+
+// An importance file for the linear modules of `model` (R6.12.4): per module skewed
+// sums of squares, some columns without importance.
+ImportanceMap importance_for(const std::map<std::string, Tensor>& model) {
+  ImportanceMap out;
+  uint32_t seed = 70;
+  for (const auto& [name, w] : model) {
+    if (name.find("_proj.weight") == std::string::npos) continue;
+    const int64_t cols = w.shape()[1];
+    std::mt19937 rng(seed++);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    std::vector<float> sum(static_cast<std::size_t>(cols));
+    for (int64_t c = 0; c < cols; ++c) {
+      const float v = u(rng) * (c % 16 < 4 ? 30.0f : 1.0f);
+      sum[static_cast<std::size_t>(c)] = c % 7 == 3 ? 0.0f : 40.0f * v * v;
+    }
+    out[name.substr(0, name.size() - 7)] = ModuleImportance{Tensor::from_floats(DType::kF32, {cols}, sum), 40};
+  }
+  return out;
+}
+
+// The importance-weighted observers with --importance: every weight on the device, the
+// CPU run's folder and report. Returns the pairs compared.
+int expect_imatrix_runs_equal_cpu(const fs::path& dir, const DeviceSpec& device) {
+  const auto model = make_model(DType::kBF16, 128, 1);
+  write_model(dir / "in", model);
+  const fs::path imp = dir / "importance.safetensors";
+  write_importance(imp.string(), importance_for(model));
+  int compared = 0;
+  for (const std::string scheme : {"W4A16_ASYM", "NVFP4A16"})
+    for (const std::string observer : {"imatrix_mse", "nvfp4_expanded_imatrix"}) {
+      QuantizeOptions o = preset(dir / "in", scheme, observer);
+      o.importance_path = imp.string();
+      expect_device_run_equals_cpu(o, dir, device, scheme + " " + observer + " " + device.str());
+      ++compared;
+    }
+  return compared;
+}
+
+TEST(DeviceEmulation, ImatrixWithAnImportanceFileIsTheCpuRunByteForByte) {
+  EmulatedDevice emulated;
+  TempDir dir;
+  EXPECT_EQ(expect_imatrix_runs_equal_cpu(dir.path, parse_device("cuda:1")), 4);
+  EXPECT_EQ(emulated.backend().held_bytes(), 0u) << "device or pinned memory left after the runs";
 }
 
 // Weights without a device path run on the CPU beside the others; the folder is still
@@ -429,6 +482,12 @@ TEST(PipelineCuda, CheckpointIsTheCpuRunsByteForByte) {
   if (!cuda::available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
   TempDir dir;
   EXPECT_EQ(expect_device_runs_equal_cpu(dir.path, DType::kBF16, kSchemes, parse_device("cuda")), 18);
+}
+
+TEST(PipelineCuda, ImatrixWithAnImportanceFileIsTheCpuRunByteForByte) {
+  if (!cuda::available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+  TempDir dir;
+  EXPECT_EQ(expect_imatrix_runs_equal_cpu(dir.path, parse_device("cuda")), 4);
 }
 
 TEST(PipelineCuda, FallbacksMixWithTheDevice) {

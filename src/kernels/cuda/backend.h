@@ -131,4 +131,14 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
+/// One value of device memory read back to the host: the stream's work before it is
+/// done when this returns (the kernels' flags and first-index results are read so).
+template <typename T>
+T read_back(const Backend& b, const void* p, Stream s) {
+  T v{};
+  b.copy(&v, p, sizeof v, CopyKind::kDeviceToHost, s);
+  b.synchronize(s);
+  return v;
+}
+
 }  // namespace qobs::kernels::cuda

@@ -137,10 +137,7 @@ void global_scale(const Backend& b, const float* extremes, int members, DType dt
   a.out = global_scale_out;
   a.infinite = infinite.as<int>();
   b.global_scale(a, s);
-  int flag = 0;
-  b.copy(&flag, infinite.get(), sizeof(int), CopyKind::kDeviceToHost, s);
-  b.synchronize(s);
-  QOBS_CHECK(flag == 0, InvalidArgument,
+  QOBS_CHECK(read_back<int>(b, infinite.get(), s) == 0, InvalidArgument,
              "generate_gparam: the statistics' range is infinite; the reference would "
              "return a global scale of 0 (R4.2, docs/DEVIATIONS.md)");
 }

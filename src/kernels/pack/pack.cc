@@ -334,9 +334,7 @@ void pack_int_rows(const Backend& b, const int8_t* q, int64_t rows, int64_t cols
   b.fill(bad.get(), 0xFF, sizeof(unsigned long long), s);
   a.first_bad = bad.as<unsigned long long>();
   if (rows * a.words > 0) b.pack_int(a, s);
-  unsigned long long f = ~0ull;
-  b.copy(&f, bad.get(), sizeof f, CopyKind::kDeviceToHost, s);
-  b.synchronize(s);
+  const auto f = read_back<unsigned long long>(b, bad.get(), s);
   if (f == ~0ull) return;
   // the reference's error for the first bad value: its row, replayed on the host
   const int64_t r = static_cast<int64_t>(f) / cols;
@@ -353,9 +351,7 @@ void pack_fp4(const Backend& b, const void* q, DType dtype, int64_t n, uint8_t* 
   b.fill(bad.get(), 0xFF, sizeof(unsigned long long), s);
   a.first_bad = bad.as<unsigned long long>();
   if (n > 0) b.pack_fp4(a, s);
-  unsigned long long f = ~0ull;
-  b.copy(&f, bad.get(), sizeof f, CopyKind::kDeviceToHost, s);
-  b.synchronize(s);
+  const auto f = read_back<unsigned long long>(b, bad.get(), s);
   if (f == ~0ull) return;
   Tensor v = Tensor::uninitialized(dtype, {1});
   b.copy(v.data(), static_cast<const unsigned char*>(q) + f * dtype_size(dtype), dtype_size(dtype),

@@ -53,10 +53,7 @@ void calculate_qparams(const Backend& b, const void* mins, const void* maxs, DTy
   a.non_finite = flag.as<int>();
   b.qparams(a, s);
   if (!check_finite) return;
-  int bad = 0;
-  b.copy(&bad, flag.get(), sizeof(int), CopyKind::kDeviceToHost, s);
-  b.synchronize(s);
-  if (!bad) return;
+  if (read_back<int>(b, flag.get(), s) == 0) return;
   // the CPU path's error, which names the first non-finite statistic: from a host copy
   const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(stat_dtype);
   Tensor mn = Tensor::uninitialized(stat_dtype, {n}), mx = Tensor::uninitialized(stat_dtype, {n});

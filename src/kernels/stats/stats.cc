@@ -198,9 +198,7 @@ int64_t first_non_finite(const Backend& b, const TensorView& x, Stream s) {
   b.fill(first.get(), 0xFF, sizeof(unsigned long long), s);
   a.first = first.as<unsigned long long>();
   if (a.n > 0) b.non_finite(a, s);
-  unsigned long long f = ~0ull;
-  b.copy(&f, first.get(), sizeof f, CopyKind::kDeviceToHost, s);
-  b.synchronize(s);
+  const auto f = read_back<unsigned long long>(b, first.get(), s);
   return f == ~0ull ? -1 : static_cast<int64_t>(f);
 }
 
